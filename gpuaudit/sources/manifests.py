@@ -1,0 +1,259 @@
+"""Read Kubernetes manifests from files, directories and stdin.
+
+Every object keeps its file, the line where it starts and a map from JSON
+pointer to line, so a finding can point at the exact field. Bad input never
+stops the reading of other files: it becomes an InputError with file:line.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from gpuaudit.model import Document, InputError
+
+try:  # libyaml's parser is several times faster; fall back where it is missing.
+    _Loader: type = yaml.CSafeLoader
+except AttributeError:  # pragma: no cover - depends on how PyYAML was built
+    _Loader = yaml.SafeLoader
+
+MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
+MAX_FILE_BYTES = 16 * 1024 * 1024
+MAX_NODES_PER_DOCUMENT = 1_000_000  # after alias expansion: stops "billion laughs"
+MAX_DEPTH = 200
+_SKIP_DIRS = {".git", ".hg", ".svn", "node_modules", "__pycache__", ".terraform"}
+
+# Helm's template actions start with '.', '$', '-' or a keyword/function;
+# Argo's `{{inputs.parameters.x}}` and `{{workflow.name}}` do not.
+_HELM_ACTION = re.compile(
+    r"\{\{-?\s*(?:\.|\$|-|/\*|(?:if|else|end|range|with|include|template|define|"
+    r"toYaml|tpl|printf|default|quote|required|lookup|fail|block)\b)"
+)
+
+
+class ManifestLimitError(ValueError):
+    pass
+
+
+@dataclass
+class ReadResult:
+    documents: list[Document] = field(default_factory=list)
+    errors: list[InputError] = field(default_factory=list)
+    files: int = 0
+
+
+def read_paths(paths: Iterable[str], stdin_text: str | None = None) -> ReadResult:
+    """Read every manifest under ``paths`` ('-' is stdin)."""
+    result = ReadResult()
+    for path in paths:
+        if path == "-":
+            text = stdin_text if stdin_text is not None else sys.stdin.read()
+            result.files += 1
+            _read_text(text, "<stdin>", result)
+            continue
+        p = Path(path)
+        if p.is_dir():
+            for file in iter_manifest_files(p):
+                read_file(file, result)
+        elif p.is_file():
+            read_file(p, result)
+        else:
+            result.errors.append(InputError(path, None, "no such file or directory"))
+    return result
+
+
+def iter_manifest_files(root: Path) -> Iterator[Path]:
+    """Manifest files under ``root`` in a stable order; follows directory
+    symlinks once (a symlink loop is visited a single time)."""
+    seen: set[str] = set()
+    for dirpath, dirnames, filenames in os.walk(root, followlinks=True):
+        real = os.path.realpath(dirpath)
+        if real in seen:
+            dirnames[:] = []
+            continue
+        seen.add(real)
+        dirnames[:] = sorted(d for d in dirnames if d not in _SKIP_DIRS)
+        for name in sorted(filenames):
+            if name.endswith(MANIFEST_SUFFIXES):
+                yield Path(dirpath, name)
+
+
+def read_file(path: Path, result: ReadResult) -> None:
+    name = str(path)
+    result.files += 1
+    try:
+        size = path.stat().st_size
+        if size > MAX_FILE_BYTES:
+            result.errors.append(
+                InputError(name, None, f"file is {size:,} bytes; the limit is {MAX_FILE_BYTES:,}")
+            )
+            return
+        raw = path.read_bytes()
+    except OSError as exc:
+        result.errors.append(InputError(name, None, f"cannot read: {exc.strerror or exc}"))
+        return
+    if b"\0" in raw[:8192]:
+        result.errors.append(InputError(name, None, "binary file, not a manifest"))
+        return
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = raw[: exc.start].count(b"\n") + 1
+        result.errors.append(InputError(name, line, "not valid UTF-8 text"))
+        return
+    _read_text(text, name, result)
+
+
+def _read_text(text: str, name: str, result: ReadResult) -> None:
+    helm = _HELM_ACTION.search(text)
+    if helm:
+        line = text.count("\n", 0, helm.start()) + 1
+        result.errors.append(
+            InputError(
+                name,
+                line,
+                "Helm template: not auditable until rendered (run `helm template` "
+                "and audit its output, or use --helm-chart)",
+                level="warning",
+            )
+        )
+        return
+    try:
+        for node in yaml.compose_all(text, Loader=_Loader):
+            if node is None:
+                continue
+            _add_document(node, name, result)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        line = mark.line + 1 if mark is not None else None
+        problem = exc.problem or str(exc).splitlines()[0]
+        result.errors.append(InputError(name, line, f"invalid YAML: {problem}"))
+    except yaml.YAMLError as exc:
+        result.errors.append(InputError(name, None, f"invalid YAML: {exc}"))
+    except RecursionError:
+        result.errors.append(InputError(name, None, "nesting too deep to parse"))
+
+
+def _add_document(node: yaml.Node, name: str, result: ReadResult) -> None:
+    builder = _Builder()
+    try:
+        obj = builder.build(node, "", 0)
+    except ManifestLimitError as exc:
+        result.errors.append(InputError(name, node.start_mark.line + 1, str(exc)))
+        return
+    for key, line in builder.duplicates:
+        result.errors.append(InputError(name, line, f"duplicate key {key!r}: the last value wins"))
+    start = node.start_mark.line + 1
+    _add_object(obj, name, start, builder.lines, "", result)
+
+
+def _add_object(
+    obj: Any, name: str, line: int, lines: dict[str, int], base: str, result: ReadResult
+) -> None:
+    if not isinstance(obj, dict):
+        return
+    kind, api_version = obj.get("kind"), obj.get("apiVersion")
+    if not isinstance(kind, str) or not isinstance(api_version, str):
+        return  # not a Kubernetes object (values files, configs): skipped quietly
+    if kind.endswith("List") and isinstance(obj.get("items"), list):
+        for i, item in enumerate(obj["items"]):
+            ptr = f"{base}/items/{i}"
+            _add_object(item, name, lines.get(ptr, line), lines, ptr, result)
+        return
+    result.documents.append(Document(obj=obj, file=name, line=line, lines=lines, base=base))
+
+
+_constructor = yaml.constructor.SafeConstructor()
+
+
+class _Builder:
+    """Builds Python values from a composed YAML node, recording the line of
+    every mapping value and sequence item, duplicate keys, and the expanded
+    size (aliases can make a small file describe a huge object)."""
+
+    def __init__(self) -> None:
+        self.lines: dict[str, int] = {}
+        self.duplicates: list[tuple[str, int]] = []
+        self._built: dict[int, Any] = {}
+        self._size: dict[int, int] = {}
+
+    def build(self, node: yaml.Node, pointer: str, depth: int) -> Any:
+        if depth > MAX_DEPTH:
+            raise ManifestLimitError(f"nesting deeper than {MAX_DEPTH} levels")
+        known = self._built.get(id(node))
+        if known is not None:  # an alias: share the value, as PyYAML does
+            return known
+        self.lines[pointer] = node.start_mark.line + 1
+        if isinstance(node, yaml.MappingNode):
+            value: dict[Any, Any] = {}
+            self._built[id(node)] = value
+            for key_node, value_node in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    merged = self.build(value_node, pointer, depth + 1)
+                    for part in merged if isinstance(merged, list) else [merged]:
+                        if isinstance(part, dict):
+                            for k, v in part.items():
+                                value.setdefault(k, v)
+                    continue
+                key = self._scalar(key_node) if isinstance(key_node, yaml.ScalarNode) else None
+                if not isinstance(key, (str, int, float, bool)) and key is not None:
+                    key = str(key)
+                if key in value:
+                    self.duplicates.append((str(key), key_node.start_mark.line + 1))
+                token = str(key).replace("~", "~0").replace("/", "~1")
+                value[key] = self.build(value_node, f"{pointer}/{token}", depth + 1)
+            self._check_size(node)
+            return value
+        if isinstance(node, yaml.SequenceNode):
+            items: list[Any] = []
+            self._built[id(node)] = items
+            for i, item in enumerate(node.value):
+                items.append(self.build(item, f"{pointer}/{i}", depth + 1))
+            self._check_size(node)
+            return items
+        return self._scalar(node)
+
+    def _check_size(self, node: yaml.Node) -> None:
+        size = 1
+        for child in _children(node):
+            size += self._size.get(id(child), 1)
+        self._size[id(node)] = size
+        if size > MAX_NODES_PER_DOCUMENT:
+            raise ManifestLimitError(
+                f"document expands to more than {MAX_NODES_PER_DOCUMENT:,} nodes "
+                "(YAML aliases: a possible alias bomb)"
+            )
+
+    @staticmethod
+    def _scalar(node: yaml.Node) -> Any:
+        tag = node.tag
+        if tag == "tag:yaml.org,2002:str":
+            return node.value
+        construct = _constructor.yaml_constructors.get(tag)
+        if construct is None or not isinstance(node, yaml.ScalarNode):
+            return node.value  # unknown tags (!Ref, !!python/...) stay plain text
+        try:
+            value = construct(_constructor, node)
+        except (yaml.YAMLError, ValueError):
+            return node.value
+        if isinstance(value, (bytes, bytearray)):
+            return node.value
+        if not isinstance(value, (str, int, float, bool)) and value is not None:
+            return str(value)  # timestamps and the like: keep them JSON-shaped
+        return value
+
+
+def _children(node: yaml.Node) -> Iterator[yaml.Node]:
+    if isinstance(node, yaml.MappingNode):
+        for k, v in node.value:
+            yield k
+            yield v
+    elif isinstance(node, yaml.SequenceNode):
+        yield from node.value
