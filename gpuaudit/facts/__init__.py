@@ -1,0 +1,29 @@
+"""Facts: plain JSON-like documents derived from the model, one per subject.
+
+Rules (YAML, JSON Schema) judge these documents; the shape of each target's
+document is documented in data/facts.schema.json, and rules that name a fact
+not in that schema are rejected at load.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpuaudit.model import Document, Resource
+
+TARGETS = ("workload", "pod", "container", "config", "node", "cluster")
+
+
+@dataclass(frozen=True)
+class Subject:
+    """One thing a rule can judge: its facts, what it is, and where it was read."""
+
+    target: str
+    facts: Mapping[str, Any]
+    resource: Resource
+    document: Document | None
+    # Where exemption annotations are read (the object's and its pod template's).
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    scope: str = "manifest"  # manifest | cluster

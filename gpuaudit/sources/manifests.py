@@ -170,6 +170,16 @@ def _add_object(
     result.documents.append(Document(obj=obj, file=name, line=line, lines=lines, base=base))
 
 
+def load_yaml_with_lines(text: str) -> tuple[Any, dict[str, int]]:
+    """One YAML document and its pointer->line map (for rule and config files,
+    so their errors can name the line)."""
+    node = yaml.compose(text, Loader=_Loader)
+    if node is None:
+        return None, {}
+    builder = _Builder()
+    return builder.build(node, "", 0), builder.lines
+
+
 _constructor = yaml.constructor.SafeConstructor()
 
 

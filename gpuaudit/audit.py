@@ -1,0 +1,110 @@
+"""Put the pieces together: policy selection, and the manifest audit pipeline
+(sources -> model -> facts -> engine). Commands call these; nothing here
+parses arguments or prints."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from gpuaudit.config import Config
+from gpuaudit.engine.evaluate import evaluate
+from gpuaudit.engine.rules import Rule, builtin_policies_dir, load_rules
+from gpuaudit.facts import Subject
+from gpuaudit.facts import config as config_facts
+from gpuaudit.facts import workload as workload_facts
+from gpuaudit.model import SEVERITIES, Document, Finding, InputError, Skipped, Workload
+from gpuaudit.sources.manifests import read_paths
+from gpuaudit.workloads import build_workloads, builtin_locators, parse_locators
+
+
+@dataclass
+class AuditResult:
+    """Everything one run found; every output format renders this."""
+
+    findings: list[Finding] = field(default_factory=list)
+    suppressed: list[tuple[Finding, str]] = field(default_factory=list)
+    skipped: list[Skipped] = field(default_factory=list)
+    errors: list[InputError] = field(default_factory=list)
+    rules: list[Rule] = field(default_factory=list)
+    resources: int = 0
+    gpu_workloads: int = 0
+
+    def exit_code(self, fail_on: str) -> int:
+        """2 on input errors, else 1 when a finding is at or above ``fail_on``."""
+        if any(e.level == "error" for e in self.errors):
+            return 2
+        threshold = SEVERITIES.index(fail_on)  # type: ignore[arg-type]
+        if any(SEVERITIES.index(f.severity) <= threshold for f in self.findings):
+            return 1
+        return 0
+
+
+def load_policy(
+    config: Config,
+    extra_dirs: Sequence[Path] = (),
+    include: Sequence[str] = (),
+    exclude: Sequence[str] = (),
+) -> tuple[list[Rule], list[InputError]]:
+    """Built-in rules plus the config's and the command line's folders, selected."""
+    dirs = [builtin_policies_dir(), *config.policies, *extra_dirs]
+    rules, rule_errors = load_rules(dirs, config.params, config.severity)
+    errors = [InputError(e.file, e.line, e.message) for e in rule_errors]
+    known = {r.id for r in rules}
+    for rule_id in sorted(set(config.params) | set(config.severity)):
+        if rule_id not in known:
+            errors.append(
+                InputError(str(config.path), None, f"config names unknown rule {rule_id}", "warning")
+            )
+    return select(rules, include or config.rules, exclude or config.exclude_rules), errors
+
+
+def select(rules: Iterable[Rule], include: Sequence[str], exclude: Sequence[str]) -> list[Rule]:
+    """Rules named by id or category in ``include`` (all when empty), minus ``exclude``."""
+
+    def named(rule: Rule, names: Sequence[str]) -> bool:
+        return rule.id in names or rule.category in names
+
+    return [r for r in rules if (not include or named(r, include)) and not named(r, exclude)]
+
+
+def manifest_subjects(documents: Iterable[Document], workloads: Iterable[Workload]) -> Iterator[Subject]:
+    for workload in workloads:
+        yield from workload_facts.subjects(workload)
+    for doc in documents:
+        yield from config_facts.subjects(doc)
+
+
+def locators_for(config: Config):
+    if not config.podspecs:
+        return builtin_locators()
+    return {**builtin_locators(), **parse_locators(config.podspecs)}
+
+
+def check_manifests(
+    paths: Sequence[str], config: Config, rules: Sequence[Rule], stdin_text: str | None = None
+) -> AuditResult:
+    read = read_paths(paths, stdin_text=stdin_text)
+    workloads, field_errors = build_workloads(read.documents, locators_for(config))
+    evaluation = evaluate(
+        rules,
+        manifest_subjects(read.documents, workloads),
+        inputs={"manifest"},
+        exemptions=config.exemptions,
+    )
+    gpu_workloads = sum(
+        1
+        for w in workloads
+        if any(c.gpus for t in w.templates for c in (*t.containers, *t.init_containers))
+        or any(t.extra_gpus for t in w.templates)
+    )
+    return AuditResult(
+        findings=evaluation.findings,
+        suppressed=evaluation.suppressed,
+        skipped=evaluation.skipped,
+        errors=[*read.errors, *field_errors, *evaluation.warnings],
+        rules=list(rules),
+        resources=len(read.documents),
+        gpu_workloads=gpu_workloads,
+    )

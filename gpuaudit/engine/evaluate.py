@@ -1,0 +1,167 @@
+"""Judge subjects with rules: the pure core of every command."""
+
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import date
+from typing import Any
+
+from gpuaudit.engine.messages import lookup, render
+from gpuaudit.engine.rules import Rule
+from gpuaudit.facts import Subject
+from gpuaudit.model import Finding, InputError, Location, Skipped
+
+IGNORE_ANNOTATION = "gpuaudit.io/ignore."
+
+# Why a rule could not run, by missing input.
+_MISSING_INPUT = {
+    "telemetry": "insufficient data: needs GPU telemetry (--prometheus URL or --samples FILE)",
+    "cluster": "needs a live cluster or snapshot (gpuaudit audit)",
+    "manifest": "judges manifests, not cluster state (gpuaudit check)",
+}
+
+
+@dataclass(frozen=True)
+class Exemption:
+    rule: str
+    reason: str
+    namespace: str = "*"
+    name: str = "*"
+    kind: str = "*"
+    expires: date | None = None
+
+    def covers(self, finding: Finding) -> bool:
+        r = finding.resource
+        return (
+            fnmatch.fnmatchcase(finding.rule, self.rule)
+            and fnmatch.fnmatchcase(r.namespace or "", self.namespace)
+            and fnmatch.fnmatchcase(r.name, self.name)
+            and fnmatch.fnmatchcase(r.kind, self.kind)
+        )
+
+
+@dataclass
+class Evaluation:
+    findings: list[Finding] = field(default_factory=list)
+    suppressed: list[tuple[Finding, str]] = field(default_factory=list)
+    skipped: list[Skipped] = field(default_factory=list)
+    warnings: list[InputError] = field(default_factory=list)
+
+
+def evaluate(
+    rules: Sequence[Rule],
+    subjects: Iterable[Subject],
+    *,
+    inputs: Iterable[str],
+    exemptions: Sequence[Exemption] = (),
+    today: date | None = None,
+    unavailable: Mapping[str, str] | None = None,
+) -> Evaluation:
+    """Run every rule whose inputs are present over every subject of its target.
+
+    ``inputs`` names what this run has (manifest, cluster, telemetry);
+    ``unavailable`` may give a specific reason for a missing one (e.g. the
+    Prometheus error), reported in the skipped list.
+    """
+    have = set(inputs)
+    result = Evaluation()
+    active: dict[tuple[str, str], list[Rule]] = {}
+    for rule in rules:
+        missing = [need for need in (*rule.requires,) if need not in have]
+        if not any(scope in have for scope in rule.scope):
+            missing.append(rule.scope[0])
+        if missing:
+            reason = (unavailable or {}).get(missing[0]) or _MISSING_INPUT.get(
+                missing[0], f"needs {missing[0]}"
+            )
+            result.skipped.append(Skipped(rule.id, reason))
+            continue
+        for scope in rule.scope:
+            active.setdefault((rule.target, scope), []).append(rule)
+
+    today = today or date.today()
+    live, expired = [], []
+    for ex in exemptions:
+        (expired if ex.expires is not None and ex.expires < today else live).append(ex)
+    for ex in expired:
+        result.warnings.append(
+            InputError(
+                "config",
+                None,
+                f"exemption for {ex.rule} ({ex.namespace}/{ex.name}) expired on "
+                f"{ex.expires.isoformat() if ex.expires else ''}; its findings are reported again",
+                level="warning",
+            )
+        )
+
+    for subject in subjects:
+        for rule in active.get((subject.target, subject.scope), ()):
+            if not rule.applies_to(subject.facts) or not rule.violated_by(subject.facts):
+                continue
+            finding = make_finding(rule, subject)
+            reason = _exempted(finding, subject, live, result.warnings)
+            if reason is None:
+                result.findings.append(finding)
+            else:
+                result.suppressed.append((finding, reason))
+    return result
+
+
+def make_finding(rule: Rule, subject: Subject) -> Finding:
+    facts = subject.facts
+    pointer = None
+    if rule.points_at:
+        pointer = lookup(facts, rule.points_at)
+    if not isinstance(pointer, str):
+        pointer = facts.get("pointer") if isinstance(facts.get("pointer"), str) else ""
+    doc = subject.document
+    if doc is not None:
+        location = Location(doc.file, doc.line_of(pointer), doc.base + pointer)
+    else:
+        location = Location("", None, pointer)
+    context = {**facts, "params": rule.params}
+    evidence: dict[str, Any] = {path: lookup(facts, path) for path in rule.evidence}
+    if rule.params:
+        evidence["params"] = dict(rule.params)
+    remediation = None
+    if rule.remediation:
+        remediation = {
+            "id": rule.remediation["id"],
+            "params": {**rule.params, **(rule.remediation.get("params") or {})},
+        }
+    return Finding(
+        rule=rule.id,
+        title=rule.title,
+        severity=rule.severity,  # type: ignore[arg-type]
+        category=rule.category,
+        message=render(rule.message, context),
+        resource=subject.resource,
+        location=location,
+        evidence=evidence,
+        remediation=remediation,
+    )
+
+
+def _exempted(
+    finding: Finding, subject: Subject, exemptions: Sequence[Exemption], warnings: list[InputError]
+) -> str | None:
+    key = IGNORE_ANNOTATION + finding.rule
+    if key in subject.annotations:
+        reason = subject.annotations[key].strip()
+        if reason:
+            return reason
+        warnings.append(
+            InputError(
+                finding.location.file,
+                finding.location.line,
+                f"annotation {key} on {finding.resource.kind}/{finding.resource.name} has no "
+                "reason; the finding is reported (write why it is acceptable as the value)",
+                level="warning",
+            )
+        )
+    for ex in exemptions:
+        if ex.covers(finding):
+            return ex.reason
+    return None

@@ -1,0 +1,71 @@
+"""Finding messages: ``{{ fact.path }}`` filled from the subject's facts.
+
+Plain substitutions (all built-in rules) are handled here without Jinja2, so
+`gpuaudit check` starts fast. Anything richer (filters, conditionals) in a
+user's rule is rendered by Jinja2's *sandboxed* environment, which refuses
+attribute tricks that would reach Python internals.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from functools import cache
+from typing import Any
+
+_PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z_][\w]*(?:\.[A-Za-z_][\w]*)*)\s*\}\}")
+_ANY_TEMPLATE = re.compile(r"\{\{|\{%|\{#")
+
+
+def lookup(facts: Mapping[str, Any], path: str) -> Any:
+    value: Any = facts
+    for part in path.split("."):
+        if not isinstance(value, Mapping):
+            return None
+        value = value.get(part)
+    return value
+
+
+def show(value: Any) -> str:
+    """A value as a person reads it: 2.0 -> '2', 0.123456 -> '0.123'."""
+    if value is None:
+        return "no"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        return f"{value:.3g}" if value != int(value) else str(int(value))
+    if isinstance(value, (list, tuple)):
+        return ", ".join(show(v) for v in value)
+    if isinstance(value, Mapping):
+        return ", ".join(f"{k}={show(v)}" for k, v in value.items())
+    return str(value)
+
+
+def _is_plain(template: str) -> bool:
+    return not _ANY_TEMPLATE.search(_PLACEHOLDER.sub("", template))
+
+
+def render(template: str, context: Mapping[str, Any]) -> str:
+    if _is_plain(template):
+        return _PLACEHOLDER.sub(lambda m: show(lookup(context, m.group(1))), template)
+    return _sandboxed(template).render(**context)
+
+
+def check_template(template: str) -> str | None:
+    """A problem with a message template, or None. Only non-plain templates
+    need Jinja2 to tell."""
+    if _is_plain(template):
+        return None
+    try:
+        _sandboxed(template)
+    except Exception as exc:  # jinja2.TemplateSyntaxError and friends
+        return f"invalid template: {exc}"
+    return None
+
+
+@cache
+def _sandboxed(template: str) -> Any:
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    env = ImmutableSandboxedEnvironment(autoescape=False)
+    return env.from_string(template)

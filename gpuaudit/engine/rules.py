@@ -1,0 +1,273 @@
+"""Load rules: one YAML file per rule, validated against policies/rule.schema.json.
+
+A rule is data: which subjects it looks at (`target`, `match`), what counts as
+a violation (a JSON Schema over the subject's facts), named `params` spliced
+into those schemas where `{"$param": name}` appears, and texts. Loading
+rejects a rule whose schemas name a fact the fact schema does not document.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import cache, cached_property
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import fastjsonschema
+import yaml
+
+from gpuaudit.schemas import SchemaError, validate
+from gpuaudit.sources.manifests import load_yaml_with_lines
+
+_COMBINATORS = ("allOf", "anyOf", "oneOf")
+_SINGLE = ("not", "if", "then", "else")
+
+
+class RuleError(ValueError):
+    """A rule file that cannot be used: where, and what is wrong (naming the key)."""
+
+    def __init__(self, file: str, line: int | None, message: str) -> None:
+        super().__init__(f"{file}:{line}: {message}" if line else f"{file}: {message}")
+        self.file, self.line, self.message = file, line, message
+
+
+@dataclass(frozen=True)
+class Rule:
+    id: str
+    title: str
+    category: str
+    severity: str
+    scope: tuple[str, ...]
+    target: str
+    match: Mapping[str, Any] | None
+    violation: Mapping[str, Any] | None
+    require: Mapping[str, Any] | None
+    params: Mapping[str, Any]
+    requires: tuple[str, ...]
+    message: str
+    points_at: str | None
+    evidence: tuple[str, ...]
+    remediation: Mapping[str, Any] | None
+    docs: str
+    source: str
+    cases: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    @cached_property
+    def _matches(self) -> Callable[[Any], Any] | None:
+        return _compile(self.match) if self.match else None
+
+    @cached_property
+    def _judge(self) -> tuple[Callable[[Any], Any], bool]:
+        if self.violation is not None:
+            return _compile(self.violation), True
+        assert self.require is not None
+        return _compile(self.require), False
+
+    def applies_to(self, facts: Mapping[str, Any]) -> bool:
+        return self._matches is None or _valid(self._matches, facts)
+
+    def violated_by(self, facts: Mapping[str, Any]) -> bool:
+        check, is_violation = self._judge
+        return _valid(check, facts) == is_violation
+
+
+def _compile(schema: Mapping[str, Any]) -> Callable[[Any], Any]:
+    return fastjsonschema.compile(dict(schema), use_default=False)
+
+
+def _valid(check: Callable[[Any], Any], facts: Mapping[str, Any]) -> bool:
+    try:
+        check(facts)
+    except fastjsonschema.JsonSchemaException:
+        return False
+    return True
+
+
+# --- where rules live ---------------------------------------------------------
+
+
+def builtin_policies_dir() -> Path:
+    """policies/ inside the installed package, or at the top of a source checkout."""
+    packaged = Path(str(resources.files("gpuaudit"))) / "policies"
+    if packaged.is_dir():
+        return packaged
+    return Path(__file__).resolve().parents[2] / "policies"
+
+
+@cache
+def fact_schema() -> Mapping[str, Any]:
+    return json.loads(resources.files("gpuaudit").joinpath("data/facts.schema.json").read_text())
+
+
+# --- loading ------------------------------------------------------------------
+
+
+def load_rules(
+    dirs: Sequence[Path],
+    params: Mapping[str, Mapping[str, Any]] | None = None,
+    severities: Mapping[str, str] | None = None,
+) -> tuple[list[Rule], list[RuleError]]:
+    """Every rule under ``dirs`` (later dirs may not reuse an id), with config
+    overrides of params and severities applied. Bad files are returned as
+    errors; the good ones still load."""
+    rules: dict[str, Rule] = {}
+    errors: list[RuleError] = []
+    for directory in dirs:
+        if not directory.is_dir():
+            errors.append(RuleError(str(directory), None, "not a directory of rules"))
+            continue
+        for path in sorted(directory.rglob("*.y*ml")):
+            if path.name.endswith((".cases.yaml", ".cases.yml")):
+                continue
+            try:
+                rule = load_rule(path, params or {}, severities or {})
+            except RuleError as exc:
+                errors.append(exc)
+                continue
+            if rule.id in rules:
+                errors.append(
+                    RuleError(str(path), None, f"id {rule.id} is already used by {rules[rule.id].source}")
+                )
+                continue
+            rules[rule.id] = rule
+    return list(rules.values()), errors
+
+
+def load_rule(
+    path: Path,
+    params: Mapping[str, Mapping[str, Any]] | None = None,
+    severities: Mapping[str, str] | None = None,
+) -> Rule:
+    try:
+        data, lines = load_yaml_with_lines(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise RuleError(str(path), None, f"cannot read: {exc}") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = mark.line + 1 if mark is not None else None
+        raise RuleError(str(path), line, f"invalid YAML: {getattr(exc, 'problem', exc)}") from None
+    return rule_from_data(data, lines, str(path), params or {}, severities or {})
+
+
+def rule_from_data(
+    data: Any,
+    lines: Mapping[str, int],
+    source: str,
+    params_by_rule: Mapping[str, Mapping[str, Any]],
+    severities: Mapping[str, str],
+) -> Rule:
+    try:
+        validate(data, "rule.schema.json")
+    except SchemaError as exc:
+        pointer = "/" + exc.path.replace(".", "/") if exc.path else ""
+        line = _nearest_line(lines, pointer)
+        key = f" (at {exc.path})" if exc.path else ""
+        raise RuleError(source, line, f"{exc}{key}") from None
+
+    declared = data.get("params") or {}
+    param_overrides = params_by_rule.get(data["id"], {})
+    unknown = sorted(set(param_overrides) - set(declared))
+    if unknown:
+        raise RuleError(
+            source, None, f"config sets unknown params for {data['id']}: {', '.join(unknown)}"
+        )
+    params = {name: param_overrides.get(name, spec["default"]) for name, spec in declared.items()}
+
+    target_schema = fact_schema()["$defs"].get(data["target"])
+    schemas = {}
+    for key in ("match", "violation", "require"):
+        if key not in data:
+            continue
+        try:
+            schemas[key] = _splice_params(data[key], params)
+        except KeyError as exc:
+            raise RuleError(
+                source, _nearest_line(lines, "/" + key), f"{key} uses undeclared param {exc}"
+            ) from None
+        if target_schema is not None:
+            for fact in unknown_facts(schemas[key], target_schema):
+                raise RuleError(
+                    source,
+                    _nearest_line(lines, "/" + key),
+                    f"{key} names unknown fact {fact!r} for target {data['target']!r} "
+                    "(documented in gpuaudit/data/facts.schema.json)",
+                )
+    if "message" in data:
+        from gpuaudit.engine.messages import check_template
+
+        problem = check_template(data["message"])
+        if problem:
+            raise RuleError(source, _nearest_line(lines, "/message"), f"message: {problem}")
+
+    remediation = data.get("remediation")
+    return Rule(
+        id=data["id"],
+        title=data["title"],
+        category=data["category"],
+        severity=severities.get(data["id"], data["severity"]),
+        scope=tuple(data["scope"]),
+        target=data["target"],
+        match=schemas.get("match"),
+        violation=schemas.get("violation"),
+        require=schemas.get("require"),
+        params=params,
+        requires=tuple(data.get("requires") or ()),
+        message=data["message"],
+        points_at=data.get("points_at"),
+        evidence=tuple(data.get("evidence") or ()),
+        remediation=remediation,
+        docs=data["docs"],
+        source=source,
+    )
+
+
+def _nearest_line(lines: Mapping[str, int], pointer: str) -> int:
+    while pointer:
+        if pointer in lines:
+            return lines[pointer]
+        pointer = pointer.rpartition("/")[0]
+    return lines.get("", 1)
+
+
+def _splice_params(schema: Any, params: Mapping[str, Any]) -> Any:
+    """Replace every {"$param": name} in a schema by that param's value."""
+    if isinstance(schema, dict):
+        if set(schema) == {"$param"}:
+            return params[schema["$param"]]
+        return {k: _splice_params(v, params) for k, v in schema.items()}
+    if isinstance(schema, list):
+        return [_splice_params(v, params) for v in schema]
+    return schema
+
+
+def unknown_facts(schema: Any, facts: Mapping[str, Any], path: str = "") -> Iterable[str]:
+    """Fact paths a rule schema names that the fact schema does not define."""
+    if not isinstance(schema, dict):
+        return
+    ref = facts.get("$ref") if isinstance(facts, Mapping) else None
+    if isinstance(ref, str) and ref.startswith("#/$defs/"):
+        facts = fact_schema()["$defs"].get(ref.rsplit("/", 1)[1], {})
+    props = facts.get("properties") if isinstance(facts, Mapping) else None
+    open_object = not isinstance(props, Mapping) or facts.get("additionalProperties", False) is not False
+    for name, sub in (schema.get("properties") or {}).items():
+        if not open_object and name not in props:
+            yield f"{path}{name}"
+            continue
+        child = props.get(name, {}) if isinstance(props, Mapping) else {}
+        yield from unknown_facts(sub, child, f"{path}{name}.")
+    for name in schema.get("required") or []:
+        if not open_object and name not in props:
+            yield f"{path}{name}"
+    if isinstance(schema.get("items"), dict):
+        yield from unknown_facts(schema["items"], facts.get("items", {}), f"{path}[].")
+    if isinstance(schema.get("contains"), dict):
+        yield from unknown_facts(schema["contains"], facts.get("items", {}), f"{path}[].")
+    for key in _COMBINATORS:
+        for sub in schema.get(key) or []:
+            yield from unknown_facts(sub, facts, path)
+    for key in _SINGLE:
+        if isinstance(schema.get(key), dict):
+            yield from unknown_facts(schema[key], facts, path)

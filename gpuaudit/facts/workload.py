@@ -1,0 +1,299 @@
+"""Facts about workloads, their pod templates and containers (pure functions).
+
+Three targets come from one Workload: ``workload`` (the object as a whole),
+``pod`` (each pod template) and ``container``. Every document repeats the
+identity keys (kind, name, namespace, class) so a rule never has to look up.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+from gpuaudit import gpus
+from gpuaudit.facts import Subject
+from gpuaudit.model import Container, GpuRequest, PodTemplate, Resource, Workload
+
+HOSTNAME_LABEL = "kubernetes.io/hostname"
+LONG_RUNNING_CLASSES = ("service", "daemon")
+
+
+def subjects(workload: Workload) -> Iterator[Subject]:
+    """All subjects of one workload: itself, then each pod template and container."""
+    if not workload.templates:
+        return
+    doc = workload.document
+    base = _identity(workload)
+    templates = [(t, pod_facts(workload, t, base)) for t in workload.templates]
+    yield Subject(
+        "workload",
+        workload_facts(workload, base, [p for _, p in templates]),
+        Resource(doc.api_version, doc.kind, doc.namespace, doc.name),
+        doc,
+        workload.annotations,
+    )
+    for template, pod in templates:
+        annotations = {**template.annotations, **workload.annotations}
+        yield Subject(
+            "pod",
+            pod,
+            Resource(doc.api_version, doc.kind, doc.namespace, doc.name),
+            doc,
+            annotations,
+        )
+        for c in (*template.init_containers, *template.containers):
+            yield Subject(
+                "container",
+                container_facts(c, template, base),
+                Resource(doc.api_version, doc.kind, doc.namespace, doc.name, c.name),
+                doc,
+                annotations,
+            )
+
+
+def _identity(w: Workload) -> dict[str, Any]:
+    return {
+        "apiVersion": w.document.api_version,
+        "kind": w.kind,
+        "name": w.name,
+        "namespace": w.namespace,
+        "class": w.workload_class,
+        "long_running": w.workload_class in LONG_RUNNING_CLASSES,
+    }
+
+
+# --- GPU requests -----------------------------------------------------------
+
+
+def gpu_facts(requests: Sequence[GpuRequest]) -> dict[str, Any]:
+    """Summary of GPU requests (a container's, or a whole pod's)."""
+    counts = [r.count for r in requests if r.mode != "dra"]
+    unknown = any(c is None for c in counts)
+    whole = [r for r in requests if r.mode == "whole"]
+    whole_count = sum(r.count or 0 for r in whole)
+    return {
+        "requested": bool(requests),
+        "count": None if unknown else float(sum(c or 0 for c in counts)),
+        "count_unknown": unknown,
+        "whole": bool(whole),
+        "whole_count": float(whole_count),
+        "shared": any(r.mode in ("shared", "fraction", "mig") for r in requests),
+        "modes": sorted({r.mode for r in requests}),
+        "resources": sorted({r.resource for r in requests}),
+        "mig_profiles": sorted({r.profile for r in requests if r.profile}),
+        "dra_claims": sum(1 for r in requests if r.mode == "dra"),
+        "pointer": requests[0].pointer if requests else None,
+    }
+
+
+def _container_gpu(c: Container) -> dict[str, Any]:
+    facts = gpu_facts(c.gpus)
+    facts["in_requests"] = any(r.request is not None for r in c.gpus)
+    facts["in_limits"] = any(r.limit is not None for r in c.gpus)
+    facts["requests_equal_limits"] = all(
+        r.request is None or r.limit is None or r.request == r.limit for r in c.gpus
+    )
+    facts["fractional_whole"] = any(
+        r.mode == "whole" and r.count is not None and r.count != int(r.count) for r in c.gpus
+    )
+    return facts
+
+
+# --- containers -------------------------------------------------------------
+
+
+def container_facts(c: Container, template: PodTemplate, base: Mapping[str, Any]) -> dict[str, Any]:
+    gpu = _container_gpu(c)
+    count = gpu["count"]
+    cpu_per_gpu = (
+        c.cpu_request / count if c.cpu_request is not None and count else None
+    )
+    return {
+        **base,
+        "role": template.role,
+        "container": c.name,
+        "init": c.init,
+        "pointer": c.pointer,
+        "resources_pointer": c.resources_pointer,
+        "image": c.image,
+        "args": list(c.command + c.args),
+        "env": sorted(c.env),
+        "visible_devices": c.env.get("NVIDIA_VISIBLE_DEVICES"),
+        "gpu": gpu,
+        "cpu_request": c.cpu_request,
+        "cpu_limit": c.cpu_limit,
+        "memory_request": c.memory_request,
+        "memory_limit": c.memory_limit,
+        "cpu_per_gpu": cpu_per_gpu,
+    }
+
+
+# --- pod templates ----------------------------------------------------------
+
+
+def pod_facts(w: Workload, t: PodTemplate, base: Mapping[str, Any]) -> dict[str, Any]:
+    main = [r for c in t.containers for r in c.gpus]
+    init = [r for c in t.init_containers for r in c.gpus]
+    gpu = gpu_facts([*main, *t.extra_gpus])
+    gpu["init_requested"] = bool(init)
+    return {
+        **base,
+        "role": t.role,
+        "replicas": t.replicas,
+        "pointer": t.pointer,
+        "containers": len(t.containers),
+        "gpu": gpu,
+        "placement": placement_facts(t),
+        "shm": _shm(t),
+    }
+
+
+def placement_facts(t: PodTemplate) -> dict[str, Any]:
+    spec = t.spec
+    node_selector = spec.get("nodeSelector")
+    node_selector = (
+        {str(k): str(v) for k, v in node_selector.items()} if isinstance(node_selector, Mapping) else {}
+    )
+    terms = _required_terms(spec)
+    pinned_node, pinned_by, pinned_ptr = None, None, None
+    if isinstance(spec.get("nodeName"), str) and spec["nodeName"]:
+        pinned_node, pinned_by, pinned_ptr = spec["nodeName"], "nodeName", f"{t.pointer}/nodeName"
+    elif HOSTNAME_LABEL in node_selector:
+        pinned_node, pinned_by = node_selector[HOSTNAME_LABEL], "nodeSelector"
+        pinned_ptr = f"{t.pointer}/nodeSelector/kubernetes.io~1hostname"
+    else:
+        hosts = _affinity_hosts(terms)
+        if hosts is not None and len(hosts) == 1:
+            pinned_node, pinned_by = hosts[0], "affinity"
+            pinned_ptr = f"{t.pointer}/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution"
+    product = _product_pin(node_selector, terms, t.pointer)
+    tolerations = [
+        {k: str(v) for k, v in tol.items() if k in ("key", "operator", "value", "effect")}
+        for tol in spec.get("tolerations") or []
+        if isinstance(tol, Mapping)
+    ]
+    return {
+        "pinned_node": pinned_node,
+        "pinned_by": pinned_by,
+        "pinned_pointer": pinned_ptr,
+        "node_selector": node_selector,
+        "required_terms": len(terms),
+        "tolerations": tolerations,
+        "gpu_product": product,
+    }
+
+
+def _required_terms(spec: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    affinity = spec.get("affinity")
+    node_affinity = affinity.get("nodeAffinity") if isinstance(affinity, Mapping) else None
+    required = (
+        node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution")
+        if isinstance(node_affinity, Mapping)
+        else None
+    )
+    terms = required.get("nodeSelectorTerms") if isinstance(required, Mapping) else None
+    return [t for t in terms if isinstance(t, Mapping)] if isinstance(terms, list) else []
+
+
+def _affinity_hosts(terms: list[Mapping[str, Any]]) -> list[str] | None:
+    """Hostnames a pod is limited to when every term pins kubernetes.io/hostname."""
+    if not terms:
+        return None
+    hosts: set[str] = set()
+    for term in terms:
+        found = None
+        for expr in term.get("matchExpressions") or []:
+            if (
+                isinstance(expr, Mapping)
+                and expr.get("key") == HOSTNAME_LABEL
+                and expr.get("operator") == "In"
+                and isinstance(expr.get("values"), list)
+            ):
+                found = [str(v) for v in expr["values"]]
+        if found is None:
+            return None
+        hosts.update(found)
+    return sorted(hosts)
+
+
+def _product_pin(
+    node_selector: Mapping[str, str], terms: list[Mapping[str, Any]], pointer: str
+) -> dict[str, Any] | None:
+    """The GPU model a pod is restricted to, by selector or required affinity."""
+    for label in gpus.PRODUCT_LABELS:
+        if label in node_selector:
+            value = node_selector[label]
+            model = gpus.lookup(value)
+            return {
+                "label": label,
+                "values": [value],
+                "by": "nodeSelector",
+                "model": model.model if model else None,
+                "memory_gib": model.memory_gib if model else None,
+                "pointer": f"{pointer}/nodeSelector/{label.replace('/', '~1')}",
+            }
+    for i, term in enumerate(terms):
+        for expr in term.get("matchExpressions") or []:
+            if (
+                isinstance(expr, Mapping)
+                and expr.get("key") in gpus.PRODUCT_LABELS
+                and expr.get("operator") == "In"
+                and isinstance(expr.get("values"), list)
+            ):
+                values = [str(v) for v in expr["values"]]
+                models = [gpus.lookup(v) for v in values]
+                known = [m for m in models if m]
+                return {
+                    "label": str(expr["key"]),
+                    "values": values,
+                    "by": "affinity",
+                    "model": known[0].model if len(known) == 1 else None,
+                    "memory_gib": min(m.memory_gib for m in known) if known else None,
+                    "pointer": f"{pointer}/affinity/nodeAffinity/"
+                    f"requiredDuringSchedulingIgnoredDuringExecution/nodeSelectorTerms/{i}",
+                }
+    return None
+
+
+def _shm(t: PodTemplate) -> dict[str, Any]:
+    """Whether /dev/shm is a memory-backed emptyDir (PyTorch dataloaders and
+    NCCL use it; the container default is 64 MiB)."""
+    volumes = {
+        v.get("name"): v for v in t.spec.get("volumes") or [] if isinstance(v, Mapping)
+    }
+    for c in t.containers:
+        for name, path in c.volume_mounts.items():
+            if path.rstrip("/") == "/dev/shm":
+                vol = volumes.get(name) or {}
+                empty_dir = vol.get("emptyDir") if isinstance(vol, Mapping) else None
+                if isinstance(empty_dir, Mapping) and empty_dir.get("medium") == "Memory":
+                    limit = empty_dir.get("sizeLimit")
+                    return {"memory_backed": True, "size_limit": None if limit is None else str(limit)}
+                return {"memory_backed": False, "size_limit": None}
+    host_ipc = t.spec.get("hostIPC") is True  # the host's /dev/shm is shared instead
+    return {"memory_backed": host_ipc, "size_limit": None}
+
+
+# --- whole workload ---------------------------------------------------------
+
+
+def workload_facts(
+    w: Workload, base: Mapping[str, Any], pods: Sequence[Mapping[str, Any]]
+) -> dict[str, Any]:
+    total: float | None = 0.0
+    for pod in pods:
+        per_pod = pod["gpu"]["count"]
+        if per_pod is None or total is None:
+            total = None
+            continue
+        total += per_pod * (pod["replicas"] if pod["replicas"] is not None else 1)
+    return {
+        **base,
+        "pointer": "",
+        "gpu": {
+            "requested": any(p["gpu"]["requested"] for p in pods),
+            "whole": any(p["gpu"]["whole"] for p in pods),
+            "total": total,
+        },
+        "pod_roles": [p["role"] for p in pods],
+    }

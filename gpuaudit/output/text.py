@@ -1,0 +1,67 @@
+"""Text for people: findings grouped in the diagnostic order, colour on a TTY."""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from typing import Any
+
+from gpuaudit.audit import AuditResult
+from gpuaudit.model import CATEGORIES, SEVERITIES, Finding
+
+_COLOURS = {"critical": "1;31", "high": "31", "medium": "33", "low": "36", "info": "2"}
+# Escape sequences and other control characters from manifests or a cluster
+# must not reach the terminal (they could rewrite what the reader sees).
+_CONTROL = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-_]|[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def clean(text: object) -> str:
+    return _CONTROL.sub("", str(text))
+
+
+def render(result: AuditResult, *, colour: bool = False, **_: Any) -> str:
+    def paint(code: str, text: str) -> str:
+        return f"\x1b[{code}m{text}\x1b[0m" if colour else text
+
+    lines: list[str] = []
+    by_category: dict[str, list[Finding]] = {c: [] for c in CATEGORIES}
+    for f in result.findings:
+        by_category.setdefault(f.category, []).append(f)
+    for category, findings in by_category.items():
+        if not findings:
+            continue
+        lines.append(paint("1", category.upper()))
+        findings.sort(key=lambda f: (SEVERITIES.index(f.severity), f.rule, f.location.file, f.location.line or 0))
+        for f in findings:
+            where = f.location.file or "cluster"
+            if f.location.line:
+                where += f":{f.location.line}"
+            r = f.resource
+            what = f"{r.kind} {r.namespace + '/' if r.namespace else ''}{r.name}"
+            if r.container:
+                what += f" [{r.container}]"
+            if r.node:
+                what += f" on {r.node}"
+            lines.append(f"  {paint(_COLOURS[f.severity], f.severity.upper()):<8} {f.rule}  {clean(where)}  {clean(what)}")
+            lines.append(f"           {clean(f.message)}")
+        lines.append("")
+    if result.skipped:
+        lines.append(paint("1", "SKIPPED"))
+        lines.extend(f"  {s.rule}: {s.reason}" for s in result.skipped)
+        lines.append("")
+    if result.errors:
+        lines.append(paint("1", "INPUT PROBLEMS"))
+        for e in result.errors:
+            where = e.file + (f":{e.line}" if e.line else "")
+            lines.append(f"  {e.level}: {clean(where)}: {clean(e.message)}")
+        lines.append("")
+    counts = Counter(f.severity for f in result.findings)
+    summary = ", ".join(f"{counts[s]} {s}" for s in SEVERITIES if counts[s]) or "none"
+    lines.append(
+        f"{result.resources} objects, {result.gpu_workloads} GPU workloads, "
+        f"{len(result.findings)} findings ({summary})"
+        + (f", {len(result.suppressed)} exempted" if result.suppressed else "")
+        + (f", {len(result.skipped)} rules skipped" if result.skipped else "")
+        + (f", {len(result.errors)} input problems" if result.errors else "")
+    )
+    return "\n".join(lines) + "\n"

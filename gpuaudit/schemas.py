@@ -1,0 +1,59 @@
+"""Validating user-written input (rules, config, snapshots) against JSON Schema.
+
+fastjsonschema compiles a schema to Python and accepts valid input in
+microseconds, which keeps `gpuaudit check` quick; only when input is invalid
+do we import jsonschema, whose ``best_match`` names the offending key best.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from functools import cache
+from importlib import resources
+from typing import Any
+
+import fastjsonschema
+
+
+class SchemaError(ValueError):
+    """Input that does not match its schema; ``path`` is the offending key."""
+
+    def __init__(self, message: str, path: str) -> None:
+        super().__init__(message)
+        self.path = path
+
+
+@cache
+def load_schema(name: str) -> Mapping[str, Any]:
+    """A schema shipped in gpuaudit/data (or policies/ for the rule schema)."""
+    if name == "rule.schema.json":
+        from gpuaudit.engine.rules import builtin_policies_dir
+
+        return json.loads((builtin_policies_dir() / name).read_text())
+    return json.loads(resources.files("gpuaudit").joinpath("data", name).read_text())
+
+
+@cache
+def _compiled(name: str) -> Callable[[Any], Any]:
+    return fastjsonschema.compile(load_schema(name))
+
+
+def validate(instance: Any, schema_name: str) -> None:
+    """Raise SchemaError with the most relevant problem when ``instance`` is invalid."""
+    try:
+        _compiled(schema_name)(instance)
+    except fastjsonschema.JsonSchemaException:
+        raise explain(instance, load_schema(schema_name)) from None
+
+
+def explain(instance: Any, schema: Mapping[str, Any]) -> SchemaError:
+    from jsonschema.exceptions import best_match
+    from jsonschema.validators import validator_for
+
+    validator = validator_for(schema)(schema)
+    error = best_match(validator.iter_errors(instance))
+    if error is None:  # the two libraries disagree: report it plainly
+        return SchemaError("does not match its schema", "")
+    path = ".".join(str(p) for p in error.absolute_path)
+    return SchemaError(error.message, path)
