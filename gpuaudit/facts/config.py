@@ -15,9 +15,10 @@ from gpuaudit.model import Document, Resource
 
 def subjects(doc: Document) -> Iterator[Subject]:
     resource = Resource(doc.api_version, doc.kind, doc.namespace, doc.name)
+    identity = {"apiVersion": doc.api_version, "name": doc.name, "namespace": doc.namespace}
     obj = doc.obj
     if doc.kind == "ClusterPolicy" and doc.api_version.startswith("nvidia.com/"):
-        yield Subject("config", cluster_policy_facts(obj), resource, doc)
+        yield Subject("config", {**cluster_policy_facts(obj), **identity}, resource, doc)
     elif doc.kind == "ConfigMap":
         data = obj.get("data")
         if not isinstance(data, Mapping):
@@ -26,9 +27,8 @@ def subjects(doc: Document) -> Iterator[Subject]:
             parsed = _parse_embedded(text)
             if is_device_plugin_config(parsed):
                 ptr = "/data/" + str(key).replace("~", "~0").replace("/", "~1")
-                yield Subject(
-                    "config", device_plugin_facts(parsed, str(key), ptr), resource, doc
-                )
+                facts = {**device_plugin_facts(parsed, str(key), ptr), **identity}
+                yield Subject("config", facts, resource, doc)
 
 
 def is_device_plugin_config(value: Any) -> bool:
@@ -67,7 +67,7 @@ def device_plugin_facts(cfg: Mapping[str, Any], key: str, pointer: str) -> dict[
         }
     mig_strategy = flags.get("migStrategy")
     return {
-        "kind": "DevicePluginConfig",
+        "kind": "ConfigMap",
         "config_type": "device-plugin",
         "key": key,
         "pointer": pointer,

@@ -194,13 +194,14 @@ class _Builder:
         self._built: dict[int, Any] = {}
         self._size: dict[int, int] = {}
 
-    def build(self, node: yaml.Node, pointer: str, depth: int) -> Any:
+    def build(self, node: yaml.Node, pointer: str, depth: int, line: int | None = None) -> Any:
+        """``line``: where the field starts (its key's line for a mapping value)."""
         if depth > MAX_DEPTH:
             raise ManifestLimitError(f"nesting deeper than {MAX_DEPTH} levels")
         known = self._built.get(id(node))
         if known is not None:  # an alias: share the value, as PyYAML does
             return known
-        self.lines[pointer] = node.start_mark.line + 1
+        self.lines[pointer] = line if line is not None else node.start_mark.line + 1
         if isinstance(node, yaml.MappingNode):
             value: dict[Any, Any] = {}
             self._built[id(node)] = value
@@ -218,7 +219,9 @@ class _Builder:
                 if key in value:
                     self.duplicates.append((str(key), key_node.start_mark.line + 1))
                 token = str(key).replace("~", "~0").replace("/", "~1")
-                value[key] = self.build(value_node, f"{pointer}/{token}", depth + 1)
+                value[key] = self.build(
+                    value_node, f"{pointer}/{token}", depth + 1, key_node.start_mark.line + 1
+                )
             self._check_size(node)
             return value
         if isinstance(node, yaml.SequenceNode):

@@ -1,0 +1,624 @@
+"""Read a live cluster through the Kubernetes API into a snapshot dict.
+
+Read-only: every request is a GET (``list``, and ``get`` for a few ConfigMaps by
+name); Secrets are never asked for. The official ``kubernetes`` client is used
+for configuration (kubeconfig, ``--context``, in-cluster) and for the HTTP
+calls, but responses are read as raw JSON (``_preload_content=False``): on a
+50,000-pod cluster, building the client's model objects would cost several
+times the memory and time of plain dicts, and the rest of gpuaudit wants plain
+dicts anyway.
+
+Failure policy: no API failure escapes :func:`collect`. Each resource is
+collected on its own; a 403, a 5xx that outlives its retries, a timeout or a
+garbled body becomes one entry in ``snapshot["errors"]`` (naming the resource
+and the endpoint) and that resource's list stays empty -- a partial list would
+read as free GPUs downstream, so a resource is all or nothing. A 404 on an
+optional API group (GPU Operator, DRA, Kueue) means "not installed" and goes to
+``snapshot["absent"]``. Only a configuration problem (no usable kubeconfig)
+raises, as :class:`ClusterSourceError`.
+
+The ``kubernetes`` package is imported inside functions: importing this module
+must stay cheap because the CLI imports it for every command.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import fnmatch
+import json
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+__all__ = ["OBJECT_KEYS", "ClusterSourceError", "collect"]
+
+# The keys of ``snapshot["objects"]``, in collection order.
+OBJECT_KEYS = (
+    "nodes",
+    "pods",
+    "events",
+    "replicasets",
+    "jobs",
+    "configmaps",
+    "clusterpolicies",
+    "resourceclaims",
+    "resourceslices",
+    "kueueworkloads",
+)
+
+# ConfigMaps worth reading: the device plugin's sharing configuration lives in
+# one of these (see gpu-domain.md §2).
+DEVICE_PLUGIN_LABEL = "app.kubernetes.io/name=nvidia-device-plugin"
+DEVICE_PLUGIN_CONFIGMAP_PATTERNS = ("time-slicing-config*", "*device-plugin*")
+DEFAULT_OPERATOR_NAMESPACE = "gpu-operator"
+# Accept header asking the API server for names and labels only (no ``data``).
+_METADATA_ONLY = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json"
+
+_MAX_ATTEMPTS = 5  # per request, for 429 / 5xx / dropped connections
+_BACKOFF = 0.5  # seconds before the second attempt; doubles after that
+_MAX_BACKOFF = 10.0
+_READ_CHUNK = 1 << 16
+
+
+class ClusterSourceError(Exception):
+    """The cluster cannot be reached at all (bad or missing kubeconfig)."""
+
+
+@dataclass(frozen=True)
+class _Api:
+    """One list endpoint: a snapshot key and where it lives in the API."""
+
+    key: str
+    group: str  # "" for the core group
+    version: str
+    plural: str
+    optional: bool = False  # 404 means "not installed", not an error
+    label_selector: str | None = None
+    field_selector: str | None = None
+
+    @property
+    def path(self) -> str:
+        base = f"/api/{self.version}" if not self.group else f"/apis/{self.group}/{self.version}"
+        return f"{base}/{self.plural}"
+
+    @property
+    def endpoint(self) -> str:
+        """The path with its selectors, as named in error records."""
+        query = [
+            f"{name}={value}"
+            for name, value in (
+                ("fieldSelector", self.field_selector),
+                ("labelSelector", self.label_selector),
+            )
+            if value
+        ]
+        return self.path + ("?" + "&".join(query) if query else "")
+
+
+NODES = _Api("nodes", "", "v1", "nodes")
+PODS = _Api("pods", "", "v1", "pods")
+EVENTS = _Api("events", "", "v1", "events", field_selector="reason=FailedScheduling")
+REPLICASETS = _Api("replicasets", "apps", "v1", "replicasets")
+JOBS = _Api("jobs", "batch", "v1", "jobs")
+CONFIGMAPS_LABELLED = _Api("configmaps", "", "v1", "configmaps", label_selector=DEVICE_PLUGIN_LABEL)
+CONFIGMAPS_METADATA = _Api("configmaps", "", "v1", "configmaps")
+CLUSTERPOLICIES = _Api("clusterpolicies", "nvidia.com", "v1", "clusterpolicies", optional=True)
+RESOURCECLAIMS = _Api("resourceclaims", "resource.k8s.io", "v1", "resourceclaims", optional=True)
+RESOURCESLICES = _Api("resourceslices", "resource.k8s.io", "v1", "resourceslices", optional=True)
+# Kueue serves v1beta2 since v0.15 and v1beta1 before; newest first.
+KUEUE_WORKLOADS = tuple(
+    _Api("kueueworkloads", "kueue.x-k8s.io", version, "workloads", optional=True)
+    for version in ("v1beta2", "v1beta1")
+)
+
+
+class _Failure(Exception):
+    """A request that failed for good (after any retries)."""
+
+    def __init__(self, status: int | None, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+@dataclass
+class _Collector:
+    """Pagination, retries and the deadline, shared by every resource."""
+
+    apis: Any  # _Typed: the client's API objects
+    request_timeout: float
+    deadline: float  # time.monotonic() value
+    page_size: int
+    progress: Callable[[str, int], None] | None
+    max_attempts: int
+    backoff: float
+    sleep: Callable[[float], None] = time.sleep
+    errors: list[dict[str, Any]] = field(default_factory=list)
+    absent: list[str] = field(default_factory=list)
+
+    # -- one list, all pages ------------------------------------------------
+
+    def list_all(self, api: _Api, *, metadata_only: bool = False) -> list[dict[str, Any]] | None:
+        """Every item of ``api``, or None after recording why not.
+
+        A 410 on a continue token (the server compacted past our snapshot)
+        restarts the list once from the beginning: continuing with the token
+        the 410 offers would mix two points in time.
+        """
+        items: list[dict[str, Any]] = []
+        token: str | None = None
+        restarted = False
+        while True:
+            try:
+                page = self._page(api, token, metadata_only)
+            except _Failure as failure:
+                if failure.status == 410 and token is not None and not restarted:
+                    restarted, items, token = True, [], None
+                    continue
+                if failure.status == 404 and api.optional:
+                    return None
+                self.record(api.key, api.endpoint, failure, read=len(items))
+                return None
+            for item in page["items"]:
+                _drop_managed_fields(item)
+                items.append(item)
+            if self.progress is not None and not metadata_only:
+                self.progress(api.key, len(items))
+            token = page["continue"]
+            if not token:
+                return items
+
+    def get_object(self, key: str, path: str, call: Callable[..., Any]) -> dict[str, Any] | None:
+        """One object by name; None (with the error recorded) when it fails."""
+        try:
+            body = self._request(path, call)
+        except _Failure as failure:
+            self.record(key, path, failure)
+            return None
+        obj = _parse_object(body)
+        if obj is None:
+            self.record(key, path, _Failure(None, "response is not a JSON object"))
+            return None
+        _drop_managed_fields(obj)
+        return obj
+
+    def record(self, key: str, endpoint: str, failure: _Failure, read: int = 0) -> None:
+        message = failure.message
+        if read:
+            message += f" (after {read} objects; partial list discarded)"
+        self.errors.append(
+            {"resource": key, "endpoint": endpoint, "status": failure.status, "message": message}
+        )
+
+    # -- one page -----------------------------------------------------------
+
+    def _page(self, api: _Api, token: str | None, metadata_only: bool) -> dict[str, Any]:
+        kwargs: dict[str, Any] = {"limit": self.page_size}
+        if token:
+            kwargs["_continue"] = token
+        if api.label_selector:
+            kwargs["label_selector"] = api.label_selector
+        if api.field_selector:
+            kwargs["field_selector"] = api.field_selector
+        call = self.apis.lister(api, metadata_only=metadata_only)
+        body = self._request(api.endpoint, lambda **kw: call(**kwargs, **kw))
+        return _parse_list(body)
+
+    def _request(self, endpoint: str, call: Callable[..., Any]) -> bytes:
+        """The body of one successful GET, retrying what is worth retrying."""
+        from kubernetes.client.exceptions import ApiException
+
+        attempt = 0
+        while True:
+            attempt += 1
+            timeout = min(self.request_timeout, self.deadline - time.monotonic())
+            if timeout <= 0.01:
+                raise _Failure(None, "overall deadline exceeded before the request was sent")
+            try:
+                response = call(_preload_content=False, _request_timeout=timeout)
+                return self._read(response)
+            except ApiException as exc:
+                status = int(exc.status or 0) or None
+                message = _status_message(exc)
+                retryable = status is not None and (status == 429 or 500 <= status <= 599)
+                wait = _retry_after(exc) if status in (429, 503) else None
+            except _Failure:
+                raise
+            except Exception as exc:  # urllib3/socket errors vary by version
+                status, retryable, wait = None, True, None
+                message = f"{type(exc).__name__}: {exc}"
+            if not retryable or attempt >= self.max_attempts:
+                if retryable:
+                    message += f" (gave up after {attempt} attempts)"
+                raise _Failure(status, message)
+            if wait is None:
+                wait = min(self.backoff * 2 ** (attempt - 1), _MAX_BACKOFF)
+            if time.monotonic() + wait >= self.deadline:
+                raise _Failure(status, message + " (no time left before the deadline to retry)")
+            self.sleep(wait)
+
+    def _read(self, response: Any) -> bytes:
+        """Read a streamed body in chunks so that the deadline also bounds a
+        server that answers quickly but sends its body slowly."""
+        chunks = []
+        try:
+            while True:
+                if time.monotonic() > self.deadline:
+                    raise _Failure(None, "overall deadline exceeded while reading the response")
+                chunk = response.read(_READ_CHUNK)
+                if not chunk:
+                    break
+                chunks.append(chunk)
+        except BaseException:
+            response.close()
+            raise
+        response.release_conn()
+        return b"".join(chunks)
+
+
+class _Typed:
+    """The client's typed list/read functions, behind one lookup.
+
+    The typed functions (rather than ``ApiClient.call_api``) are used because
+    their keyword interface is the same across client majors, while
+    ``call_api``'s signature changed in the v35 regeneration. Built-in kinds
+    use their typed ``list_*_for_all_namespaces``; everything else goes
+    through ``CustomObjectsApi``, whose cluster-wide list also serves
+    namespaced resources such as ResourceClaims.
+    """
+
+    def __init__(self, client_module: Any, api_client: Any, metadata_client: Any) -> None:
+        self.core = client_module.CoreV1Api(api_client)
+        self.custom = client_module.CustomObjectsApi(api_client)
+        self._builtin = {
+            ("", "nodes"): self.core.list_node,
+            ("", "pods"): self.core.list_pod_for_all_namespaces,
+            ("", "events"): self.core.list_event_for_all_namespaces,
+            ("", "configmaps"): self.core.list_config_map_for_all_namespaces,
+            ("apps", "replicasets"): client_module.AppsV1Api(
+                api_client
+            ).list_replica_set_for_all_namespaces,
+            ("batch", "jobs"): client_module.BatchV1Api(api_client).list_job_for_all_namespaces,
+        }
+        # A separate client whose default Accept header asks for metadata only;
+        # default headers override the typed function's own Accept.
+        self._metadata_configmaps = client_module.CoreV1Api(
+            metadata_client
+        ).list_config_map_for_all_namespaces
+
+    def lister(self, api: _Api, *, metadata_only: bool = False) -> Callable[..., Any]:
+        if metadata_only and (api.group, api.plural) == ("", "configmaps"):
+            return self._metadata_configmaps
+        builtin = self._builtin.get((api.group, api.plural))
+        if builtin is not None:
+            return builtin
+
+        def custom(**kwargs: Any) -> Any:
+            return self.custom.list_cluster_custom_object(
+                api.group, api.version, api.plural, **kwargs
+            )
+
+        return custom
+
+    def read_configmap(self, namespace: str, name: str) -> Callable[..., Any]:
+        def read(**kwargs: Any) -> Any:
+            return self.core.read_namespaced_config_map(name, namespace, **kwargs)
+
+        return read
+
+
+def collect(
+    *,
+    kubeconfig: str | None = None,
+    context: str | None = None,
+    in_cluster: bool = False,
+    request_timeout: float = 30.0,
+    deadline: float = 300.0,
+    page_size: int = 500,
+    progress: Callable[[str, int], None] | None = None,
+    max_attempts: int = _MAX_ATTEMPTS,
+    backoff: float = _BACKOFF,
+) -> dict[str, Any]:
+    """Collect the objects gpuaudit audits into a version-1 snapshot dict.
+
+    ``kubeconfig`` defaults to ``$KUBECONFIG`` (which may list several files)
+    or ``~/.kube/config``; ``context`` picks a context from it; ``in_cluster``
+    uses the pod's service account instead. ``request_timeout`` bounds each
+    HTTP request and ``deadline`` the whole collection (seconds). ``progress``
+    is called as ``progress(resource, objects_so_far)`` after every page.
+    ``max_attempts`` and ``backoff`` tune the retries of 429/5xx answers.
+
+    Raises :class:`ClusterSourceError` only when no client can be configured.
+    """
+    started = time.monotonic()
+    collected_at = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    from kubernetes import client as k8s_client
+
+    configuration, context_name = _configure(kubeconfig, context, in_cluster)
+    # Our own retries honour Retry-After and the deadline; the client's urllib3
+    # retries would repeat timed-out reads behind our back.
+    configuration.retries = False
+    api_client = k8s_client.ApiClient(configuration)
+    metadata_client = k8s_client.ApiClient(configuration)
+    metadata_client.set_default_header("Accept", _METADATA_ONLY)
+    try:
+        typed = _Typed(k8s_client, api_client, metadata_client)
+        collector = _Collector(
+            apis=typed,
+            request_timeout=request_timeout,
+            deadline=started + deadline,
+            page_size=page_size,
+            progress=progress,
+            max_attempts=max(1, max_attempts),
+            backoff=backoff,
+        )
+        objects = _collect_objects(collector, typed)
+    finally:
+        api_client.close()
+        metadata_client.close()
+    return {
+        "version": 1,
+        "kind": "gpuaudit-snapshot",
+        "collected_at": collected_at,
+        "cluster": {"server": configuration.host, "context": context_name},
+        "objects": objects,
+        "absent": collector.absent,
+        "errors": collector.errors,
+        "telemetry": None,
+    }
+
+
+def _collect_objects(collector: _Collector, typed: _Typed) -> dict[str, list[dict[str, Any]]]:
+    objects: dict[str, list[dict[str, Any]]] = {key: [] for key in OBJECT_KEYS}
+    for api in (NODES, PODS, EVENTS, REPLICASETS, JOBS):
+        objects[api.key] = collector.list_all(api) or []
+    # The ClusterPolicy comes before the ConfigMaps: it names one of them.
+    objects["clusterpolicies"] = _optional(collector, (CLUSTERPOLICIES,))
+    objects["configmaps"] = _configmaps(
+        collector, typed, objects["clusterpolicies"], objects["pods"]
+    )
+    objects["resourceclaims"] = _optional(collector, (RESOURCECLAIMS,))
+    objects["resourceslices"] = _optional(collector, (RESOURCESLICES,))
+    objects["kueueworkloads"] = _optional(collector, KUEUE_WORKLOADS)
+    return objects
+
+
+def _optional(collector: _Collector, versions: tuple[_Api, ...]) -> list[dict[str, Any]]:
+    """The first version of an optional API that exists; "absent" if none."""
+    errors_before = len(collector.errors)
+    for api in versions:
+        items = collector.list_all(api)
+        if items is not None:
+            return items
+        if len(collector.errors) > errors_before:  # failed, not missing
+            return []
+    collector.absent.append(versions[0].key)
+    return []
+
+
+def _configmaps(
+    collector: _Collector,
+    typed: _Typed,
+    clusterpolicies: list[dict[str, Any]],
+    pods: list[dict[str, Any]],
+) -> list[dict[str, Any]]:
+    """The device plugin's ConfigMaps, without reading every ConfigMap's data.
+
+    ConfigMaps are often the biggest objects in a cluster (dashboards, CA
+    bundles, application configs) and may hold things an auditor has no
+    business copying into a report, so the collector never downloads them all.
+    It reads:
+
+    1. ConfigMaps labelled ``app.kubernetes.io/name=nvidia-device-plugin``
+       (the device-plugin Helm chart's own), filtered by the API server;
+    2. the names of all ConfigMaps, as metadata only
+       (``PartialObjectMetadataList``: no ``data``), then GETs the ones named
+       like ``time-slicing-config*`` or ``*device-plugin*`` -- field selectors
+       cannot match name patterns, so this is the cheapest server-side way;
+    3. by name: the one the GPU Operator's ClusterPolicy names in
+       ``spec.devicePlugin.config.name`` (in the operator's namespace), and
+       any ConfigMap mounted by a device-plugin pod (a Helm install may use
+       any name).
+
+    RBAC cannot restrict ``list`` by name, so this needs ``list`` and ``get``
+    on ConfigMaps all the same; the gain is bytes and exposure, not permission.
+    Each step records its own error; what the other steps found is kept.
+    """
+    found: dict[tuple[str, str], dict[str, Any]] = {}
+    for obj in collector.list_all(CONFIGMAPS_LABELLED) or []:
+        found[_ns_name(obj)] = obj
+
+    wanted: dict[tuple[str, str], bool] = {}  # (ns, name) -> must exist
+    for item in collector.list_all(CONFIGMAPS_METADATA, metadata_only=True) or []:
+        namespace, name = _ns_name(item)
+        if any(fnmatch.fnmatchcase(name, pattern) for pattern in DEVICE_PLUGIN_CONFIGMAP_PATTERNS):
+            wanted.setdefault((namespace, name), False)
+    operator_ns = _operator_namespace(clusterpolicies, pods)
+    for policy in clusterpolicies:
+        name = _dig(policy, "spec", "devicePlugin", "config", "name")
+        if isinstance(name, str) and name:
+            wanted[(operator_ns, name)] = True
+    for ref in _device_plugin_pod_configmaps(pods):
+        wanted.setdefault(ref, True)
+
+    for (namespace, name), must_exist in sorted(wanted.items()):
+        if (namespace, name) in found:
+            continue
+        path = f"/api/v1/namespaces/{namespace}/configmaps/{name}"
+        if must_exist:
+            obj = collector.get_object("configmaps", path, typed.read_configmap(namespace, name))
+        else:
+            # Seen in the name list a moment ago; if it is gone now, so be it.
+            obj = _get_quietly(collector, path, typed.read_configmap(namespace, name))
+        if obj is not None:
+            found[(namespace, name)] = obj
+    return [found[key] for key in sorted(found)]
+
+
+def _get_quietly(
+    collector: _Collector, path: str, call: Callable[..., Any]
+) -> dict[str, Any] | None:
+    errors_before = len(collector.errors)
+    obj = collector.get_object("configmaps", path, call)
+    if obj is None and collector.errors[errors_before:] and collector.errors[-1]["status"] == 404:
+        del collector.errors[-1]
+    return obj
+
+
+def _operator_namespace(clusterpolicies: list[dict[str, Any]], pods: list[dict[str, Any]]) -> str:
+    """Where the GPU Operator runs: its ClusterPolicy says so in
+    ``status.namespace``; failing that, the operator pod's namespace."""
+    for policy in clusterpolicies:
+        namespace = _dig(policy, "status", "namespace")
+        if isinstance(namespace, str) and namespace:
+            return namespace
+    for pod in pods:
+        labels = _dig(pod, "metadata", "labels") or {}
+        if (
+            labels.get("app") == "gpu-operator"
+            or labels.get("app.kubernetes.io/component") == "gpu-operator"
+        ):
+            namespace = _dig(pod, "metadata", "namespace")
+            if isinstance(namespace, str) and namespace:
+                return namespace
+    return DEFAULT_OPERATOR_NAMESPACE
+
+
+def _device_plugin_pod_configmaps(pods: Iterable[dict[str, Any]]) -> set[tuple[str, str]]:
+    refs: set[tuple[str, str]] = set()
+    for pod in pods:
+        labels = _dig(pod, "metadata", "labels") or {}
+        name = str(_dig(pod, "metadata", "name") or "")
+        if labels.get("app.kubernetes.io/name") != "nvidia-device-plugin" and not name.startswith(
+            "nvidia-device-plugin"
+        ):
+            continue
+        namespace = str(_dig(pod, "metadata", "namespace") or "default")
+        for volume in _dig(pod, "spec", "volumes") or []:
+            sources = [volume.get("configMap")]
+            sources += [s.get("configMap") for s in _dig(volume, "projected", "sources") or []]
+            for source in sources:
+                if isinstance(source, dict) and source.get("name"):
+                    refs.add((namespace, source["name"]))
+    return refs
+
+
+# -- configuration ----------------------------------------------------------
+
+
+def _configure(
+    kubeconfig: str | None, context: str | None, in_cluster: bool
+) -> tuple[Any, str | None]:
+    """A fresh client Configuration (never the process-wide default)."""
+    from kubernetes import client as k8s_client
+    from kubernetes import config as k8s_config
+
+    configuration = k8s_client.Configuration()
+    try:
+        if in_cluster:
+            k8s_config.load_incluster_config(client_configuration=configuration)
+            return configuration, None
+        k8s_config.load_kube_config(
+            config_file=kubeconfig,
+            context=context,
+            client_configuration=configuration,
+            persist_config=False,  # an audit never writes to the user's kubeconfig
+        )
+        _, active = k8s_config.list_kube_config_contexts(config_file=kubeconfig)
+    except k8s_config.ConfigException as exc:
+        if in_cluster:
+            where = "the in-cluster service account"
+        else:
+            where = kubeconfig or "$KUBECONFIG or ~/.kube/config"
+        raise ClusterSourceError(
+            f"cannot configure a Kubernetes client from {where}: {exc}"
+        ) from exc
+    except (OSError, ValueError, TypeError, KeyError) as exc:
+        where = kubeconfig or "$KUBECONFIG or ~/.kube/config"
+        raise ClusterSourceError(f"cannot read kubeconfig {where}: {exc}") from exc
+    context_name = context or (active or {}).get("name")
+    return configuration, context_name
+
+
+# -- parsing ------------------------------------------------------------------
+
+
+def _parse_list(body: bytes) -> dict[str, Any]:
+    """``{"items": [...], "continue": str}`` from a List body, or _Failure."""
+    try:
+        data = json.loads(body)
+    except ValueError as exc:
+        raise _Failure(None, f"invalid JSON in response ({len(body)} bytes): {exc}") from exc
+    if not isinstance(data, dict):
+        raise _Failure(None, "response is not a JSON object")
+    items = data.get("items")
+    if items is None:
+        items = []  # an empty custom-resource list may say "items": null
+    if not isinstance(items, list) or not all(isinstance(item, dict) for item in items):
+        raise _Failure(None, f"response has no list of objects (kind {data.get('kind')!r})")
+    token = _dig(data, "metadata", "continue")
+    return {"items": items, "continue": token if isinstance(token, str) else None}
+
+
+def _parse_object(body: bytes) -> dict[str, Any] | None:
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _drop_managed_fields(obj: dict[str, Any]) -> None:
+    # managedFields is often half of an object's size and nothing reads it.
+    meta = obj.get("metadata")
+    if isinstance(meta, dict):
+        meta.pop("managedFields", None)
+
+
+def _status_message(exc: Any) -> str:
+    """The API's own explanation (a Status object's ``message``) when it sent one."""
+    body = exc.body
+    if isinstance(body, bytes):
+        body = body.decode("utf-8", "replace")
+    if isinstance(body, str) and body:
+        try:
+            data = json.loads(body)
+        except ValueError:
+            return f"{exc.reason or 'error'}: {body.strip()[:300]}"
+        if isinstance(data, dict) and data.get("message"):
+            return str(data["message"])
+    return str(exc.reason or f"HTTP {exc.status}")
+
+
+def _retry_after(exc: Any) -> float | None:
+    """Seconds to wait from a Retry-After header (delta-seconds or HTTP date)."""
+    headers = exc.headers or {}
+    value = headers.get("Retry-After") if hasattr(headers, "get") else None
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=timezone.utc)
+    return max(0.0, (when - datetime.now(timezone.utc)).total_seconds())
+
+
+def _ns_name(obj: dict[str, Any]) -> tuple[str, str]:
+    meta = obj.get("metadata") or {}
+    return str(meta.get("namespace") or ""), str(meta.get("name") or "")
+
+
+def _dig(obj: Any, *keys: str) -> Any:
+    for key in keys:
+        if not isinstance(obj, dict):
+            return None
+        obj = obj.get(key)
+    return obj

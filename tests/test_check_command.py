@@ -1,0 +1,167 @@
+"""`gpuaudit check` end to end, as a process: formats, exit codes, config."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLES = ROOT / "examples" / "manifests"
+SARIF_SCHEMA = json.loads((Path(__file__).parent / "schemas" / "sarif-schema-2.1.0.json").read_text())
+
+PINNED = """\
+apiVersion: v1
+kind: Pod
+metadata:
+  name: pinned
+  namespace: ml
+spec:
+  nodeName: gpu-node-1
+  containers:
+  - name: cuda
+    resources:
+      requests: {cpu: "4"}
+      limits: {nvidia.com/gpu: 1}
+"""
+CLEAN = """\
+apiVersion: batch/v1
+kind: Job
+metadata: {name: ok}
+spec:
+  template:
+    spec:
+      restartPolicy: Never
+      containers:
+      - name: c
+        resources:
+          requests: {cpu: "4"}
+          limits: {nvidia.com/gpu: 1}
+"""
+
+
+def test_json_output_has_the_documented_keys_and_exit_code_1(run_cli):
+    proc = run_cli("check", str(EXAMPLES), "--format", "json")
+    assert proc.returncode == 1, proc.stderr  # a high finding (the hostname pin)
+    report = json.loads(proc.stdout)
+    assert report["version"] == 1
+    assert set(report) >= {"version", "findings", "skipped", "errors", "summary"}
+    finding = report["findings"][0]
+    assert set(finding) == {
+        "rule", "title", "severity", "category", "message", "resource", "location", "evidence", "remediation",
+    }
+    assert set(finding["resource"]) >= {"apiVersion", "kind", "namespace", "name", "container"}
+    assert set(finding["location"]) == {"file", "line", "pointer"}
+    assert set(report["summary"]) >= {"resources", "gpu_workloads", "findings", "by_severity", "by_category"}
+    assert report["summary"]["findings"] == len(report["findings"])
+    assert sum(report["summary"]["by_severity"].values()) == len(report["findings"])
+    assert {s["rule"] for s in report["skipped"]} == {"GPA-ME-001"}
+    pin = next(f for f in report["findings"] if f["rule"] == "GPA-PL-001")
+    assert pin["location"]["file"].endswith("notebook.yaml") and pin["location"]["line"] == 17
+    assert pin["resource"]["name"] == "notebook-alice"
+
+
+def test_fail_on_threshold(run_cli, tmp_path):
+    (tmp_path / "job.yaml").write_text(CLEAN.replace('cpu: "4"', 'cpu: "1"'))  # medium finding only
+    assert run_cli("check", "job.yaml").returncode == 0
+    assert run_cli("check", "job.yaml", "--fail-on", "medium").returncode == 1
+    (tmp_path / "clean.yaml").write_text(CLEAN)
+    assert run_cli("check", "clean.yaml", "--fail-on", "info").returncode == 0
+
+
+def test_input_errors_exit_2_but_other_files_are_still_audited(run_cli, tmp_path):
+    (tmp_path / "broken.yaml").write_text("kind: Pod\n  bad: [\n")
+    (tmp_path / "pinned.yaml").write_text(PINNED)
+    proc = run_cli("check", ".", "--format", "json")
+    assert proc.returncode == 2
+    report = json.loads(proc.stdout)
+    assert [f["rule"] for f in report["findings"]] == ["GPA-PL-001"]
+    [error] = report["errors"]
+    assert error["file"].endswith("broken.yaml") and error["line"] == 2
+
+
+def test_stdin_and_text_output_grouped_in_diagnostic_order(run_cli):
+    proc = run_cli("check", "-", stdin=PINNED + "---\n" + CLEAN.replace('cpu: "4"', 'cpu: "1"'),
+                   env={"NO_COLOR": "1"})
+    out = proc.stdout
+    assert "\x1b[" not in out
+    assert out.index("PLACEMENT") < out.index("APPLICATION")
+    assert "<stdin>:7" in out
+
+
+def test_sarif_is_valid_with_results_and_when_empty(run_cli, tmp_path):
+    (tmp_path / "pinned.yaml").write_text(PINNED)
+    (tmp_path / "clean.yaml").write_text(CLEAN)
+    for name, expected in (("pinned.yaml", 1), ("clean.yaml", 0)):
+        proc = run_cli("check", name, "--format", "sarif")
+        sarif = json.loads(proc.stdout)
+        jsonschema.validate(sarif, SARIF_SCHEMA)
+        results = sarif["runs"][0]["results"]
+        assert len(results) == expected
+        assert sarif["runs"][0]["tool"]["driver"]["rules"], "rule metadata present even with no results"
+    sarif = json.loads(run_cli("check", "pinned.yaml", "--format", "sarif").stdout)
+    region = sarif["runs"][0]["results"][0]["locations"][0]["physicalLocation"]
+    assert region == {"artifactLocation": {"uri": "pinned.yaml"}, "region": {"startLine": 7}}
+
+
+def test_several_formats_in_one_run_and_logs_never_on_stdout(run_cli, tmp_path):
+    (tmp_path / "pinned.yaml").write_text(PINNED)
+    proc = run_cli("check", "pinned.yaml", "--format", "sarif=out.sarif", "--format", "json=out.json",
+                   "--format", "text")
+    assert "GPA-PL-001" in proc.stdout
+    assert json.loads((tmp_path / "out.json").read_text())["findings"][0]["rule"] == "GPA-PL-001"
+    jsonschema.validate(json.loads((tmp_path / "out.sarif").read_text()), SARIF_SCHEMA)
+
+
+def test_config_params_exemptions_and_annotations(run_cli, tmp_path):
+    (tmp_path / "job.yaml").write_text(CLEAN.replace('cpu: "4"', 'cpu: "3"'))
+    (tmp_path / "pinned.yaml").write_text(PINNED)
+    (tmp_path / ".gpuaudit.yaml").write_text(
+        "params:\n  GPA-AP-001: {min_cpu_per_gpu: 4}\n"
+        "exemptions:\n"
+        "- {rule: GPA-PL-001, namespace: ml, name: pinned, reason: licence dongle on that node}\n"
+        "- {rule: GPA-AP-001, name: nothing, reason: old, expires: '2020-01-01'}\n"
+        "colour: always\n"
+    )
+    report = json.loads(run_cli("check", ".", "--format", "json").stdout)
+    assert [f["rule"] for f in report["findings"]] == ["GPA-AP-001"]  # 3 cores < 4 per GPU
+    assert report["suppressed"][0]["reason"] == "licence dongle on that node"
+    warnings = " ".join(e["message"] for e in report["errors"])
+    assert "unknown config key 'colour'" in warnings and "expired on 2020-01-01" in warnings
+
+
+def test_ignore_annotation_needs_a_reason(run_cli, tmp_path):
+    annotated = PINNED.replace("  namespace: ml\n", "  namespace: ml\n  annotations:\n"
+                               "    gpuaudit.io/ignore.GPA-PL-001: \"REASON\"\n")
+    (tmp_path / "a.yaml").write_text(annotated.replace("REASON", "bench node for driver tests"))
+    report = json.loads(run_cli("check", "a.yaml", "--format", "json").stdout)
+    assert report["findings"] == [] and len(report["suppressed"]) == 1
+    (tmp_path / "a.yaml").write_text(annotated.replace("REASON", ""))
+    report = json.loads(run_cli("check", "a.yaml", "--format", "json").stdout)
+    assert [f["rule"] for f in report["findings"]] == ["GPA-PL-001"]
+    assert "has no reason" in report["errors"][0]["message"]
+
+
+def test_rule_selection(run_cli):
+    report = json.loads(run_cli("check", str(EXAMPLES), "--format", "json", "--rules", "placement").stdout)
+    assert {f["category"] for f in report["findings"]} == {"placement"}
+    report = json.loads(
+        run_cli("check", str(EXAMPLES), "--format", "json", "--exclude-rules", "GPA-PL-001,application").stdout
+    )
+    assert {f["category"] for f in report["findings"]} == {"allocation", "sharing"}
+
+
+def test_invalid_config_is_a_usage_error(run_cli, tmp_path):
+    (tmp_path / ".gpuaudit.yaml").write_text("fail_on: sometimes\n")
+    proc = run_cli("check", str(EXAMPLES))
+    assert proc.returncode == 2
+    assert ".gpuaudit.yaml:1" in proc.stderr and "fail_on" in proc.stderr
+
+
+@pytest.mark.parametrize("command", [["rules", "list"], ["rules", "explain", "GPA-PL-001"]])
+def test_rules_commands(run_cli, command):
+    proc = run_cli(*command)
+    assert proc.returncode == 0
+    assert "GPA-PL-001" in proc.stdout

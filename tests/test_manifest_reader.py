@@ -1,0 +1,125 @@
+"""The manifest source: positions, multi-document files, bad input that must
+not stop the rest."""
+
+from __future__ import annotations
+
+from gpuaudit.sources.manifests import read_paths
+from gpuaudit.workloads import build_workloads
+
+
+def read(tmp_path, name, text):
+    path = tmp_path / name
+    path.write_text(text)
+    return read_paths([str(path)])
+
+
+def test_multi_document_yaml_keeps_start_lines_and_field_lines(tmp_path):
+    result = read(
+        tmp_path,
+        "m.yaml",
+        "apiVersion: v1\nkind: Service\nmetadata: {name: a}\n---\n# comment\n"
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: b\nspec:\n  containers:\n  - name: c\n"
+        "    resources:\n      limits:\n        nvidia.com/gpu: 2\n",
+    )
+    assert [d.kind for d in result.documents] == ["Service", "Pod"]
+    pod = result.documents[1]
+    assert pod.line == 6
+    assert pod.line_of("/spec/containers/0/resources/limits/nvidia.com~1gpu") == 15
+    assert pod.line_of("/spec/containers/0/does/not/exist") == 12  # nearest ancestor
+
+
+def test_list_kinds_and_json_files(tmp_path):
+    result = read(
+        tmp_path,
+        "l.json",
+        '{"apiVersion": "v1", "kind": "List", "items": [\n'
+        ' {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "x"}},\n'
+        ' {"apiVersion": "v1", "kind": "List", "items": [\n'
+        '   {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "y"}}]}]}\n',
+    )
+    assert [d.name for d in result.documents] == ["x", "y"]
+    assert result.documents[1].base == "/items/1/items/0"
+    assert result.documents[1].line == 4
+
+
+def test_non_kubernetes_yaml_is_skipped_quietly(tmp_path):
+    result = read(tmp_path, "values.yaml", "replicaCount: 1\nresources:\n  limits: {nvidia.com/gpu: 1}\n")
+    assert result.documents == [] and result.errors == []
+
+
+def test_invalid_yaml_is_an_error_with_its_line_and_other_files_still_read(tmp_path):
+    (tmp_path / "bad.yaml").write_text("apiVersion: v1\nkind: Pod\nmetadata:\n  name: [unclosed\n")
+    (tmp_path / "good.yaml").write_text("apiVersion: v1\nkind: Pod\nmetadata: {name: ok}\n")
+    result = read_paths([str(tmp_path)])
+    assert [d.name for d in result.documents] == ["ok"]
+    [error] = result.errors
+    assert error.file.endswith("bad.yaml") and error.line == 5 and "invalid YAML" in error.message
+
+
+def test_helm_templates_are_reported_not_parsed_but_argo_expressions_are_fine(tmp_path):
+    helm = read(tmp_path, "t.yaml", "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {{ .Values.name }}\n")
+    [error] = helm.errors
+    assert error.level == "warning" and "not auditable until rendered" in error.message
+    assert error.line == 4
+    argo = read(
+        tmp_path,
+        "wf.yaml",
+        "apiVersion: argoproj.io/v1alpha1\nkind: Workflow\nmetadata: {name: w}\n"
+        "spec:\n  templates:\n  - name: t\n    container:\n      args: ['{{inputs.parameters.x}}']\n",
+    )
+    assert argo.errors == [] and argo.documents[0].kind == "Workflow"
+
+
+def test_duplicate_keys_are_reported(tmp_path):
+    result = read(tmp_path, "d.yaml", "apiVersion: v1\nkind: Pod\nmetadata: {name: a}\nkind: Pod\n")
+    [error] = result.errors
+    assert "duplicate key 'kind'" in error.message and error.line == 4
+
+
+def test_alias_bomb_is_refused_quickly(tmp_path):
+    lines = ["a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
+    for i in range(1, 9):
+        refs = ", ".join([f"*a{i - 1}"] * 10)
+        lines.append(f"a{i}: &a{i} [{refs}]")
+    text = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: lol}\ndata:\n" + "\n".join(
+        "  " + line for line in lines
+    )
+    result = read(tmp_path, "bomb.yaml", text + "\n")
+    assert result.documents == []
+    assert "alias bomb" in result.errors[0].message
+
+
+def test_binary_and_non_utf8_files_are_errors(tmp_path):
+    (tmp_path / "bin.yaml").write_bytes(b"\x00\x01\x02apiVersion")
+    (tmp_path / "latin1.yaml").write_bytes("name: caf\xe9\n".encode("latin-1"))
+    result = read_paths([str(tmp_path)])
+    messages = sorted(e.message for e in result.errors)
+    assert messages == ["binary file, not a manifest", "not valid UTF-8 text"]
+
+
+def test_directory_symlink_loop_is_visited_once(tmp_path):
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "p.yaml").write_text("apiVersion: v1\nkind: Pod\nmetadata: {name: p}\n")
+    (tmp_path / "a" / "loop").symlink_to(tmp_path / "a")
+    result = read_paths([str(tmp_path)])
+    assert [d.name for d in result.documents] == ["p"]
+
+
+def test_stdin(tmp_path):
+    result = read_paths(["-"], stdin_text="apiVersion: v1\nkind: Pod\nmetadata: {name: s}\n")
+    assert result.documents[0].file == "<stdin>"
+
+
+def test_placeholder_gpu_count_is_a_field_error_not_a_zero(tmp_path):
+    result = read(
+        tmp_path,
+        "p.yaml",
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: d}\nspec:\n  template:\n    spec:\n"
+        "      containers:\n      - name: c\n        resources:\n          limits:\n"
+        "            nvidia.com/gpu: $GPU_PER_NODE\n",
+    )
+    workloads, errors = build_workloads(result.documents)
+    [error] = errors
+    assert error.line == 11 and "'$GPU_PER_NODE' is not a GPU count" in error.message
+    [gpu] = workloads[0].templates[0].containers[0].gpus
+    assert gpu.count is None  # unknown, never zero
