@@ -55,7 +55,9 @@ def load_policy(
     for rule_id in sorted(set(config.params) | set(config.severity)):
         if rule_id not in known:
             errors.append(
-                InputError(str(config.path), None, f"config names unknown rule {rule_id}", "warning")
+                InputError(
+                    str(config.path), None, f"config names unknown rule {rule_id}", "warning"
+                )
             )
     return select(rules, include or config.rules, exclude or config.exclude_rules), errors
 
@@ -69,7 +71,9 @@ def select(rules: Iterable[Rule], include: Sequence[str], exclude: Sequence[str]
     return [r for r in rules if (not include or named(r, include)) and not named(r, exclude)]
 
 
-def manifest_subjects(documents: Iterable[Document], workloads: Iterable[Workload]) -> Iterator[Subject]:
+def manifest_subjects(
+    documents: Iterable[Document], workloads: Iterable[Workload]
+) -> Iterator[Subject]:
     for workload in workloads:
         yield from workload_facts.subjects(workload)
     for doc in documents:

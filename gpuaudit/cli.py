@@ -49,7 +49,11 @@ class LazyGroup(click.Group):
     @staticmethod
     def _available() -> list[str]:
         here = Path(__file__).parent / "commands"
-        return [n for n, t in LAZY_COMMANDS.items() if (here / f"{t.split(':')[0].rsplit('.', 1)[1]}.py").exists()]
+        return [
+            n
+            for n, t in LAZY_COMMANDS.items()
+            if (here / f"{t.split(':')[0].rsplit('.', 1)[1]}.py").exists()
+        ]
 
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -63,12 +67,28 @@ def main() -> None:
 
 def policy_options(func: Callable[..., Any]) -> Callable[..., Any]:
     options = [
-        click.option("--config", "config_path", type=click.Path(dir_okay=False, path_type=Path),
-                     help="Config file (default: .gpuaudit.yaml found upward from here)."),
-        click.option("--policies", "policy_dirs", multiple=True,
-                     type=click.Path(file_okay=False, path_type=Path), help="Extra rule folder (repeatable)."),
-        click.option("--rules", "include", default="", help="Only these rule ids or categories (comma-separated)."),
-        click.option("--exclude-rules", "exclude", default="", help="Rule ids or categories to leave out."),
+        click.option(
+            "--config",
+            "config_path",
+            type=click.Path(dir_okay=False, path_type=Path),
+            help="Config file (default: .gpuaudit.yaml found upward from here).",
+        ),
+        click.option(
+            "--policies",
+            "policy_dirs",
+            multiple=True,
+            type=click.Path(file_okay=False, path_type=Path),
+            help="Extra rule folder (repeatable).",
+        ),
+        click.option(
+            "--rules",
+            "include",
+            default="",
+            help="Only these rule ids or categories (comma-separated).",
+        ),
+        click.option(
+            "--exclude-rules", "exclude", default="", help="Rule ids or categories to leave out."
+        ),
     ]
     for option in reversed(options):
         func = option(func)
@@ -77,12 +97,26 @@ def policy_options(func: Callable[..., Any]) -> Callable[..., Any]:
 
 def output_options(func: Callable[..., Any]) -> Callable[..., Any]:
     options = [
-        click.option("--format", "formats", multiple=True, default=("text",), show_default=True,
-                     help=f"One of {', '.join(FORMATS)}; NAME=FILE writes that format to FILE (repeatable)."),
-        click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path),
-                     help="Write the (single) format to this file instead of stdout."),
-        click.option("--fail-on", type=click.Choice(SEVERITIES), default=None,
-                     help="Exit 1 when a finding is at or above this severity [default: high]."),
+        click.option(
+            "--format",
+            "formats",
+            multiple=True,
+            default=("text",),
+            show_default=True,
+            help=f"One of {', '.join(FORMATS)}; NAME=FILE writes that format to FILE (repeatable).",
+        ),
+        click.option(
+            "-o",
+            "--output",
+            type=click.Path(dir_okay=False, path_type=Path),
+            help="Write the (single) format to this file instead of stdout.",
+        ),
+        click.option(
+            "--fail-on",
+            type=click.Choice(SEVERITIES),
+            default=None,
+            help="Exit 1 when a finding is at or above this severity [default: high].",
+        ),
     ]
     for option in reversed(options):
         func = option(func)
@@ -108,8 +142,9 @@ def emit(result: AuditResult, formats: Sequence[str], output: Path | None) -> No
     for spec in formats:
         name, _, file = spec.partition("=")
         if name not in FORMATS:
-            raise click.BadParameter(f"unknown format {name!r}; choose from {', '.join(FORMATS)}",
-                                     param_hint="--format")
+            raise click.BadParameter(
+                f"unknown format {name!r}; choose from {', '.join(FORMATS)}", param_hint="--format"
+            )
         targets.append((name, Path(file) if file else None))
     if output is not None:
         plain = [i for i, (_, f) in enumerate(targets) if f is None]
@@ -144,7 +179,9 @@ def check(
 ) -> None:
     """Audit manifests (files, directories, '-' for stdin)."""
     config = load_config_or_exit(config_path)
-    rules, rule_errors = load_policy(config, policy_dirs, split_names(include), split_names(exclude))
+    rules, rule_errors = load_policy(
+        config, policy_dirs, split_names(include), split_names(exclude)
+    )
     result = check_manifests(paths, config, rules)
     result.errors[:0] = [*config.warnings, *rule_errors]
     emit(result, formats, output)
@@ -162,22 +199,36 @@ def rules() -> None:
 @rules.command("list")
 @policy_options
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text")
-def rules_list(config_path: Path | None, policy_dirs: tuple[Path, ...], include: str, exclude: str,
-               fmt: str) -> None:
+def rules_list(
+    config_path: Path | None, policy_dirs: tuple[Path, ...], include: str, exclude: str, fmt: str
+) -> None:
     """The rules that would run, in diagnostic order."""
     config = load_config_or_exit(config_path)
     loaded, errors = load_policy(config, policy_dirs, split_names(include), split_names(exclude))
     for e in errors:
-        click.echo(f"gpuaudit: {e.file}{':' + str(e.line) if e.line else ''}: {e.message}", err=True)
+        click.echo(
+            f"gpuaudit: {e.file}{':' + str(e.line) if e.line else ''}: {e.message}", err=True
+        )
     from gpuaudit.model import CATEGORIES
 
     loaded.sort(key=lambda r: (CATEGORIES.index(r.category), r.id))
     if fmt == "json":
         import json
 
-        rows = [{"id": r.id, "title": r.title, "category": r.category, "severity": r.severity,
-                 "scope": list(r.scope), "target": r.target, "requires": list(r.requires),
-                 "params": dict(r.params), "remediation": (r.remediation or {}).get("id")} for r in loaded]
+        rows = [
+            {
+                "id": r.id,
+                "title": r.title,
+                "category": r.category,
+                "severity": r.severity,
+                "scope": list(r.scope),
+                "target": r.target,
+                "requires": list(r.requires),
+                "params": dict(r.params),
+                "remediation": (r.remediation or {}).get("id"),
+            }
+            for r in loaded
+        ]
         click.echo(json.dumps(rows, indent=2))
     else:
         for r in loaded:
@@ -189,8 +240,13 @@ def rules_list(config_path: Path | None, policy_dirs: tuple[Path, ...], include:
 @rules.command("explain")
 @click.argument("rule_id")
 @policy_options
-def rules_explain(rule_id: str, config_path: Path | None, policy_dirs: tuple[Path, ...], include: str,
-                  exclude: str) -> None:
+def rules_explain(
+    rule_id: str,
+    config_path: Path | None,
+    policy_dirs: tuple[Path, ...],
+    include: str,
+    exclude: str,
+) -> None:
     """A rule's docs page: why it matters, what to check first, how to fix."""
     config = load_config_or_exit(config_path)
     loaded, _ = load_policy(config, policy_dirs)
@@ -199,8 +255,11 @@ def rules_explain(rule_id: str, config_path: Path | None, policy_dirs: tuple[Pat
         click.echo(f"gpuaudit: no rule {rule_id}", err=True)
         sys.exit(2)
     click.echo(f"{rule.id}: {rule.title}")
-    click.echo(f"category: {rule.category}   severity: {rule.severity}   scope: {', '.join(rule.scope)}"
-               f"   target: {rule.target}" + (f"   needs: {', '.join(rule.requires)}" if rule.requires else ""))
+    click.echo(
+        f"category: {rule.category}   severity: {rule.severity}   scope: {', '.join(rule.scope)}"
+        f"   target: {rule.target}"
+        + (f"   needs: {', '.join(rule.requires)}" if rule.requires else "")
+    )
     if rule.params:
         click.echo("params: " + ", ".join(f"{k}={v}" for k, v in rule.params.items()))
     if rule.remediation:
@@ -210,7 +269,9 @@ def rules_explain(rule_id: str, config_path: Path | None, policy_dirs: tuple[Pat
 
 
 @rules.command("validate")
-@click.argument("dirs", nargs=-1, required=True, type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.argument(
+    "dirs", nargs=-1, required=True, type=click.Path(exists=True, file_okay=False, path_type=Path)
+)
 def rules_validate(dirs: tuple[Path, ...]) -> None:
     """Check rule files against the rule schema and the fact schema."""
     from gpuaudit.engine.rules import load_rules

@@ -74,7 +74,9 @@ def load_config(explicit: Path | None = None, cwd: Path | None = None) -> Config
         raise ConfigError(f"{path}:{line}: {exc} (at {exc.path or 'top level'})") from None
     known = set(load_schema("config.schema.json")["properties"])
     warnings = tuple(
-        InputError(str(path), lines.get(f"/{key}"), f"unknown config key {key!r} is ignored", "warning")
+        InputError(
+            str(path), lines.get(f"/{key}"), f"unknown config key {key!r} is ignored", "warning"
+        )
         for key in data
         if key not in known
     )

@@ -35,7 +35,9 @@ class GpuModel:
 @cache
 def _catalogue() -> tuple[tuple[tuple[str, ...], GpuModel], ...]:
     text = resources.files("gpuaudit").joinpath("data/gpus.yaml").read_text()
-    entries: list[dict[str, Any]] = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    entries: list[dict[str, Any]] = yaml.load(
+        text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    )
     return tuple(
         (tuple(e["match"]), GpuModel(e["model"], float(e["memory_gib"]), dict(e.get("mig") or {})))
         for e in entries

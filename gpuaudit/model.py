@@ -53,7 +53,11 @@ class Document:
     @property
     def name(self) -> str:
         meta = self.obj.get("metadata")
-        return str(meta.get("name") or meta.get("generateName") or "") if isinstance(meta, dict) else ""
+        return (
+            str(meta.get("name") or meta.get("generateName") or "")
+            if isinstance(meta, dict)
+            else ""
+        )
 
     @property
     def namespace(self) -> str:

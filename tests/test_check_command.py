@@ -10,7 +10,9 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples" / "manifests"
-SARIF_SCHEMA = json.loads((Path(__file__).parent / "schemas" / "sarif-schema-2.1.0.json").read_text())
+SARIF_SCHEMA = json.loads(
+    (Path(__file__).parent / "schemas" / "sarif-schema-2.1.0.json").read_text()
+)
 
 PINNED = """\
 apiVersion: v1
@@ -50,11 +52,25 @@ def test_json_output_has_the_documented_keys_and_exit_code_1(run_cli):
     assert set(report) >= {"version", "findings", "skipped", "errors", "summary"}
     finding = report["findings"][0]
     assert set(finding) == {
-        "rule", "title", "severity", "category", "message", "resource", "location", "evidence", "remediation",
+        "rule",
+        "title",
+        "severity",
+        "category",
+        "message",
+        "resource",
+        "location",
+        "evidence",
+        "remediation",
     }
     assert set(finding["resource"]) >= {"apiVersion", "kind", "namespace", "name", "container"}
     assert set(finding["location"]) == {"file", "line", "pointer"}
-    assert set(report["summary"]) >= {"resources", "gpu_workloads", "findings", "by_severity", "by_category"}
+    assert set(report["summary"]) >= {
+        "resources",
+        "gpu_workloads",
+        "findings",
+        "by_severity",
+        "by_category",
+    }
     assert report["summary"]["findings"] == len(report["findings"])
     assert sum(report["summary"]["by_severity"].values()) == len(report["findings"])
     assert {s["rule"] for s in report["skipped"]} == {"GPA-ME-001"}
@@ -83,8 +99,12 @@ def test_input_errors_exit_2_but_other_files_are_still_audited(run_cli, tmp_path
 
 
 def test_stdin_and_text_output_grouped_in_diagnostic_order(run_cli):
-    proc = run_cli("check", "-", stdin=PINNED + "---\n" + CLEAN.replace('cpu: "4"', 'cpu: "1"'),
-                   env={"NO_COLOR": "1"})
+    proc = run_cli(
+        "check",
+        "-",
+        stdin=PINNED + "---\n" + CLEAN.replace('cpu: "4"', 'cpu: "1"'),
+        env={"NO_COLOR": "1"},
+    )
     out = proc.stdout
     assert "\x1b[" not in out
     assert out.index("PLACEMENT") < out.index("APPLICATION")
@@ -100,7 +120,9 @@ def test_sarif_is_valid_with_results_and_when_empty(run_cli, tmp_path):
         jsonschema.validate(sarif, SARIF_SCHEMA)
         results = sarif["runs"][0]["results"]
         assert len(results) == expected
-        assert sarif["runs"][0]["tool"]["driver"]["rules"], "rule metadata present even with no results"
+        assert sarif["runs"][0]["tool"]["driver"]["rules"], (
+            "rule metadata present even with no results"
+        )
     sarif = json.loads(run_cli("check", "pinned.yaml", "--format", "sarif").stdout)
     region = sarif["runs"][0]["results"][0]["locations"][0]["physicalLocation"]
     assert region == {"artifactLocation": {"uri": "pinned.yaml"}, "region": {"startLine": 7}}
@@ -108,8 +130,16 @@ def test_sarif_is_valid_with_results_and_when_empty(run_cli, tmp_path):
 
 def test_several_formats_in_one_run_and_logs_never_on_stdout(run_cli, tmp_path):
     (tmp_path / "pinned.yaml").write_text(PINNED)
-    proc = run_cli("check", "pinned.yaml", "--format", "sarif=out.sarif", "--format", "json=out.json",
-                   "--format", "text")
+    proc = run_cli(
+        "check",
+        "pinned.yaml",
+        "--format",
+        "sarif=out.sarif",
+        "--format",
+        "json=out.json",
+        "--format",
+        "text",
+    )
     assert "GPA-PL-001" in proc.stdout
     assert json.loads((tmp_path / "out.json").read_text())["findings"][0]["rule"] == "GPA-PL-001"
     jsonschema.validate(json.loads((tmp_path / "out.sarif").read_text()), SARIF_SCHEMA)
@@ -133,8 +163,10 @@ def test_config_params_exemptions_and_annotations(run_cli, tmp_path):
 
 
 def test_ignore_annotation_needs_a_reason(run_cli, tmp_path):
-    annotated = PINNED.replace("  namespace: ml\n", "  namespace: ml\n  annotations:\n"
-                               "    gpuaudit.io/ignore.GPA-PL-001: \"REASON\"\n")
+    annotated = PINNED.replace(
+        "  namespace: ml\n",
+        '  namespace: ml\n  annotations:\n    gpuaudit.io/ignore.GPA-PL-001: "REASON"\n',
+    )
     (tmp_path / "a.yaml").write_text(annotated.replace("REASON", "bench node for driver tests"))
     report = json.loads(run_cli("check", "a.yaml", "--format", "json").stdout)
     assert report["findings"] == [] and len(report["suppressed"]) == 1
@@ -145,10 +177,14 @@ def test_ignore_annotation_needs_a_reason(run_cli, tmp_path):
 
 
 def test_rule_selection(run_cli):
-    report = json.loads(run_cli("check", str(EXAMPLES), "--format", "json", "--rules", "placement").stdout)
+    report = json.loads(
+        run_cli("check", str(EXAMPLES), "--format", "json", "--rules", "placement").stdout
+    )
     assert {f["category"] for f in report["findings"]} == {"placement"}
     report = json.loads(
-        run_cli("check", str(EXAMPLES), "--format", "json", "--exclude-rules", "GPA-PL-001,application").stdout
+        run_cli(
+            "check", str(EXAMPLES), "--format", "json", "--exclude-rules", "GPA-PL-001,application"
+        ).stdout
     )
     assert {f["category"] for f in report["findings"]} == {"allocation", "sharing"}
 

@@ -11,7 +11,9 @@ from gpuaudit.config import Config
 from .conftest import shared_or_skip
 
 # A GPU resource written as a resources key with a value (not a quota list entry).
-GPU_KEY = re.compile(r'^\s*["\']?(nvidia\.com/gpu|nvidia\.com/mig-[\w.+-]+|amd\.com/gpu)["\']?\s*:\s*\S', re.M)
+GPU_KEY = re.compile(
+    r'^\s*["\']?(nvidia\.com/gpu|nvidia\.com/mig-[\w.+-]+|amd\.com/gpu)["\']?\s*:\s*\S', re.M
+)
 
 
 def audit(path):
@@ -53,7 +55,9 @@ def test_invalid_upstream_files_come_back_as_errors_with_lines(run_cli):
 
 def test_gemma_2b_on_eight_h100s_is_flagged_for_allocation():
     path = shared_or_skip(
-        "corpus", "manifests", "GoogleCloudPlatform__kubernetes-engine-samples",
+        "corpus",
+        "manifests",
+        "GoogleCloudPlatform__kubernetes-engine-samples",
         "ai-ml__llm-serving-gemma__vllm__vllm-2b-it-h100-80gb.yaml",
     )
     result = audit(path)
@@ -66,5 +70,9 @@ def test_whole_corpus_runs_without_a_traceback(run_cli):
     corpus = shared_or_skip("corpus")
     proc = run_cli("check", str(corpus), "--format", "json")
     assert proc.returncode in (1, 2) and "Traceback" not in proc.stderr
-    helm = [e for e in json.loads(proc.stdout)["errors"] if "not auditable until rendered" in e["message"]]
+    helm = [
+        e
+        for e in json.loads(proc.stdout)["errors"]
+        if "not auditable until rendered" in e["message"]
+    ]
     assert len(helm) >= 50

@@ -43,7 +43,9 @@ def test_list_kinds_and_json_files(tmp_path):
 
 
 def test_non_kubernetes_yaml_is_skipped_quietly(tmp_path):
-    result = read(tmp_path, "values.yaml", "replicaCount: 1\nresources:\n  limits: {nvidia.com/gpu: 1}\n")
+    result = read(
+        tmp_path, "values.yaml", "replicaCount: 1\nresources:\n  limits: {nvidia.com/gpu: 1}\n"
+    )
     assert result.documents == [] and result.errors == []
 
 
@@ -57,7 +59,9 @@ def test_invalid_yaml_is_an_error_with_its_line_and_other_files_still_read(tmp_p
 
 
 def test_helm_templates_are_reported_not_parsed_but_argo_expressions_are_fine(tmp_path):
-    helm = read(tmp_path, "t.yaml", "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {{ .Values.name }}\n")
+    helm = read(
+        tmp_path, "t.yaml", "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {{ .Values.name }}\n"
+    )
     [error] = helm.errors
     assert error.level == "warning" and "not auditable until rendered" in error.message
     assert error.line == 4
@@ -65,7 +69,8 @@ def test_helm_templates_are_reported_not_parsed_but_argo_expressions_are_fine(tm
         tmp_path,
         "wf.yaml",
         "apiVersion: argoproj.io/v1alpha1\nkind: Workflow\nmetadata: {name: w}\n"
-        "spec:\n  templates:\n  - name: t\n    container:\n      args: ['{{inputs.parameters.x}}']\n",
+        "spec:\n  templates:\n  - name: t\n    container:\n"
+        "      args: ['{{inputs.parameters.x}}']\n",
     )
     assert argo.errors == [] and argo.documents[0].kind == "Workflow"
 
@@ -114,7 +119,8 @@ def test_placeholder_gpu_count_is_a_field_error_not_a_zero(tmp_path):
     result = read(
         tmp_path,
         "p.yaml",
-        "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: d}\nspec:\n  template:\n    spec:\n"
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: d}\n"
+        "spec:\n  template:\n    spec:\n"
         "      containers:\n      - name: c\n        resources:\n          limits:\n"
         "            nvidia.com/gpu: $GPU_PER_NODE\n",
     )

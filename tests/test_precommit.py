@@ -41,7 +41,11 @@ def try_repo(repo: Path, home: Path, *files: str) -> subprocess.CompletedProcess
     env = {**os.environ, "PRE_COMMIT_HOME": str(home), "NO_COLOR": "1"}
     return subprocess.run(
         ["pre-commit", "try-repo", str(ROOT), "gpuaudit", "--files", *files],
-        cwd=repo, env=env, capture_output=True, text=True, timeout=900,
+        cwd=repo,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
     )
 
 

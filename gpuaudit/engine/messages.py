@@ -13,7 +13,8 @@ from collections.abc import Mapping
 from functools import cache
 from typing import Any
 
-_PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z_][\w]*(?:\.[A-Za-z_][\w]*)*)\s*\}\}")
+# Plain names only; anything starting with "_" goes to the sandbox, which refuses it.
+_PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z]\w*(?:\.[A-Za-z]\w*)*)\s*\}\}")
 _ANY_TEMPLATE = re.compile(r"\{\{|\{%|\{#")
 
 

@@ -129,7 +129,9 @@ def load_rules(
                 continue
             if rule.id in rules:
                 errors.append(
-                    RuleError(str(path), None, f"id {rule.id} is already used by {rules[rule.id].source}")
+                    RuleError(
+                        str(path), None, f"id {rule.id} is already used by {rules[rule.id].source}"
+                    )
                 )
                 continue
             rules[rule.id] = rule
@@ -251,7 +253,9 @@ def unknown_facts(schema: Any, facts: Mapping[str, Any], path: str = "") -> Iter
     if isinstance(ref, str) and ref.startswith("#/$defs/"):
         facts = fact_schema()["$defs"].get(ref.rsplit("/", 1)[1], {})
     props = facts.get("properties") if isinstance(facts, Mapping) else None
-    open_object = not isinstance(props, Mapping) or facts.get("additionalProperties", False) is not False
+    open_object = (
+        not isinstance(props, Mapping) or facts.get("additionalProperties", False) is not False
+    )
     for name, sub in (schema.get("properties") or {}).items():
         if not open_object and name not in props:
             yield f"{path}{name}"

@@ -105,9 +105,7 @@ def _container_gpu(c: Container) -> dict[str, Any]:
 def container_facts(c: Container, template: PodTemplate, base: Mapping[str, Any]) -> dict[str, Any]:
     gpu = _container_gpu(c)
     count = gpu["count"]
-    cpu_per_gpu = (
-        c.cpu_request / count if c.cpu_request is not None and count else None
-    )
+    cpu_per_gpu = c.cpu_request / count if c.cpu_request is not None and count else None
     return {
         **base,
         "role": template.role,
@@ -152,7 +150,9 @@ def placement_facts(t: PodTemplate) -> dict[str, Any]:
     spec = t.spec
     node_selector = spec.get("nodeSelector")
     node_selector = (
-        {str(k): str(v) for k, v in node_selector.items()} if isinstance(node_selector, Mapping) else {}
+        {str(k): str(v) for k, v in node_selector.items()}
+        if isinstance(node_selector, Mapping)
+        else {}
     )
     terms = _required_terms(spec)
     pinned_node, pinned_by, pinned_ptr = None, None, None
@@ -165,7 +165,9 @@ def placement_facts(t: PodTemplate) -> dict[str, Any]:
         hosts = _affinity_hosts(terms)
         if hosts is not None and len(hosts) == 1:
             pinned_node, pinned_by = hosts[0], "affinity"
-            pinned_ptr = f"{t.pointer}/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution"
+            pinned_ptr = (
+                f"{t.pointer}/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution"
+            )
     product = _product_pin(node_selector, terms, t.pointer)
     tolerations = [
         {k: str(v) for k, v in tol.items() if k in ("key", "operator", "value", "effect")}
@@ -258,9 +260,7 @@ def _product_pin(
 def _shm(t: PodTemplate) -> dict[str, Any]:
     """Whether /dev/shm is a memory-backed emptyDir (PyTorch dataloaders and
     NCCL use it; the container default is 64 MiB)."""
-    volumes = {
-        v.get("name"): v for v in t.spec.get("volumes") or [] if isinstance(v, Mapping)
-    }
+    volumes = {v.get("name"): v for v in t.spec.get("volumes") or [] if isinstance(v, Mapping)}
     for c in t.containers:
         for name, path in c.volume_mounts.items():
             if path.rstrip("/") == "/dev/shm":
@@ -268,7 +268,10 @@ def _shm(t: PodTemplate) -> dict[str, Any]:
                 empty_dir = vol.get("emptyDir") if isinstance(vol, Mapping) else None
                 if isinstance(empty_dir, Mapping) and empty_dir.get("medium") == "Memory":
                     limit = empty_dir.get("sizeLimit")
-                    return {"memory_backed": True, "size_limit": None if limit is None else str(limit)}
+                    return {
+                        "memory_backed": True,
+                        "size_limit": None if limit is None else str(limit),
+                    }
                 return {"memory_backed": False, "size_limit": None}
     host_ipc = t.spec.get("hostIPC") is True  # the host's /dev/shm is shared instead
     return {"memory_backed": host_ipc, "size_limit": None}

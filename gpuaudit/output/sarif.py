@@ -17,7 +17,11 @@ _LEVEL = {"critical": "error", "high": "error", "medium": "warning", "low": "not
 def _uri(file: str) -> str:
     if file in ("", "<stdin>"):
         return "stdin"
-    return PurePath(file).as_posix().lstrip("/") if not file.startswith("/") else PurePath(file).as_uri()
+    return (
+        PurePath(file).as_posix().lstrip("/")
+        if not file.startswith("/")
+        else PurePath(file).as_uri()
+    )
 
 
 def _result(f: Finding, index: int) -> dict[str, Any]:
@@ -26,7 +30,11 @@ def _result(f: Finding, index: int) -> dict[str, Any]:
         "ruleIndex": index,
         "level": _LEVEL[f.severity],
         "message": {"text": f.message},
-        "properties": {"severity": f.severity, "category": f.category, "evidence": dict(f.evidence)},
+        "properties": {
+            "severity": f.severity,
+            "category": f.category,
+            "evidence": dict(f.evidence),
+        },
     }
     r = f.resource
     logical = {
@@ -63,7 +71,11 @@ def render(result: AuditResult, **_: Any) -> str:
                 "fullDescription": {"text": r.docs.strip().split("\n\n")[0]},
                 "help": {"text": r.docs.strip()},
                 "defaultConfiguration": {"level": _LEVEL[r.severity]},
-                "properties": {"category": r.category, "severity": r.severity, "tags": ["gpu", r.category]},
+                "properties": {
+                    "category": r.category,
+                    "severity": r.severity,
+                    "tags": ["gpu", r.category],
+                },
             }
             for r in rules
         ],

@@ -31,7 +31,14 @@ def render(result: AuditResult, *, colour: bool = False, **_: Any) -> str:
         if not findings:
             continue
         lines.append(paint("1", category.upper()))
-        findings.sort(key=lambda f: (SEVERITIES.index(f.severity), f.rule, f.location.file, f.location.line or 0))
+        findings.sort(
+            key=lambda f: (
+                SEVERITIES.index(f.severity),
+                f.rule,
+                f.location.file,
+                f.location.line or 0,
+            )
+        )
         for f in findings:
             where = f.location.file or "cluster"
             if f.location.line:
@@ -42,7 +49,8 @@ def render(result: AuditResult, *, colour: bool = False, **_: Any) -> str:
                 what += f" [{r.container}]"
             if r.node:
                 what += f" on {r.node}"
-            lines.append(f"  {paint(_COLOURS[f.severity], f.severity.upper()):<8} {f.rule}  {clean(where)}  {clean(what)}")
+            severity = paint(_COLOURS[f.severity], f.severity.upper())
+            lines.append(f"  {severity:<8} {f.rule}  {clean(where)}  {clean(what)}")
             lines.append(f"           {clean(f.message)}")
         lines.append("")
     if result.skipped:

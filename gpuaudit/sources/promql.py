@@ -262,7 +262,7 @@ def filter_forms(spec: QuerySpec, pod_regex: str, namespace_regex: str) -> list[
     higher precedence to be empty."""
     forms = []
     pods, namespaces = spec.keys["pod"], spec.keys["namespace"]
-    for i, (pod_label, ns_label) in enumerate(zip(pods, namespaces)):
+    for i, (pod_label, ns_label) in enumerate(zip(pods, namespaces, strict=True)):
         matchers = [f'{higher}=""' for higher in pods[:i]]
         matchers.append(f"{pod_label}=~{string_literal(pod_regex)}")
         matchers.append(f"{ns_label}=~{string_literal(namespace_regex)}")

@@ -139,7 +139,7 @@ def rollup_pods(gpu_rows: Iterable[Mapping[str, Any]],
             # distinct devices: a pod that moved between GPUs mid-window has a
             # row per device it held
             "gpus": len({(r.get("node"), r.get("uuid") or r.get("gpu"), r.get("mig_id"))
-                         for r in rows}),
+                         for r in rows if r.get("uuid") or r.get("gpu")}),
         }
         for key in METRIC_KEYS:
             out[key] = combine(ROLLUP[key], (r.get(key) for r in rows))
@@ -167,8 +167,11 @@ def sort_gpu_rows(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
 def result(*, source: str, endpoint: str, window: Mapping[str, Any],
            signals: Mapping[str, str | None], params: Mapping[str, Any], queries: int,
            gpu_rows: Iterable[dict[str, Any]], errors: Iterable[Mapping[str, str]],
+           pod_only_rows: Iterable[dict[str, Any]] = (),
            extra_rollup: Mapping[str, str] | None = None) -> dict[str, Any]:
-    """Assemble the aggregate dict (see the module docstring)."""
+    """Assemble the aggregate dict (see the module docstring). ``pod_only_rows``
+    name a pod but no device (a site query that aggregated the GPU labels
+    away): they feed the pod rows only."""
     gpus = sort_gpu_rows(gpu_rows)
     return {
         "version": VERSION,
@@ -179,7 +182,7 @@ def result(*, source: str, endpoint: str, window: Mapping[str, Any],
         | {k: v for k, v in signals.items() if k not in SIGNAL_NAMES},
         "params": dict(params),
         "queries": queries,
-        "pods": rollup_pods(gpus, extra_rollup),
+        "pods": rollup_pods([*gpus, *pod_only_rows], extra_rollup),
         "gpus": gpus,
         "errors": [dict(e) for e in errors],
     }

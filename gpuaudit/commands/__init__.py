@@ -1,0 +1,1 @@
+"""Commands that need heavier imports; loaded by name from gpuaudit.cli."""
