@@ -30,6 +30,9 @@ class AuditResult:
     rules: list[Rule] = field(default_factory=list)
     resources: int = 0
     gpu_workloads: int = 0
+    # Telemetry coverage of a cluster audit (None for manifests): how many GPU
+    # pods had data, so missing data never reads as idle.
+    telemetry: dict | None = None
 
     def exit_code(self, fail_on: str) -> int:
         """2 on input errors, else 1 when a finding is at or above ``fail_on``."""
@@ -84,6 +87,91 @@ def locators_for(config: Config):
     if not config.podspecs:
         return builtin_locators()
     return {**builtin_locators(), **parse_locators(config.podspecs)}
+
+
+def audit_cluster(
+    snapshot: dict,
+    config: Config,
+    rules: Sequence[Rule],
+    *,
+    telemetry_problem: str | None = None,
+) -> AuditResult:
+    """Judge a snapshot (live or read from a file). ``telemetry_problem`` says
+    why telemetry was asked for but could not be read: its rules are then
+    skipped with that reason and the run exits 2."""
+    from gpuaudit.cluster_state import build_cluster_state
+    from gpuaudit.facts import cluster as cluster_facts
+
+    state = build_cluster_state(snapshot)
+    inputs = {"cluster"}
+    if state.telemetry and state.telemetry.get("pods") is not None:
+        inputs.add("telemetry")
+    unavailable = {}
+    errors = list(state.errors)
+    if telemetry_problem:
+        unavailable["telemetry"] = f"insufficient data: telemetry unavailable ({telemetry_problem})"
+        errors.append(InputError("telemetry", None, telemetry_problem))
+    for problem in (state.telemetry or {}).get("errors") or []:
+        errors.append(
+            InputError(
+                str(problem.get("endpoint", "telemetry")),
+                None,
+                f"telemetry query {problem.get('query')}: {problem.get('message')}",
+                "warning",
+            )
+        )
+    evaluation = evaluate(
+        rules,
+        cluster_facts.subjects(state),
+        inputs=inputs,
+        exemptions=config.exemptions,
+        today=state.collected_at.date(),
+        unavailable=unavailable,
+    )
+    gpu_pods = [
+        p for p in state.pods if cluster_facts.requests_gpus(p) and p.phase not in ("Succeeded", "Failed")
+    ]
+    covered = cluster_facts.telemetry_pods(state.telemetry)
+    telemetry = None
+    if state.telemetry is not None:
+        telemetry = {
+            "source": state.telemetry.get("source"),
+            "signal": (state.telemetry.get("signals") or {}).get("compute"),
+            "window_seconds": (state.telemetry.get("window") or {}).get("seconds"),
+            "queries": state.telemetry.get("queries"),
+            "gpu_pods": len(gpu_pods),
+            "gpu_pods_with_data": sum(1 for p in gpu_pods if (p.namespace, p.name) in covered),
+        }
+    return AuditResult(
+        findings=evaluation.findings,
+        suppressed=evaluation.suppressed,
+        skipped=[*evaluation.skipped, *insufficient_data(evaluation.insufficient)],
+        errors=[*errors, *evaluation.warnings],
+        rules=list(rules),
+        resources=len(state.pods) + len(state.nodes),
+        gpu_workloads=len({(p.owner.kind, p.namespace, p.owner.name) for p in gpu_pods}),
+        telemetry=telemetry,
+    )
+
+
+def insufficient_data(entries: Sequence[tuple[str, Subject, float | None]]) -> list[Skipped]:
+    """One skipped entry per telemetry rule, naming the subjects it could not
+    judge and the coverage found — never a verdict of idle."""
+    by_rule: dict[str, list[tuple[Subject, float | None]]] = {}
+    for rule_id, subject, coverage in entries:
+        by_rule.setdefault(rule_id, []).append((subject, coverage))
+    skipped = []
+    for rule_id, items in by_rule.items():
+        examples = []
+        for subject, coverage in items[:5]:
+            name = f"{subject.facts.get('namespace') or ''}/{subject.facts.get('pod') or subject.facts.get('name')}"
+            found = "no series" if coverage is None else f"coverage {coverage:.0%}"
+            examples.append(f"{name} ({found})")
+        more = f", and {len(items) - 5} more" if len(items) > 5 else ""
+        skipped.append(
+            Skipped(rule_id, f"insufficient data for {len(items)} GPU pod(s): {', '.join(examples)}{more}")
+        )
+    return skipped
 
 
 def check_manifests(

@@ -18,6 +18,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from email.message import Message
 from pathlib import Path
 
 Labels = Mapping[str, str]
@@ -149,7 +150,7 @@ class PrometheusProcess:
 class Request:
     method: str
     path: str
-    headers: Mapping[str, str]
+    headers: Message  # case-insensitive, as HTTP header names are
     body: bytes
     query: str  # the PromQL text (from the form body or the URL), "" when none
 
@@ -208,7 +209,7 @@ class StubServer:
         body = http_handler.rfile.read(length) if length else b""
         split = urlsplit(http_handler.path)
         form = parse_qs(body.decode() if method == "POST" else split.query)
-        request = Request(method, split.path, dict(http_handler.headers.items()), body,
+        request = Request(method, split.path, http_handler.headers, body,
                           (form.get("query") or [""])[0])
         self.requests.append(request)
         reply = self.handler(request)

@@ -63,8 +63,14 @@ def manifest_findings(rule: Rule, case: Mapping[str, Any]) -> list[Any]:
 
 
 def fact_findings(rule: Rule, case: Mapping[str, Any]) -> list[Any]:
-    facts = case["facts"]
-    return [rule.id] if rule.applies_to(facts) and rule.violated_by(facts) else []
+    from gpuaudit.engine.evaluate import evaluate
+    from gpuaudit.facts import Subject
+    from gpuaudit.model import Resource
+
+    scope = rule.scope[0]
+    subject = Subject(rule.target, case["facts"], Resource("", "Case", "", "case"), None, scope=scope)
+    inputs = {scope, *rule.requires}
+    return evaluate([rule], [subject], inputs=inputs).findings
 
 
 def run_case(case: Case, runners: Mapping[str, CaseRunner] | None = None) -> CaseResult:

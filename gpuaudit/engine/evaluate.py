@@ -48,6 +48,20 @@ class Evaluation:
     suppressed: list[tuple[Finding, str]] = field(default_factory=list)
     skipped: list[Skipped] = field(default_factory=list)
     warnings: list[InputError] = field(default_factory=list)
+    # (rule id, subject, coverage found) for telemetry rules that had too little data
+    insufficient: list[tuple[str, Subject, float | None]] = field(default_factory=list)
+
+
+DEFAULT_MIN_COVERAGE = 0.5
+
+
+def telemetry_coverage(rule: Rule, facts: Mapping[str, Any]) -> tuple[bool, float | None]:
+    """Whether a GPU subject has enough telemetry for ``rule``: coverage of
+    the window at least the rule's ``min_coverage`` param (default 0.5).
+    Missing telemetry is never judged: it is reported as insufficient data."""
+    coverage = lookup(facts, "telemetry.coverage")
+    threshold = rule.params.get("min_coverage", DEFAULT_MIN_COVERAGE)
+    return isinstance(coverage, (int, float)) and coverage >= threshold, coverage
 
 
 def evaluate(
@@ -98,6 +112,11 @@ def evaluate(
 
     for subject in subjects:
         for rule in active.get((subject.target, subject.scope), ()):
+            if "telemetry" in rule.requires and lookup(subject.facts, "gpu.requested"):
+                enough, coverage = telemetry_coverage(rule, subject.facts)
+                if not enough:
+                    result.insufficient.append((rule.id, subject, coverage))
+                    continue
             if not rule.applies_to(subject.facts) or not rule.violated_by(subject.facts):
                 continue
             finding = make_finding(rule, subject)

@@ -197,6 +197,15 @@ def rule_from_data(
                     f"{key} names unknown fact {fact!r} for target {data['target']!r} "
                     "(documented in gpuaudit/data/facts.schema.json)",
                 )
+    if target_schema is not None:
+        paths = [*(data.get("evidence") or ()), *([data["points_at"]] if data.get("points_at") else [])]
+        for path in paths:
+            if not fact_path_known(path, target_schema):
+                raise RuleError(
+                    source,
+                    _nearest_line(lines, "/evidence" if path != data.get("points_at") else "/points_at"),
+                    f"names unknown fact {path!r} for target {data['target']!r}",
+                )
     if "message" in data:
         from gpuaudit.engine.messages import check_template
 
@@ -243,6 +252,22 @@ def _splice_params(schema: Any, params: Mapping[str, Any]) -> Any:
     if isinstance(schema, list):
         return [_splice_params(v, params) for v in schema]
     return schema
+
+
+def fact_path_known(path: str, facts: Mapping[str, Any]) -> bool:
+    """Whether a dotted fact path (evidence, points_at) exists in the fact schema."""
+    node: Any = facts
+    for part in path.split("."):
+        ref = node.get("$ref") if isinstance(node, Mapping) else None
+        if isinstance(ref, str):
+            node = fact_schema()["$defs"].get(ref.rsplit("/", 1)[1], {})
+        props = node.get("properties") if isinstance(node, Mapping) else None
+        if not isinstance(props, Mapping):
+            return isinstance(node, Mapping) and node.get("additionalProperties", True) is not False
+        if part not in props:
+            return False
+        node = props[part]
+    return True
 
 
 def unknown_facts(schema: Any, facts: Mapping[str, Any], path: str = "") -> Iterable[str]:

@@ -13,7 +13,7 @@ from typing import Any
 
 from gpuaudit.model import Document, Resource
 
-TARGETS = ("workload", "pod", "container", "config", "node", "cluster")
+TARGETS = ("workload", "pod", "container", "config", "node", "claim", "cluster")
 
 
 @dataclass(frozen=True)

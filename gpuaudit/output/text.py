@@ -63,6 +63,14 @@ def render(result: AuditResult, *, colour: bool = False, **_: Any) -> str:
             where = e.file + (f":{e.line}" if e.line else "")
             lines.append(f"  {e.level}: {clean(where)}: {clean(e.message)}")
         lines.append("")
+    if result.telemetry is not None:
+        t = result.telemetry
+        window = f"{t['window_seconds'] / 3600:g} h" if t.get("window_seconds") else "unknown window"
+        lines.append(
+            f"Telemetry ({t.get('source')}, {t.get('signal') or 'no compute signal'}, {window}): "
+            f"{t['gpu_pods_with_data']} of {t['gpu_pods']} GPU pods have data; "
+            "the rest are reported as insufficient data, never as idle."
+        )
     counts = Counter(f.severity for f in result.findings)
     summary = ", ".join(f"{counts[s]} {s}" for s in SEVERITIES if counts[s]) or "none"
     lines.append(

@@ -74,7 +74,9 @@ class _Client:
         self.sent = 0
 
     def instant(self, query: str, at: float) -> list[dict[str, Any]]:
-        form = {"query": query, "time": f"{at:.3f}", "timeout": f"{self.timeout:g}s"}
+        # Prometheus durations take no fractions: milliseconds
+        form = {"query": query, "time": f"{at:.3f}",
+                "timeout": f"{max(1, round(self.timeout * 1000))}ms"}
         data = self._call("/api/v1/query", form)
         if not isinstance(data, dict) or data.get("resultType") != "vector":
             kind = data.get("resultType") if isinstance(data, dict) else type(data).__name__
@@ -145,17 +147,18 @@ def _prometheus_message(payload: Mapping[str, Any]) -> str:
 
 
 def _http_message(exc: urllib.error.HTTPError) -> str:
-    detail = ""
     try:
         raw = exc.read(4096)
+    except OSError:  # the body only improves the message; the status says enough
+        raw = b""
+    detail = raw.decode("utf-8", "replace").strip()[:200]
+    try:
         payload = json.loads(raw)
-        if isinstance(payload, dict) and payload.get("error"):
-            detail = ": " + _prometheus_message(payload)
-        else:
-            detail = ": " + raw.decode("utf-8", "replace").strip()[:200]
-    except Exception:  # the body is only a better message; the status says enough
-        pass
-    return f"HTTP {exc.code} {exc.reason}{detail}"
+    except ValueError:
+        payload = None
+    if isinstance(payload, dict) and payload.get("error"):
+        detail = _prometheus_message(payload)
+    return f"HTTP {exc.code} {exc.reason}" + (f": {detail}" if detail else "")
 
 
 def _auth_headers(headers: Mapping[str, str] | None, bearer_token: str | None,
@@ -413,7 +416,7 @@ def _build_rows(rows: _Rows, fields: Sequence[Field],
         metrics = {f.name: values.get(f.name) for f in fields
                    if promql.field_output_is_standard(f)}
         extra = {f.name: values.get(f.name) for f in fields
-                 if not promql.field_output_is_standard(f) and f.name in values}
+                 if not promql.field_output_is_standard(f)}
         out = telemetry.gpu_row(ident, metrics, extra)
         if ident["uuid"] is None and ident["gpu"] is None:
             if ident["pod"] is not None:

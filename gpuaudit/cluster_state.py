@@ -1,0 +1,299 @@
+"""A snapshot (raw cluster JSON + telemetry aggregates) -> the normalized
+ClusterState: GPU nodes, pods with their top owner and GPU holding, the GPU
+sharing configuration, claims and queued work. Pure: no API calls here."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+from gpuaudit import gpus
+from gpuaudit.model import Document, InputError, Workload
+from gpuaudit.quantity import QuantityError, parse_quantity
+from gpuaudit.workloads import KindLocator, build_workloads, builtin_locators, group_of
+
+GPU_RESOURCE = re.compile(r"^(?:nvidia\.com/(?:gpu(?:\.shared)?|mig-[\w.+-]+)|amd\.com/gpu|gpu\.intel\.com/\w+)$")
+# Waiting reasons that mean a container will not start soon; the pod still
+# holds the GPUs of the node it is bound to.
+STUCK_REASONS = (
+    "CrashLoopBackOff",
+    "ImagePullBackOff",
+    "ErrImagePull",
+    "CreateContainerError",
+    "CreateContainerConfigError",
+    "RunContainerError",
+    "InvalidImageName",
+)
+
+
+@dataclass(frozen=True)
+class Node:
+    name: str
+    labels: Mapping[str, str]
+    taints: tuple[Mapping[str, Any], ...]
+    unschedulable: bool
+    gpu_capacity: Mapping[str, float]
+    gpu_allocatable: Mapping[str, float]
+    product: str | None
+    model: gpus.GpuModel | None
+
+    @property
+    def gpus(self) -> float:
+        """Physical GPUs (MIG slices and shared replicas are not whole GPUs)."""
+        count = self.labels.get("nvidia.com/gpu.count")
+        if count and count.isdigit():
+            return float(count)
+        replicas = self.labels.get("nvidia.com/gpu.replicas", "1")
+        whole = self.gpu_capacity.get("nvidia.com/gpu", 0.0) + self.gpu_capacity.get(
+            "nvidia.com/gpu.shared", 0.0
+        )
+        per = int(replicas) if replicas.isdigit() and int(replicas) > 0 else 1
+        others = sum(v for k, v in self.gpu_capacity.items() if k in ("amd.com/gpu",))
+        return whole / per + others
+
+
+@dataclass(frozen=True)
+class Owner:
+    api_version: str
+    kind: str
+    name: str
+    workload_class: str
+
+
+@dataclass(frozen=True)
+class PodState:
+    workload: Workload  # the pod as a Workload (kind Pod): templates, containers, GPU requests
+    phase: str
+    node: str | None
+    owner: Owner
+    holds_gpus: bool
+    start_time: datetime | None
+    waiting_reasons: tuple[str, ...]
+    restarts: int
+    ready: bool
+    not_ready_since: datetime | None
+    scheduling_gates: tuple[str, ...]
+    failed_scheduling: str | None
+
+    @property
+    def name(self) -> str:
+        return self.workload.name
+
+    @property
+    def namespace(self) -> str:
+        return self.workload.namespace
+
+
+@dataclass(frozen=True)
+class ClusterState:
+    collected_at: datetime
+    nodes: tuple[Node, ...]
+    pods: tuple[PodState, ...]
+    configs: tuple[Document, ...]  # device-plugin ConfigMaps, ClusterPolicies
+    claims: tuple[Mapping[str, Any], ...]
+    kueue_workloads: tuple[Mapping[str, Any], ...]
+    telemetry: Mapping[str, Any] | None
+    errors: tuple[InputError, ...] = field(default_factory=tuple)
+    source: str = "cluster"
+
+
+def parse_time(value: Any) -> datetime | None:
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        return datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+
+
+def _gpu_resources(values: Any) -> dict[str, float]:
+    out: dict[str, float] = {}
+    if isinstance(values, Mapping):
+        for name, value in values.items():
+            if GPU_RESOURCE.match(str(name)):
+                try:
+                    out[str(name)] = parse_quantity(value)
+                except QuantityError:
+                    continue
+    return out
+
+
+def build_node(obj: Mapping[str, Any]) -> Node:
+    meta = obj.get("metadata") or {}
+    spec = obj.get("spec") or {}
+    status = obj.get("status") or {}
+    labels = {str(k): str(v) for k, v in (meta.get("labels") or {}).items()}
+    product = next((labels[k] for k in gpus.PRODUCT_LABELS if k in labels), None)
+    return Node(
+        name=str(meta.get("name", "")),
+        labels=labels,
+        taints=tuple(t for t in spec.get("taints") or [] if isinstance(t, Mapping)),
+        unschedulable=spec.get("unschedulable") is True,
+        gpu_capacity=_gpu_resources(status.get("capacity")),
+        gpu_allocatable=_gpu_resources(status.get("allocatable")),
+        product=product,
+        model=gpus.lookup(product) if product else None,
+    )
+
+
+def _owner_index(
+    lists: Mapping[str, Iterable[Mapping[str, Any]]],
+) -> dict[tuple[str, str, str], Mapping[str, Any]]:
+    """(kind, namespace, name) -> object. Items of a list response carry no
+    kind, so the caller names it."""
+    index = {}
+    for kind, objects in lists.items():
+        for obj in objects:
+            meta = obj.get("metadata") or {}
+            index[(kind, str(meta.get("namespace", "")), str(meta.get("name", "")))] = obj
+    return index
+
+
+def _controller(meta: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    refs = [r for r in meta.get("ownerReferences") or [] if isinstance(r, Mapping)]
+    return next((r for r in refs if r.get("controller")), refs[0] if refs else None)
+
+
+def resolve_owner(
+    pod: Mapping[str, Any],
+    intermediates: Mapping[tuple[str, str, str], Mapping[str, Any]],
+    locators: Mapping[tuple[str, str], KindLocator],
+) -> Owner:
+    """Follow controller references up to the top workload: Pod -> ReplicaSet
+    -> Deployment, Pod -> Job -> CronJob; CRD owners stop the walk."""
+    meta = pod.get("metadata") or {}
+    namespace = str(meta.get("namespace", ""))
+    api_version, kind, name = "v1", "Pod", str(meta.get("name", ""))
+    ref = _controller(meta)
+    for _ in range(5):  # owner chains are short; a cycle must not loop forever
+        if ref is None:
+            break
+        api_version, kind, name = str(ref.get("apiVersion", "")), str(ref.get("kind", "")), str(ref.get("name", ""))
+        parent = intermediates.get((kind, namespace, name))
+        ref = _controller(parent.get("metadata") or {}) if parent is not None else None
+    located = locators.get((group_of(api_version), kind))
+    workload_class = located.workload_class if located else ("pod" if kind == "Pod" else "other")
+    return Owner(api_version, kind, name, workload_class)
+
+
+def _latest_failed_scheduling(events: Iterable[Mapping[str, Any]]) -> dict[tuple[str, str], str]:
+    latest: dict[tuple[str, str], tuple[str, str]] = {}
+    for event in events:
+        if event.get("reason") != "FailedScheduling":
+            continue
+        involved = event.get("involvedObject") or {}
+        key = (str(involved.get("namespace", "")), str(involved.get("name", "")))
+        stamp = str(event.get("lastTimestamp") or event.get("eventTime") or "")
+        if key not in latest or stamp >= latest[key][0]:
+            latest[key] = (stamp, str(event.get("message", "")))
+    return {k: v[1] for k, v in latest.items()}
+
+
+def build_pod(
+    obj: Mapping[str, Any],
+    workload: Workload,
+    owner: Owner,
+    failed_scheduling: str | None,
+) -> PodState:
+    spec = obj.get("spec") or {}
+    status = obj.get("status") or {}
+    phase = str(status.get("phase") or "Unknown")
+    node = spec.get("nodeName") or None
+    statuses = [s for s in status.get("containerStatuses") or [] if isinstance(s, Mapping)]
+    statuses += [s for s in status.get("initContainerStatuses") or [] if isinstance(s, Mapping)]
+    waiting = tuple(
+        str((s.get("state") or {}).get("waiting", {}).get("reason"))
+        for s in statuses
+        if isinstance((s.get("state") or {}).get("waiting"), Mapping)
+        and (s.get("state") or {})["waiting"].get("reason")
+    )
+    ready_condition = next(
+        (c for c in status.get("conditions") or [] if isinstance(c, Mapping) and c.get("type") == "Ready"),
+        None,
+    )
+    ready = bool(ready_condition and ready_condition.get("status") == "True")
+    not_ready_since = (
+        parse_time(ready_condition.get("lastTransitionTime")) if ready_condition and not ready else None
+    )
+    gates = tuple(
+        str(g.get("name")) for g in spec.get("schedulingGates") or [] if isinstance(g, Mapping)
+    )
+    return PodState(
+        workload=workload,
+        phase=phase,
+        node=str(node) if node else None,
+        owner=owner,
+        # Succeeded and Failed pods have released their devices; a pod bound to
+        # a node (even one whose containers cannot start) still holds them.
+        holds_gpus=bool(node) and phase in ("Pending", "Running", "Unknown"),
+        start_time=parse_time(status.get("startTime")),
+        waiting_reasons=waiting,
+        restarts=sum(int(s.get("restartCount") or 0) for s in statuses),
+        ready=ready,
+        not_ready_since=not_ready_since,
+        scheduling_gates=gates,
+        failed_scheduling=failed_scheduling,
+    )
+
+
+def _unbound(spec: Any) -> Any:
+    if isinstance(spec, Mapping) and "nodeName" in spec:
+        return {k: v for k, v in spec.items() if k != "nodeName"}
+    return spec
+
+
+def build_cluster_state(snapshot: Mapping[str, Any]) -> ClusterState:
+    objects = snapshot.get("objects") or {}
+    locators = builtin_locators()
+    nodes = tuple(build_node(n) for n in objects.get("nodes") or [])
+    intermediates = _owner_index(
+        {"ReplicaSet": objects.get("replicasets") or [], "Job": objects.get("jobs") or []}
+    )
+    pending_messages = _latest_failed_scheduling(objects.get("events") or [])
+    raw_pods = [p for p in objects.get("pods") or [] if isinstance(p, Mapping)]
+    # The scheduler writes nodeName when it binds a pod: on a live pod it is
+    # the result of placement, not a constraint (PodState.node keeps it).
+    documents = [
+        Document(obj={"apiVersion": "v1", "kind": "Pod", **p, "spec": _unbound(p.get("spec"))}, file="", line=0)
+        for p in raw_pods
+    ]
+    workloads, field_errors = build_workloads(documents, locators)
+    pods = []
+    for raw, workload in zip(raw_pods, workloads, strict=True):
+        key = (workload.namespace, workload.name)
+        pods.append(
+            build_pod(raw, workload, resolve_owner(raw, intermediates, locators), pending_messages.get(key))
+        )
+    configs = tuple(
+        Document(obj={"apiVersion": "v1", "kind": "ConfigMap", **c}, file="", line=0)
+        for c in objects.get("configmaps") or []
+    ) + tuple(
+        Document(obj={"apiVersion": "nvidia.com/v1", "kind": "ClusterPolicy", **c}, file="", line=0)
+        for c in objects.get("clusterpolicies") or []
+    )
+    errors = [
+        InputError(
+            e.get("endpoint", "cluster"),
+            None,
+            f"could not read {e.get('resource')}: {e.get('message')}"
+            + (f" (HTTP {e['status']})" if e.get("status") else "")
+            + "; this audit is partial",
+        )
+        for e in snapshot.get("errors") or []
+    ]
+    errors += [InputError("cluster", None, e.message, "warning") for e in field_errors]
+    collected = parse_time(snapshot.get("collected_at")) or datetime.now(timezone.utc)
+    return ClusterState(
+        collected_at=collected,
+        nodes=nodes,
+        pods=tuple(pods),
+        configs=configs,
+        claims=tuple(objects.get("resourceclaims") or ()),
+        kueue_workloads=tuple(objects.get("kueueworkloads") or ()),
+        telemetry=snapshot.get("telemetry"),
+        errors=tuple(errors),
+        source=str((snapshot.get("cluster") or {}).get("server") or "snapshot"),
+    )

@@ -1,0 +1,56 @@
+"""`gpuaudit snapshot`: record what an audit uses, to replay it offline."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from gpuaudit.cli import load_config_or_exit
+from gpuaudit.commands.sources import cluster_options, load_snapshot, load_telemetry, telemetry_options
+
+
+@click.command()
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), required=True,
+              help="Snapshot file (.json, or .json.gz compressed).")
+@click.option("--config", "config_path", type=click.Path(dir_okay=False, path_type=Path))
+@cluster_options
+@telemetry_options
+def snapshot(
+    output: Path,
+    config_path: Path | None,
+    snapshot_path: Path | None,
+    kubeconfig: str | None,
+    context: str | None,
+    in_cluster: bool,
+    request_timeout: float,
+    deadline: float,
+    **telemetry: Any,
+) -> None:
+    """Collect cluster objects (and telemetry) read-only into one file."""
+    from gpuaudit.snapshot import SnapshotError, write_snapshot
+
+    config = load_config_or_exit(config_path)
+    data = load_snapshot(
+        snapshot_path=snapshot_path,
+        kubeconfig=kubeconfig,
+        context=context,
+        in_cluster=in_cluster,
+        request_timeout=request_timeout,
+        deadline=deadline,
+    )
+    problem = load_telemetry(data, config, **telemetry)
+    try:
+        write_snapshot(data, output)
+    except SnapshotError as exc:
+        click.echo(f"gpuaudit: {exc}", err=True)
+        sys.exit(2)
+    counts = ", ".join(f"{len(v)} {k}" for k, v in data["objects"].items() if v)
+    click.echo(f"wrote {output}: {counts}", err=True)
+    for error in data.get("errors") or []:
+        click.echo(f"gpuaudit: could not read {error['resource']}: {error['message']}", err=True)
+    if problem:
+        click.echo(f"gpuaudit: telemetry unavailable: {problem}", err=True)
+    sys.exit(2 if data.get("errors") or problem else 0)

@@ -1,0 +1,152 @@
+"""Options and loading shared by the commands that read a live cluster or a
+snapshot, and GPU telemetry (audit, snapshot, report, fix)."""
+
+from __future__ import annotations
+
+import re
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import click
+
+from gpuaudit.config import Config
+
+_DURATION = re.compile(r"^(\d+)([smhdw])$")
+_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+def parse_duration(value: str) -> int:
+    match = _DURATION.match(value.strip())
+    if not match:
+        raise click.BadParameter(f"{value!r} is not a duration like 30m, 12h or 7d")
+    return int(match.group(1)) * _SECONDS[match.group(2)]
+
+
+def cluster_options(func: Callable[..., Any]) -> Callable[..., Any]:
+    options = [
+        click.option("--snapshot", "snapshot_path", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+                     help="Audit this snapshot file instead of a live cluster."),
+        click.option("--kubeconfig", type=click.Path(dir_okay=False), help="kubeconfig file (default: $KUBECONFIG)."),
+        click.option("--context", help="kubeconfig context."),
+        click.option("--in-cluster", is_flag=True, help="Use the pod's service account."),
+        click.option("--request-timeout", type=float, default=30.0, show_default=True,
+                     help="Seconds per API request."),
+        click.option("--deadline", type=float, default=300.0, show_default=True,
+                     help="Seconds for the whole collection."),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
+def telemetry_options(func: Callable[..., Any]) -> Callable[..., Any]:
+    options = [
+        click.option("--prometheus", "prometheus_url", help="Prometheus-compatible URL with DCGM exporter series."),
+        click.option("--window", default="7d", show_default=True, help="Telemetry window (e.g. 24h, 7d)."),
+        click.option("--prometheus-token-file", type=click.Path(exists=True, dir_okay=False),
+                     help="File holding a bearer token for Prometheus."),
+        click.option("--prometheus-user", help="Basic-auth user (password from $GPUAUDIT_PROMETHEUS_PASSWORD)."),
+        click.option("--prometheus-ca", type=click.Path(exists=True, dir_okay=False), help="CA bundle."),
+        click.option("--prometheus-header", multiple=True, help="Extra header NAME=VALUE (repeatable)."),
+        click.option("--samples", "sample_files", multiple=True,
+                     type=click.Path(exists=True, dir_okay=False, path_type=Path),
+                     help="NVML samples written by `gpuaudit sample` (repeatable)."),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
+def _progress(resource: str, count: int) -> None:
+    click.echo(f"\r  reading {resource}: {count:,}   ", err=True, nl=False)
+
+
+def load_snapshot(
+    *,
+    snapshot_path: Path | None,
+    kubeconfig: str | None,
+    context: str | None,
+    in_cluster: bool,
+    request_timeout: float,
+    deadline: float,
+) -> dict[str, Any]:
+    """A snapshot from a file, or collected now from the cluster (read-only)."""
+    if snapshot_path is not None:
+        from gpuaudit.snapshot import SnapshotError, read_snapshot
+
+        try:
+            return read_snapshot(snapshot_path)
+        except SnapshotError as exc:
+            click.echo(f"gpuaudit: {exc}", err=True)
+            sys.exit(2)
+    from gpuaudit.sources.cluster import ClusterSourceError, collect
+
+    try:
+        snapshot = collect(
+            kubeconfig=kubeconfig,
+            context=context,
+            in_cluster=in_cluster,
+            request_timeout=request_timeout,
+            deadline=deadline,
+            progress=_progress if sys.stderr.isatty() else None,
+        )
+    except ClusterSourceError as exc:
+        click.echo(f"gpuaudit: {exc}", err=True)
+        sys.exit(2)
+    if sys.stderr.isatty():
+        click.echo("", err=True)
+    return snapshot
+
+
+def load_telemetry(
+    snapshot: dict[str, Any],
+    config: Config,
+    *,
+    prometheus_url: str | None,
+    window: str,
+    prometheus_token_file: str | None,
+    prometheus_user: str | None,
+    prometheus_ca: str | None,
+    prometheus_header: Sequence[str],
+    sample_files: Sequence[Path],
+) -> str | None:
+    """Put telemetry aggregates into ``snapshot['telemetry']`` when asked for.
+
+    Returns why telemetry could not be read (the audit goes on without it), or None.
+    """
+    import os
+
+    settings = config.telemetry
+    url = prometheus_url or settings.get("prometheus")
+    if sample_files:
+        from gpuaudit.sources.samples import aggregate_samples
+
+        try:
+            snapshot["telemetry"] = aggregate_samples(list(sample_files), params=settings.get("params"))
+        except (OSError, ValueError) as exc:
+            return f"cannot read samples: {exc}"
+        return None
+    if not url:
+        return None
+    from gpuaudit.sources.prometheus import query_telemetry
+    from gpuaudit.sources.telemetry import TelemetryUnavailable
+
+    headers = dict(h.split("=", 1) for h in prometheus_header if "=" in h)
+    token = Path(prometheus_token_file).read_text().strip() if prometheus_token_file else None
+    password = os.environ.get("GPUAUDIT_PROMETHEUS_PASSWORD", "")
+    try:
+        snapshot["telemetry"] = query_telemetry(
+            url,
+            window_seconds=parse_duration(window),
+            params=settings.get("params"),
+            queries=settings.get("queries"),
+            bearer_token=token,
+            basic_auth=(prometheus_user, password) if prometheus_user else None,
+            ca_bundle=prometheus_ca,
+            headers=headers,
+        )
+    except TelemetryUnavailable as exc:
+        return str(exc)
+    return None

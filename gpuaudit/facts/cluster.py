@@ -1,0 +1,398 @@
+"""Facts about live cluster state (pure functions over a ClusterState).
+
+Targets: ``pod`` (every pod that holds or waits for GPUs, with its top owner,
+status, why it pends, how many GPU nodes it may use, and telemetry), ``node``
+(GPU nodes), ``claim`` (DRA ResourceClaims) and ``cluster`` (one document:
+totals, sharing configuration, pending demand, queued work).
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Iterator, Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from gpuaudit.cluster_state import STUCK_REASONS, ClusterState, Node, PodState, parse_time
+from gpuaudit.facts import Subject
+from gpuaudit.facts import config as config_facts
+from gpuaudit.facts.scheduling import (
+    parse_failed_scheduling,
+    selects_node,
+    taint_text,
+    untolerated_taints,
+)
+from gpuaudit.facts.workload import LONG_RUNNING_CLASSES, pod_facts
+from gpuaudit.model import Resource
+
+KUEUE_GATE = "kueue.x-k8s.io/admission"
+
+
+def subjects(state: ClusterState) -> Iterator[Subject]:
+    telemetry = _telemetry_index(state.telemetry)
+    gpu_nodes = [n for n in state.nodes if n.gpu_capacity]
+    eligibility = _Eligibility(gpu_nodes)
+    held = Counter()
+    for pod in state.pods:
+        if pod.holds_gpus and pod.node:
+            held[pod.node] += _pod_gpus(pod)
+    gpu_pods = [p for p in state.pods if requests_gpus(p)]
+    for pod in gpu_pods:
+        if pod.phase in ("Succeeded", "Failed"):
+            continue
+        facts = pod_state_facts(pod, state.collected_at, eligibility, telemetry, len(gpu_nodes))
+        owner = pod.owner
+        yield Subject(
+            "pod",
+            facts,
+            Resource(owner.api_version, owner.kind, pod.namespace, owner.name, node=pod.node),
+            None,
+            {**pod.workload.annotations},
+            scope="cluster",
+        )
+    for node in gpu_nodes:
+        yield Subject(
+            "node",
+            node_facts(node, held.get(node.name, 0.0), telemetry),
+            Resource("v1", "Node", "", node.name, node=node.name),
+            None,
+            scope="cluster",
+        )
+    for claim in state.claims:
+        facts = claim_facts(claim, state.collected_at)
+        yield Subject(
+            "claim",
+            facts,
+            Resource("resource.k8s.io/v1", "ResourceClaim", facts["namespace"], facts["name"]),
+            None,
+            scope="cluster",
+        )
+    for doc in state.configs:
+        for subject in config_facts.subjects(doc):
+            yield Subject(subject.target, subject.facts, subject.resource, None, scope="cluster")
+    yield Subject(
+        "cluster",
+        cluster_facts(state, gpu_nodes, gpu_pods, held),
+        Resource("", "Cluster", "", state.source),
+        None,
+        scope="cluster",
+    )
+
+
+# --- pods -------------------------------------------------------------------------
+
+
+def requests_gpus(pod: PodState) -> bool:
+    return any(
+        c.gpus for t in pod.workload.templates for c in (*t.containers, *t.init_containers)
+    ) or any(t.extra_gpus for t in pod.workload.templates)
+
+
+def _pod_gpus(pod: PodState) -> float:
+    """Whole-GPU-equivalents a pod holds: device-plugin GPUs and MIG slices count one each."""
+    total = 0.0
+    for t in pod.workload.templates:
+        per_container = [sum(r.count or 0 for r in c.gpus if r.mode != "dra") for c in t.containers]
+        init = [sum(r.count or 0 for r in c.gpus if r.mode != "dra") for c in t.init_containers]
+        total += max(sum(per_container), max(init, default=0))
+    return total
+
+
+def _hours(since: datetime | None, now: datetime) -> float | None:
+    return round((now - since).total_seconds() / 3600, 3) if since else None
+
+
+def pod_state_facts(
+    pod: PodState,
+    now: datetime,
+    eligibility: _Eligibility,
+    telemetry: Mapping[tuple[str, str], Mapping[str, Any]],
+    gpu_node_count: int,
+) -> dict[str, Any]:
+    workload = pod.workload
+    template = workload.templates[0]
+    owner = pod.owner
+    base = {
+        "apiVersion": owner.api_version,
+        "kind": owner.kind,
+        "name": owner.name,
+        "namespace": workload.namespace,
+        "class": owner.workload_class,
+        "long_running": owner.workload_class in LONG_RUNNING_CLASSES,
+    }
+    facts = pod_facts(workload, template, base)
+    stuck = next((r for r in pod.waiting_reasons if r in STUCK_REASONS), None)
+    pending = pod.phase == "Pending" and not pod.node
+    parsed = parse_failed_scheduling(pod.failed_scheduling) if pending and pod.failed_scheduling else None
+    eligible, blocking_taints = eligibility.of(template.spec, template.containers)
+    if pending and KUEUE_GATE in pod.scheduling_gates:
+        cause = "quota"
+    elif pending and pod.scheduling_gates:
+        cause = "gated"
+    elif parsed is not None:
+        cause = parsed["cause"]
+    else:
+        cause = "unknown" if pending else None
+    facts["placement"]["eligible_gpu_nodes"] = eligible
+    facts["placement"]["gpu_nodes"] = gpu_node_count
+    facts.update(
+        {
+            "role": workload.name,  # messages name the pod where a manifest names the template
+            "pod": workload.name,
+            "node": pod.node,
+            "phase": pod.phase,
+            "holds_gpus": pod.holds_gpus,
+            "gpus_held": _pod_gpus(pod) if pod.holds_gpus else 0.0,
+            "status": {
+                "waiting_reasons": list(pod.waiting_reasons),
+                "stuck_reason": stuck,
+                "restarts": pod.restarts,
+                "ready": pod.ready,
+                "not_ready_hours": _hours(pod.not_ready_since, now),
+                "age_hours": _hours(pod.start_time, now),
+            },
+            "pending": {
+                "pending": pending,
+                "cause": cause,
+                "message": pod.failed_scheduling if pending else None,
+                "reasons": parsed["reasons"] if parsed else [],
+                "untolerated_taints": blocking_taints if pending else [],
+                "gates": list(pod.scheduling_gates),
+            },
+            "telemetry": telemetry.get((workload.namespace, workload.name)),
+        }
+    )
+    return facts
+
+
+class _Eligibility:
+    """How many GPU nodes a pod shape may run on: selectors, required
+    affinity, taints and GPU capacity. Cached by the pod's placement signature,
+    since every replica of a workload asks the same question."""
+
+    def __init__(self, gpu_nodes: Sequence[Node]) -> None:
+        self.nodes = [n for n in gpu_nodes if not n.unschedulable]
+        self.cache: dict[str, tuple[int, list[str]]] = {}
+
+    def of(self, spec: Mapping[str, Any], containers: Sequence[Any]) -> tuple[int, list[str]]:
+        needs: Counter[str] = Counter()
+        for c in containers:
+            for r in c.gpus:
+                if r.mode != "dra" and r.count:
+                    needs[r.resource] += r.count
+        key = json.dumps(
+            [
+                spec.get("nodeName"),
+                spec.get("nodeSelector"),
+                (spec.get("affinity") or {}).get("nodeAffinity"),
+                spec.get("tolerations"),
+                sorted(needs.items()),
+            ],
+            sort_keys=True,
+            default=str,
+        )
+        if key not in self.cache:
+            self.cache[key] = self._count(spec, needs)
+        return self.cache[key]
+
+    def _count(self, spec: Mapping[str, Any], needs: Mapping[str, float]) -> tuple[int, list[str]]:
+        tolerations = [t for t in spec.get("tolerations") or [] if isinstance(t, Mapping)]
+        eligible = 0
+        blocking: set[str] = set()
+        for node in self.nodes:
+            if not selects_node(spec, node.name, node.labels):
+                continue
+            if any(node.gpu_allocatable.get(res, 0.0) < count for res, count in needs.items()):
+                continue
+            taints = untolerated_taints(tolerations, node.taints)
+            if taints:
+                blocking.update(taint_text(t) for t in taints)
+                continue
+            eligible += 1
+        return eligible, sorted(blocking)
+
+
+# --- nodes, claims, cluster -------------------------------------------------------
+
+
+def _mig_enabled(node: Node) -> bool:
+    if any(r.startswith("nvidia.com/mig-") for r in node.gpu_capacity):
+        return True
+    config = node.labels.get("nvidia.com/mig.config")
+    return bool(config and config != "all-disabled") or "-MIG-" in (node.product or "")
+
+
+def node_facts(
+    node: Node, allocated: float, telemetry: Mapping[tuple[str, str], Mapping[str, Any]]
+) -> dict[str, Any]:
+    capable_label = node.labels.get("nvidia.com/mig.capable")
+    mig_capable = capable_label == "true" if capable_label else bool(node.model and node.model.mig_capable)
+    strategy = node.labels.get("nvidia.com/gpu.sharing-strategy") or node.labels.get(
+        "cloud.google.com/gke-gpu-sharing-strategy"
+    )
+    replicas = node.labels.get("nvidia.com/gpu.replicas")
+    return {
+        "name": node.name,
+        "pointer": "",
+        "product": node.product,
+        "model": node.model.model if node.model else None,
+        "gpus": node.gpus,
+        "gpu_resources": dict(node.gpu_capacity),
+        "allocated": allocated,
+        "free": max(sum(node.gpu_allocatable.values()) - allocated, 0.0),
+        "mig_capable": mig_capable,
+        "mig_enabled": _mig_enabled(node),
+        "mig_config": node.labels.get("nvidia.com/mig.config"),
+        "sharing_strategy": strategy if strategy and strategy != "none" else None,
+        "replicas": int(replicas) if replicas and replicas.isdigit() else None,
+        "unschedulable": node.unschedulable,
+        "taints": [taint_text(t) for t in node.taints],
+    }
+
+
+def claim_facts(claim: Mapping[str, Any], now: datetime) -> dict[str, Any]:
+    meta = claim.get("metadata") or {}
+    status = claim.get("status") or {}
+    allocation = status.get("allocation") if isinstance(status.get("allocation"), Mapping) else None
+    results = ((allocation or {}).get("devices") or {}).get("results") or []
+    return {
+        "name": str(meta.get("name", "")),
+        "namespace": str(meta.get("namespace", "")),
+        "pointer": "",
+        "allocated": allocation is not None,
+        "reserved": bool(status.get("reservedFor")),
+        "devices": [str(r.get("device")) for r in results if isinstance(r, Mapping)],
+        "age_hours": _hours(parse_time(meta.get("creationTimestamp")), now),
+    }
+
+
+def cluster_facts(
+    state: ClusterState, gpu_nodes: Sequence[Node], gpu_pods: Sequence[PodState], held: Mapping[str, float]
+) -> dict[str, Any]:
+    configs = [s.facts for doc in state.configs for s in config_facts.subjects(doc)]
+    nodes_by_strategy = Counter(
+        (n.labels.get("nvidia.com/gpu.sharing-strategy") or "none") for n in gpu_nodes
+    )
+    mig_nodes = sum(1 for n in gpu_nodes if _mig_enabled(n))
+    # Node labels (set by GPU feature discovery) say what is in effect; a
+    # config nobody references changes nothing.
+    active = sum(v for k, v in nodes_by_strategy.items() if k != "none") + mig_nodes
+    pending = [p for p in gpu_pods if p.phase == "Pending" and not p.node]
+    causes = Counter()
+    for pod in pending:
+        if KUEUE_GATE in pod.scheduling_gates:
+            causes["quota"] += 1
+        elif pod.failed_scheduling:
+            causes[parse_failed_scheduling(pod.failed_scheduling)["cause"]] += 1
+        else:
+            causes["unknown"] += 1
+    single_gpu_services = sum(
+        1
+        for p in gpu_pods
+        if p.holds_gpus
+        and p.owner.workload_class in LONG_RUNNING_CLASSES
+        and _pod_gpus(p) == 1
+        and not any(r.mode != "whole" for t in p.workload.templates for c in t.containers for r in c.gpus)
+    )
+    kueue = [kueue_pending(w) for w in state.kueue_workloads]
+    kueue = [k for k in kueue if k is not None]
+    return {
+        "name": state.source,
+        "pointer": "",
+        "gpu_nodes": len(gpu_nodes),
+        "gpus_total": sum(n.gpus for n in gpu_nodes),
+        "gpus_allocated": sum(held.values()),
+        "sharing": {
+            "active_nodes": active,
+            "time_slicing_nodes": nodes_by_strategy.get("time-slicing", 0),
+            "mps_nodes": nodes_by_strategy.get("mps", 0),
+            "mig_nodes": mig_nodes,
+            "configs_with_sharing": sum(
+                1 for c in configs if c.get("configures_sharing") and c.get("config_type") == "device-plugin"
+            ),
+        },
+        "shareable_pods": single_gpu_services,
+        "pending_gpu_pods": len(pending),
+        "pending_by_cause": dict(causes),
+        "kueue_pending": len(kueue),
+        "kueue_examples": kueue[:5],
+    }
+
+
+def kueue_pending(workload: Mapping[str, Any]) -> dict[str, Any] | None:
+    """A Kueue Workload that waits for quota, with the reason Kueue gives."""
+    conditions = {
+        c.get("type"): c for c in (workload.get("status") or {}).get("conditions") or [] if isinstance(c, Mapping)
+    }
+    if (conditions.get("Admitted") or {}).get("status") == "True":
+        return None
+    if (conditions.get("Finished") or {}).get("status") == "True":
+        return None
+    meta = workload.get("metadata") or {}
+    reason = conditions.get("QuotaReserved") or {}
+    return {
+        "namespace": str(meta.get("namespace", "")),
+        "name": str(meta.get("name", "")),
+        "queue": (workload.get("spec") or {}).get("queueName"),
+        "message": reason.get("message"),
+    }
+
+
+# --- telemetry ---------------------------------------------------------------------
+
+
+def telemetry_pods(telemetry: Mapping[str, Any] | None) -> set[tuple[str, str]]:
+    """(namespace, pod) pairs that have telemetry rows."""
+    return set(_telemetry_index(telemetry))
+
+
+def _telemetry_index(telemetry: Mapping[str, Any] | None) -> dict[tuple[str, str], dict[str, Any]]:
+    """Pod-level telemetry facts keyed by (namespace, pod); several container
+    rows of one pod are combined the way the source combines GPU rows."""
+    if not telemetry:
+        return {}
+    from gpuaudit.sources.telemetry import rollup_pods
+
+    window = telemetry.get("window") or {}
+    signal = (telemetry.get("signals") or {}).get("compute")
+    rows = rollup_pods([{**r, "container": None} for r in telemetry.get("gpus") or []])
+    if not rows:  # pod rows without device rows (site queries): take them as they are
+        rows = [r for r in telemetry.get("pods") or [] if r.get("container") is None]
+    index = {}
+    seconds = window.get("seconds")
+    for row in rows:
+        facts = {key: row.get(key) for key in _TELEMETRY_KEYS}
+        facts["signal"] = signal
+        facts["window_seconds"] = seconds
+        compute = row.get("compute_mean")
+        idle = (telemetry.get("params") or {}).get("idle_compute")
+        facts["idle_gpu_hours"] = (
+            round(row["gpus"] * seconds / 3600 * (row.get("coverage") or 0), 2)
+            if row.get("gpus") and seconds and compute is not None and idle is not None and compute < idle
+            else None
+        )
+        tx, rx = row.get("pcie_tx_mean_bps"), row.get("pcie_rx_mean_bps")
+        facts["pcie_mean_bps"] = tx + rx if tx is not None and rx is not None else None
+        facts["extra"] = dict(row.get("extra") or {})
+        index[(row.get("namespace") or "", row["pod"])] = facts
+    return index
+
+
+_TELEMETRY_KEYS = (
+    "coverage",
+    "gpus",
+    "compute_mean",
+    "compute_p95",
+    "compute_max",
+    "fb_used_mean_mib",
+    "fb_used_max_mib",
+    "fb_total_mib",
+    "resident_fraction",
+    "resident_idle_fraction",
+    "pcie_tx_mean_bps",
+    "pcie_rx_mean_bps",
+    "nvlink_mean_bps",
+    "occupancy_mean",
+    "tensor_active_mean",
+)

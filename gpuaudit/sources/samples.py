@@ -1,0 +1,254 @@
+"""Turn NVML sample files (JSON lines from gpuaudit.sources.nvml) into the same
+telemetry aggregate the Prometheus source produces (``source: "nvml"``).
+
+A GPU row is one device (GPU or MIG instance) while one pod had processes on
+it; ticks with no pod process form the device's ``pod: null`` row. A pod's
+VRAM is the memory of its own processes when NVML reports it, else the
+device's. Compute is the device's (NVML has no per-pod SM activity), so pods
+sharing a GPU each see the whole GPU's activity.
+
+Compute, in order of preference: GPM SM utilisation (Hopper and newer, the
+closest to DCGM's SM_ACTIVE), else NVML's utilization.gpu ("a kernel was
+running", like DCGM_FI_DEV_GPU_UTIL). Both are percent, reported here as a
+ratio 0..1. A MIG-enabled GPU's own records are skipped: its instances carry
+the data.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from collections.abc import Mapping, Sequence
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from gpuaudit.sources import telemetry
+from gpuaudit.sources.telemetry import TelemetryUnavailable
+
+DEFAULT_PARAMS = {"resident_fb_mib": 1024, "idle_compute": 0.05}
+MIB = 2**20
+_COMPUTE_SOURCES = (("sm_util_pct", "nvml.gpm.sm_util"),
+                    ("util_gpu_pct", "nvml.utilization.gpu"))
+
+
+def load_pods_json(path: Path) -> dict[str, tuple[str, str]]:
+    """Pod UID -> (namespace, name) from a kubelet ``/pods`` response or any
+    PodList (``{"items": [...]}``), a list of pods, or a plain mapping
+    ``{uid: "namespace/name"}`` / ``{uid: [namespace, name]}``."""
+    data = json.loads(Path(path).read_text("utf-8"))
+    items = data.get("items") if isinstance(data, dict) and "items" in data else data
+    out: dict[str, tuple[str, str]] = {}
+    if isinstance(items, list):
+        for pod in items:
+            meta = pod.get("metadata") if isinstance(pod, dict) else None
+            if isinstance(meta, dict) and meta.get("uid") and meta.get("name"):
+                out[str(meta["uid"])] = (str(meta.get("namespace") or "default"), str(meta["name"]))
+        return out
+    if isinstance(items, dict):
+        for uid, value in items.items():
+            if isinstance(value, str) and "/" in value:
+                namespace, name = value.split("/", 1)
+            elif isinstance(value, (list, tuple)) and len(value) == 2:
+                namespace, name = value
+            else:
+                raise ValueError(f"{path}: pod {uid!r} is neither 'namespace/name' nor a pair")
+            out[str(uid)] = (str(namespace), str(name))
+        return out
+    raise ValueError(f"{path}: expected a PodList, a list of pods or a uid mapping")
+
+
+def quantile(q: float, values: Sequence[float]) -> float | None:
+    """Linear interpolation between closest ranks, as PromQL's quantile_over_time."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    rank = q * (len(ordered) - 1)
+    low = math.floor(rank)
+    high = min(low + 1, len(ordered) - 1)
+    weight = rank - low
+    return ordered[low] * (1 - weight) + ordered[high] * weight
+
+
+def _mean(values: Sequence[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
+def _read(paths: Sequence[Path], errors: list[dict[str, str]]
+          ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    headers, records = [], []
+    for path in paths:
+        try:
+            handle = open(path, encoding="utf-8")
+        except OSError as exc:
+            errors.append({"endpoint": str(path), "query": "read", "message": str(exc)})
+            continue
+        with handle:
+            for number, line in enumerate(handle, 1):
+                if not line.strip():
+                    continue
+                try:
+                    record = json.loads(line)
+                except ValueError as exc:
+                    # a sampler killed mid-line leaves a torn last line; keep the rest
+                    errors.append({"endpoint": f"{path}:{number}", "query": "parse",
+                                   "message": f"not JSON: {exc}"})
+                    continue
+                if not isinstance(record, dict):
+                    continue
+                if record.get("kind") == "header":
+                    headers.append(record)
+                elif record.get("kind") == "gpu" and isinstance(record.get("ts"), (int, float)):
+                    records.append(record)
+    return headers, records
+
+
+def _interval(headers: Sequence[Mapping[str, Any]], records: Sequence[Mapping[str, Any]]) -> float:
+    declared = [h["interval_s"] for h in headers
+                if isinstance(h.get("interval_s"), (int, float)) and h["interval_s"] > 0]
+    if declared:
+        return float(min(declared))
+    stamps = sorted({r["ts"] for r in records})
+    gaps = sorted(b - a for a, b in zip(stamps, stamps[1:], strict=False) if b > a)
+    return gaps[len(gaps) // 2] if gaps else 1.0
+
+
+def _pods_on(record: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """Pod UID -> {used_bytes, namespace, pod} for this tick's processes in pods."""
+    pods: dict[str, dict[str, Any]] = {}
+    for proc in record.get("processes") or []:
+        uid = proc.get("pod_uid")
+        if not uid:
+            continue
+        entry = pods.setdefault(uid, {"used_bytes": 0, "namespace": proc.get("namespace"),
+                                      "pod": proc.get("pod")})
+        used = proc.get("used_bytes")
+        # one process without a reading makes the pod's sum unknown
+        entry["used_bytes"] = None if used is None or entry["used_bytes"] is None \
+            else entry["used_bytes"] + used
+    return pods
+
+
+def aggregate_samples(paths: Sequence[Path], *, params: Mapping[str, Any] | None = None,
+                      pods_by_uid: Mapping[str, tuple[str, str]] | None = None) -> dict[str, Any]:
+    """The telemetry aggregate (see gpuaudit.sources.telemetry) of NVML sample
+    files. Raises TelemetryUnavailable when no sample could be read."""
+    merged = {**DEFAULT_PARAMS, **(params or {})}
+    resident_mib = float(merged["resident_fb_mib"])
+    idle = float(merged["idle_compute"])
+    errors: list[dict[str, str]] = []
+    headers, records = _read([Path(p) for p in paths], errors)
+    if not records:
+        reason = errors[0]["message"] if errors else "no GPU samples"
+        raise TelemetryUnavailable(f"NVML samples {', '.join(map(str, paths))}: {reason}")
+    interval = _interval(headers, records)
+    start, end = min(r["ts"] for r in records), max(r["ts"] for r in records)
+    expected = round((end - start) / interval) + 1
+
+    rows: dict[tuple[Any, ...], dict[str, Any]] = {}
+    compute_used: set[str] = set()
+    for rec in records:
+        if rec.get("mig_enabled") and rec.get("mig_id") is None:
+            continue
+        compute = None
+        for key, name in _COMPUTE_SOURCES:
+            if rec.get(key) is not None:
+                compute = rec[key] / 100
+                compute_used.add(name)
+                break
+        device_used = rec.get("fb_used_bytes")
+        holders = _pods_on(rec) or {None: {"used_bytes": device_used}}
+        for uid, holder in holders.items():
+            key = (rec.get("node"), rec.get("gpu"), rec.get("uuid"), rec.get("mig_id"), uid)
+            row = rows.setdefault(key, {"rec": rec, "holder": holder, "ts": set(),
+                                        "compute": [], "fb": [], "total": [], "both": [],
+                                        "tx": [], "rx": [], "occ": [], "tensor": []})
+            used = holder["used_bytes"] if holder["used_bytes"] is not None else device_used
+            fb = used / MIB if used is not None else None
+            row["ts"].add(rec["ts"])
+            for name, value in (("compute", compute), ("fb", fb),
+                                ("tx", rec.get("pcie_tx_bytes_per_s")),
+                                ("rx", rec.get("pcie_rx_bytes_per_s"))):
+                if value is not None:
+                    row[name].append(float(value))
+            if rec.get("fb_total_bytes") is not None:
+                row["total"].append(rec["fb_total_bytes"] / MIB)
+            if fb is not None and compute is not None:
+                row["both"].append((fb, compute))
+            if rec.get("sm_occupancy_pct") is not None:
+                row["occ"].append(rec["sm_occupancy_pct"] / 100)
+            if rec.get("tensor_util_pct") is not None:
+                row["tensor"].append(rec["tensor_util_pct"] / 100)
+
+    gpu_rows = []
+    for (node, gpu, uuid, mig_id, uid), row in rows.items():
+        first, holder = row["rec"], row["holder"]
+        namespace, pod = holder.get("namespace"), holder.get("pod")
+        if uid and pods_by_uid and uid in pods_by_uid:
+            namespace, pod = pods_by_uid[uid]
+        fb, both = row["fb"], row["both"]
+        metrics = {
+            "compute_mean": _mean(row["compute"]),
+            "compute_p95": quantile(0.95, row["compute"]),
+            "compute_max": max(row["compute"], default=None),
+            "fb_used_mean_mib": _mean(fb),
+            "fb_used_max_mib": max(fb, default=None),
+            "fb_total_mib": _mean(row["total"]),
+            "resident_fraction": (sum(v > resident_mib for v in fb) / len(fb)) if fb else None,
+            "resident_idle_fraction": (sum(f > resident_mib and c < idle for f, c in both)
+                                       / len(both)) if both else None,
+            "pcie_tx_mean_bps": _mean(row["tx"]),
+            "pcie_rx_mean_bps": _mean(row["rx"]),
+            "occupancy_mean": _mean(row["occ"]),
+            "tensor_active_mean": _mean(row["tensor"]),
+            "coverage": min(1.0, len(row["ts"]) / expected),
+        }
+        identity = {"node": node, "gpu": gpu, "uuid": uuid, "model": first.get("model"),
+                    "mig_profile": first.get("mig_profile"), "mig_id": mig_id,
+                    "namespace": namespace if pod else None, "pod": pod, "container": None,
+                    "pod_uid": uid}
+        gpu_rows.append(telemetry.gpu_row(identity, metrics))
+
+    def used(*keys: str) -> bool:
+        return any(r.get(k) is not None for r in records for k in keys)
+
+    signals = {
+        "compute": "|".join(n for _, n in _COMPUTE_SOURCES if n in compute_used) or None,
+        "memory": "nvml.memory.used" if used("fb_used_bytes") else None,
+        "pcie": "nvml.pcie_throughput" if used("pcie_tx_bytes_per_s") else None,
+        "occupancy": "nvml.gpm.sm_occupancy" if used("sm_occupancy_pct") else None,
+        "tensor": "nvml.gpm.any_tensor_util" if used("tensor_util_pct") else None,
+        "nvlink": None,
+    }
+    window = telemetry.window(datetime.fromtimestamp(start, tz=timezone.utc),
+                              datetime.fromtimestamp(end, tz=timezone.utc), interval)
+    return telemetry.result(source="nvml", endpoint=", ".join(str(p) for p in paths),
+                            window=window, signals=signals, params=merged, queries=0,
+                            gpu_rows=gpu_rows, errors=errors)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m gpuaudit.sources.samples FILE... [--pods PODS.json]``: print the aggregate."""
+    parser = argparse.ArgumentParser(prog="python -m gpuaudit.sources.samples",
+                                     description="Aggregate NVML sample files (JSON).")
+    parser.add_argument("files", nargs="+", type=Path)
+    parser.add_argument("--pods", type=Path, help="pods JSON to name pod UIDs")
+    parser.add_argument("--resident-fb-mib", type=float, default=DEFAULT_PARAMS["resident_fb_mib"])
+    parser.add_argument("--idle-compute", type=float, default=DEFAULT_PARAMS["idle_compute"])
+    args = parser.parse_args(argv)
+    try:
+        pods = load_pods_json(args.pods) if args.pods else None
+        result = aggregate_samples(args.files, pods_by_uid=pods, params={
+            "resident_fb_mib": args.resident_fb_mib, "idle_compute": args.idle_compute})
+    except (ValueError, OSError, TelemetryUnavailable) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    json.dump(result, sys.stdout, indent=2, allow_nan=False)
+    sys.stdout.write("\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
