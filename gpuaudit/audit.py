@@ -12,8 +12,10 @@ from gpuaudit.config import Config
 from gpuaudit.engine.evaluate import evaluate
 from gpuaudit.engine.rules import Rule, builtin_policies_dir, load_rules
 from gpuaudit.facts import Subject
+from gpuaudit.facts import claims as claim_facts
 from gpuaudit.facts import config as config_facts
 from gpuaudit.facts import workload as workload_facts
+from gpuaudit.facts.context import Context, Site, build_context
 from gpuaudit.model import SEVERITIES, Document, Finding, InputError, Skipped, Workload
 from gpuaudit.sources.manifests import read_paths
 from gpuaudit.workloads import build_workloads, builtin_locators, parse_locators
@@ -75,12 +77,18 @@ def select(rules: Iterable[Rule], include: Sequence[str], exclude: Sequence[str]
 
 
 def manifest_subjects(
-    documents: Iterable[Document], workloads: Iterable[Workload]
+    documents: Iterable[Document],
+    workloads: Iterable[Workload],
+    context: Context | None = None,
+    bare: Iterable[Document] = (),
 ) -> Iterator[Subject]:
+    """``bare``: non-Kubernetes documents (a device-plugin or mig-parted config file)."""
     for workload in workloads:
-        yield from workload_facts.subjects(workload)
+        yield from workload_facts.subjects(workload, context)
+    for doc in (*documents, *bare):
+        yield from config_facts.subjects(doc, context)
     for doc in documents:
-        yield from config_facts.subjects(doc)
+        yield from claim_facts.subjects(doc)
 
 
 def locators_for(config: Config):
@@ -128,9 +136,8 @@ def audit_cluster(
         today=state.collected_at.date(),
         unavailable=unavailable,
     )
-    gpu_pods = [
-        p for p in state.pods if cluster_facts.requests_gpus(p) and p.phase not in ("Succeeded", "Failed")
-    ]
+    finished = ("Succeeded", "Failed")
+    gpu_pods = [p for p in state.pods if cluster_facts.requests_gpus(p) and p.phase not in finished]
     covered = cluster_facts.telemetry_pods(state.telemetry)
     telemetry = None
     if state.telemetry is not None:
@@ -164,13 +171,13 @@ def insufficient_data(entries: Sequence[tuple[str, Subject, float | None]]) -> l
     for rule_id, items in by_rule.items():
         examples = []
         for subject, coverage in items[:5]:
-            name = f"{subject.facts.get('namespace') or ''}/{subject.facts.get('pod') or subject.facts.get('name')}"
+            facts = subject.facts
+            name = f"{facts.get('namespace') or ''}/{facts.get('pod') or facts.get('name')}"
             found = "no series" if coverage is None else f"coverage {coverage:.0%}"
             examples.append(f"{name} ({found})")
         more = f", and {len(items) - 5} more" if len(items) > 5 else ""
-        skipped.append(
-            Skipped(rule_id, f"insufficient data for {len(items)} GPU pod(s): {', '.join(examples)}{more}")
-        )
+        reason = f"insufficient data for {len(items)} GPU pod(s): {', '.join(examples)}{more}"
+        skipped.append(Skipped(rule_id, reason))
     return skipped
 
 
@@ -179,9 +186,10 @@ def check_manifests(
 ) -> AuditResult:
     read = read_paths(paths, stdin_text=stdin_text)
     workloads, field_errors = build_workloads(read.documents, locators_for(config))
+    context = build_context(Site.from_config(config.site), read.documents, workloads, read.bare)
     evaluation = evaluate(
         rules,
-        manifest_subjects(read.documents, workloads),
+        manifest_subjects(read.documents, workloads, context, read.bare),
         inputs={"manifest"},
         exemptions=config.exemptions,
     )

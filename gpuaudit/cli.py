@@ -281,3 +281,5 @@ def rules_validate(dirs: tuple[Path, ...]) -> None:
         click.echo(f"{e}", err=True)
     click.echo(f"{len(loaded)} rules valid, {len(errors)} invalid")
     sys.exit(2 if errors else 0)
+if __name__ == "__main__":
+    main()

@@ -15,7 +15,9 @@ from gpuaudit.model import Document, InputError, Workload
 from gpuaudit.quantity import QuantityError, parse_quantity
 from gpuaudit.workloads import KindLocator, build_workloads, builtin_locators, group_of
 
-GPU_RESOURCE = re.compile(r"^(?:nvidia\.com/(?:gpu(?:\.shared)?|mig-[\w.+-]+)|amd\.com/gpu|gpu\.intel\.com/\w+)$")
+GPU_RESOURCE = re.compile(
+    r"^(?:nvidia\.com/(?:gpu(?:\.shared)?|mig-[\w.+-]+)|amd\.com/gpu|gpu\.intel\.com/\w+)$"
+)
 # Waiting reasons that mean a container will not start soon; the pod still
 # holds the GPUs of the node it is bound to.
 STUCK_REASONS = (
@@ -171,7 +173,11 @@ def resolve_owner(
     for _ in range(5):  # owner chains are short; a cycle must not loop forever
         if ref is None:
             break
-        api_version, kind, name = str(ref.get("apiVersion", "")), str(ref.get("kind", "")), str(ref.get("name", ""))
+        api_version, kind, name = (
+            str(ref.get("apiVersion", "")),
+            str(ref.get("kind", "")),
+            str(ref.get("name", "")),
+        )
         parent = intermediates.get((kind, namespace, name))
         ref = _controller(parent.get("metadata") or {}) if parent is not None else None
     located = locators.get((group_of(api_version), kind))
@@ -211,12 +217,18 @@ def build_pod(
         and (s.get("state") or {})["waiting"].get("reason")
     )
     ready_condition = next(
-        (c for c in status.get("conditions") or [] if isinstance(c, Mapping) and c.get("type") == "Ready"),
+        (
+            c
+            for c in status.get("conditions") or []
+            if isinstance(c, Mapping) and c.get("type") == "Ready"
+        ),
         None,
     )
     ready = bool(ready_condition and ready_condition.get("status") == "True")
     not_ready_since = (
-        parse_time(ready_condition.get("lastTransitionTime")) if ready_condition and not ready else None
+        parse_time(ready_condition.get("lastTransitionTime"))
+        if ready_condition and not ready
+        else None
     )
     gates = tuple(
         str(g.get("name")) for g in spec.get("schedulingGates") or [] if isinstance(g, Mapping)
@@ -257,7 +269,11 @@ def build_cluster_state(snapshot: Mapping[str, Any]) -> ClusterState:
     # The scheduler writes nodeName when it binds a pod: on a live pod it is
     # the result of placement, not a constraint (PodState.node keeps it).
     documents = [
-        Document(obj={"apiVersion": "v1", "kind": "Pod", **p, "spec": _unbound(p.get("spec"))}, file="", line=0)
+        Document(
+            obj={"apiVersion": "v1", "kind": "Pod", **p, "spec": _unbound(p.get("spec"))},
+            file="",
+            line=0,
+        )
         for p in raw_pods
     ]
     workloads, field_errors = build_workloads(documents, locators)
@@ -265,7 +281,12 @@ def build_cluster_state(snapshot: Mapping[str, Any]) -> ClusterState:
     for raw, workload in zip(raw_pods, workloads, strict=True):
         key = (workload.namespace, workload.name)
         pods.append(
-            build_pod(raw, workload, resolve_owner(raw, intermediates, locators), pending_messages.get(key))
+            build_pod(
+                raw,
+                workload,
+                resolve_owner(raw, intermediates, locators),
+                pending_messages.get(key),
+            )
         )
     configs = tuple(
         Document(obj={"apiVersion": "v1", "kind": "ConfigMap", **c}, file="", line=0)

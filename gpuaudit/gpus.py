@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
@@ -63,3 +64,37 @@ def mig_profile_memory_gib(profile: str) -> float | None:
 
 def all_mig_profiles() -> set[str]:
     return {p for _, model in _catalogue() for p in model.mig}
+
+
+# A MIG profile name: compute slices, memory, then optional variants
+# (+me media extensions, +gfx, -me, +me.all) that share the base profile.
+_MIG_PROFILE = re.compile(r"^(\d+g\.\d+gb)((?:[+-][a-z]+(?:\.[a-z]+)?)*)$")
+
+
+def mig_base_profile(profile: str) -> str | None:
+    """'1g.10gb+me' -> '1g.10gb'; None when the name is not a MIG profile at all."""
+    match = _MIG_PROFILE.match(profile.strip().lower())
+    return match.group(1) if match else None
+
+
+def known_mig_profile(profile: str) -> bool:
+    """Whether any catalogued GPU offers this profile (variants count as their base)."""
+    base = mig_base_profile(profile)
+    return base is not None and base in all_mig_profiles()
+
+
+@cache
+def _pci_index() -> dict[str, GpuModel]:
+    text = resources.files("gpuaudit").joinpath("data/gpus.yaml").read_text()
+    entries: list[dict[str, Any]] = yaml.load(
+        text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    )
+    models = {model.model: model for _, model in _catalogue()}
+    return {
+        str(pci).upper(): models[e["model"]] for e in entries for pci in e.get("pci") or ()
+    }
+
+
+def model_for_pci(device_id: str) -> GpuModel | None:
+    """The model behind a mig-parted device-filter id such as '0x233010DE'."""
+    return _pci_index().get(device_id.strip().upper())

@@ -210,6 +210,9 @@ class Finding:
     location: Location
     evidence: Mapping[str, Any]
     remediation: Mapping[str, Any] | None
+    # The judged Subject (facts, document), kept for `gpuaudit fix` to size its
+    # patches from; never part of the output formats.
+    subject: Any = field(default=None, compare=False, repr=False)
 
     def as_dict(self) -> dict[str, Any]:
         return {

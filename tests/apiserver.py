@@ -23,8 +23,9 @@ What it implements, because the collector relies on it:
   delay or a hang;
 - a record of every request (method, path, query, headers).
 
-Use the ``apiserver`` and ``kubeconfig`` fixtures (add
-``pytest_plugins = ["apiserver"]`` to a test module or the top conftest), or
+Use the ``apiserver`` and ``kubeconfig`` fixtures (list ``"tests.apiserver"``
+in ``pytest_plugins`` -- best in tests/conftest.py, so that this module is
+loaded as a plugin before any test module imports it), or
 run ``python tests/apiserver.py CLUSTER.json`` to serve a file by hand (the
 benchmark does, to keep the server out of the measured process).
 """
@@ -72,6 +73,9 @@ GROUP_VERSIONS = {
     "kueue.x-k8s.io": ("v1beta2",),
 }
 
+Reply = tuple[int, dict[str, str], bytes]  # status, headers, body
+_NOT_FOUND: Reply = (404, {"Content-Type": "text/plain"}, b"404 page not found\n")
+
 _PATH = re.compile(
     r"^/(?:api/(?P<core>v1)|apis/(?P<group>[^/]+)/(?P<version>[^/]+))"
     r"(?:/namespaces/(?P<ns>[^/]+))?/(?P<plural>[^/]+)(?:/(?P<name>[^/]+))?/?$"
@@ -86,6 +90,7 @@ class Request:
     path: str
     query: dict[str, str]
     headers: dict[str, str]
+    at: float = field(default_factory=time.monotonic)
 
     def target(self) -> tuple[str, str, str | None, str | None] | None:
         """(group, plural, namespace, name) of an API resource path, else None."""
@@ -227,7 +232,10 @@ class FakeApiServer:
         return f"http://{host}:{port}"
 
     def start(self) -> FakeApiServer:
-        self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
+        # A short poll interval: shutdown() waits for one, once per test.
+        self._thread = threading.Thread(
+            target=self._httpd.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True
+        )
         self._thread.start()
         return self
 
@@ -243,6 +251,15 @@ class FakeApiServer:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+    def serve_versions(self, group: str, versions: tuple[str, ...]) -> FakeApiServer:
+        """Serve ``group`` at these versions only (e.g. Kueue before v0.15)."""
+        self.group_versions[group] = versions
+        return self
+
+    def write_kubeconfig(self, path: Path, *, token: str | None = None) -> Path:
+        """A kubeconfig for this server; ``token`` defaults to the right one."""
+        return write_kubeconfig(path, self.url, token=token or self.token)
 
     def paths(self) -> list[str]:
         """The paths requested, in order (queries left off)."""
@@ -261,32 +278,31 @@ class FakeApiServer:
     def _wait(self, seconds: float) -> None:
         self._stopping.wait(seconds)
 
-    def handle(self, request: Request) -> tuple[int, dict[str, str], bytes, Fault | None]:
-        """(status, headers, body, fault) for one request."""
+    def handle(self, request: Request) -> tuple[Reply, Fault | None]:
+        """The reply to one request, and the fault that shaped it, if any."""
         with self._lock:
             self.requests.append(request)
-        if self.token is not None:
-            if request.headers.get("authorization") != f"Bearer {self.token}":
-                return _status(401, "Unauthorized", "Unauthorized") + (None,)
+        authorized = request.headers.get("authorization") == f"Bearer {self.token}"
+        if self.token is not None and not authorized:
+            return _status(401, "Unauthorized", "Unauthorized"), None
         if request.method != "GET":
-            return _status(405, "MethodNotAllowed", "the server does not allow this method") + (
-                None,
-            )
+            return _status(405, "MethodNotAllowed", "the server does not allow this method"), None
         target = request.target()
         if target is None:
-            return 404, {"Content-Type": "text/plain"}, b"404 page not found\n", None
+            return _NOT_FOUND, None
         group, plural, namespace, name = target
         match = _PATH.match(request.path)
         assert match is not None
         version = match["core"] or match["version"]
         resource = RESOURCES.get((group, plural))
-        served = resource is not None and resource[0] in self._collections
-        if not served or version not in self.group_versions.get(group, ()):
-            return 404, {"Content-Type": "text/plain"}, b"404 page not found\n", None
-        assert resource is not None
-        key, list_kind, namespaced = resource
-        if namespace is not None and not namespaced:
-            return 404, {"Content-Type": "text/plain"}, b"404 page not found\n", None
+        if (
+            resource is None
+            or resource[0] not in self._collections
+            or version not in self.group_versions.get(group, ())
+            or (namespace is not None and not resource[2])
+        ):
+            return _NOT_FOUND, None
+        key, list_kind, _ = resource
 
         token = request.query.get("continue")
         page = 1
@@ -298,52 +314,16 @@ class FakeApiServer:
             if fault.delay:
                 self._wait(fault.delay)
             if fault.status is not None:
-                return self._fault_status(fault, plural, name, key) + (fault,)
+                return _fault_status(fault, group, plural, request.verb), fault
 
-        api_version = "v1" if not group else f"{group}/{version}"
         if name is not None:
-            return self._get(key, plural, namespace, name) + (fault,)
-        return self._list(request, key, list_kind, api_version, namespace) + (fault,)
+            return self._get(key, plural, namespace, name), fault
+        api_version = "v1" if not group else f"{group}/{version}"
+        return self._list(request, key, list_kind, api_version, namespace), fault
 
-    def _fault_status(
-        self, fault: Fault, plural: str, name: str | None, key: str
-    ) -> tuple[int, dict[str, str], bytes]:
-        code = fault.status
-        assert code is not None
-        reason, default = {
-            401: ("Unauthorized", "Unauthorized"),
-            403: (
-                "Forbidden",
-                f'{plural} is forbidden: User "system:serviceaccount:gpuaudit:gpuaudit" '
-                f'cannot list resource "{plural}" in API group "" at the cluster scope',
-            ),
-            404: ("NotFound", "the server could not find the requested resource"),
-            410: (
-                "Expired",
-                "The provided continue parameter is too old to display a consistent list "
-                "result. You can start a new list without the continue parameter, or use the "
-                "continue token in this response to retrieve the remainder of the results.",
-            ),
-            429: ("TooManyRequests", "Too many requests, please try again later."),
-            500: ("InternalError", "Internal error occurred: etcdserver: request timed out"),
-            503: ("ServiceUnavailable", "the server is currently unable to handle the request"),
-        }.get(code, ("Failure", f"injected failure {code}"))
-        status, headers, body = _status(code, reason, fault.message or default)
-        if fault.retry_after is not None:
-            headers["Retry-After"] = fault.retry_after
-        if code == 410:
-            # Real servers offer a token to carry on inconsistently; a
-            # consistent client restarts instead.
-            data = json.loads(body)
-            data["metadata"] = {"continue": secrets.token_urlsafe(16)}
-            body = json.dumps(data).encode()
-        return status, headers, body
-
-    def _get(
-        self, key: str, plural: str, namespace: str | None, name: str
-    ) -> tuple[int, dict[str, str], bytes]:
+    def _get(self, key: str, plural: str, namespace: str | None, name: str) -> Reply:
         collection = self._collections[key]
-        for obj, encoded in zip(collection.objects, collection.encoded):
+        for obj, encoded in zip(collection.objects, collection.encoded, strict=True):
             meta = obj.get("metadata", {})
             if meta.get("name") == name and (
                 namespace is None or meta.get("namespace", "default") == namespace
@@ -358,7 +338,7 @@ class FakeApiServer:
         list_kind: str,
         api_version: str,
         namespace: str | None,
-    ) -> tuple[int, dict[str, str], bytes]:
+    ) -> Reply:
         query = request.query
         metadata_only = "as=PartialObjectMetadataList" in request.headers.get("accept", "")
         query_key = (
@@ -384,7 +364,7 @@ class FakeApiServer:
         encoded = collection.metadata_only() if metadata_only else collection.encoded
         chosen = [
             blob
-            for obj, blob in zip(collection.objects, encoded)
+            for obj, blob in zip(collection.objects, encoded, strict=True)
             if (
                 namespace is None
                 or obj.get("metadata", {}).get("namespace", "default") == namespace
@@ -406,7 +386,40 @@ class FakeApiServer:
         return 200, {"Content-Type": "application/json"}, body
 
 
-def _status(code: int, reason: str, message: str) -> tuple[int, dict[str, str], bytes]:
+def _fault_status(fault: Fault, group: str, plural: str, verb: str) -> Reply:
+    code = fault.status
+    assert code is not None
+    reason, default = {
+        401: ("Unauthorized", "Unauthorized"),
+        403: (
+            "Forbidden",
+            f'{plural} is forbidden: User "system:serviceaccount:gpuaudit:gpuaudit" '
+            f'cannot {verb} resource "{plural}" in API group "{group}" at the cluster scope',
+        ),
+        404: ("NotFound", "the server could not find the requested resource"),
+        410: (
+            "Expired",
+            "The provided continue parameter is too old to display a consistent list "
+            "result. You can start a new list without the continue parameter, or use the "
+            "continue token in this response to retrieve the remainder of the results.",
+        ),
+        429: ("TooManyRequests", "Too many requests, please try again later."),
+        500: ("InternalError", "Internal error occurred: etcdserver: request timed out"),
+        503: ("ServiceUnavailable", "the server is currently unable to handle the request"),
+    }.get(code, ("Failure", f"injected failure {code}"))
+    status, headers, body = _status(code, reason, fault.message or default)
+    if fault.retry_after is not None:
+        headers["Retry-After"] = fault.retry_after
+    if code == 410:
+        # Real servers offer a token to carry on inconsistently; a
+        # consistent client restarts instead.
+        data = json.loads(body)
+        data["metadata"] = {"continue": secrets.token_urlsafe(16)}
+        body = json.dumps(data).encode()
+    return status, headers, body
+
+
+def _status(code: int, reason: str, message: str) -> Reply:
     body = {
         "kind": "Status",
         "apiVersion": "v1",
@@ -498,7 +511,7 @@ def _handler_for(server: FakeApiServer) -> type[BaseHTTPRequestHandler]:
             length = int(self.headers.get("Content-Length") or 0)
             if length:
                 self.rfile.read(length)
-            status, headers, body, fault = server.handle(request)
+            (status, headers, body), fault = server.handle(request)
             sent = body
             if fault is not None and fault.truncate and status == 200:
                 sent = body[: len(body) // 2]
@@ -519,7 +532,7 @@ def _handler_for(server: FakeApiServer) -> type[BaseHTTPRequestHandler]:
             except (BrokenPipeError, ConnectionResetError):
                 self.close_connection = True  # the client gave up (a timeout)
 
-        do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _serve  # noqa: N815
+        do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _serve
 
         def log_message(self, format: str, *args: Any) -> None:
             pass  # tests read server.requests instead
@@ -572,7 +585,7 @@ def apiserver() -> Iterator[FakeApiServer]:
 @pytest.fixture
 def kubeconfig(apiserver: FakeApiServer, tmp_path: Path) -> Path:
     """A kubeconfig file pointing at the ``apiserver`` fixture, with its token."""
-    return write_kubeconfig(tmp_path / "kubeconfig", apiserver.url, token=apiserver.token)
+    return apiserver.write_kubeconfig(tmp_path / "kubeconfig")
 
 
 def main() -> None:

@@ -383,8 +383,11 @@ def test_query_count_same_for_143_and_5000_pods(synthetic, request):
 def test_pods_filter_is_chunked_and_exact(synthetic):
     url, syn = synthetic
     wanted = [("bulk", f"bulk-{i:04d}") for i in range(0, 5000, 37)] + [("other", "bulk-0001")]
-    # A small byte budget forces several chunks.
-    got = _query(url, syn.big_end, pods=wanted, params={"max_post_bytes": 12000})
+    # A small byte budget forces several chunks, each within it.
+    with StubServer(lambda req: None, upstream=url) as stub:
+        got = _query(stub.url, syn.big_end, pods=wanted, params={"max_post_bytes": 12000})
+    assert max(len(r.body) for r in stub.requests) <= 12000
+    assert max(len(r.body) for r in stub.requests) > 6000  # and not needlessly small
     names = {(p["namespace"], p["pod"]) for p in got["pods"]}
     assert names == {w for w in wanted if w[0] == "bulk"}
     chunks = (got["queries"] - 1) // 9
@@ -394,6 +397,28 @@ def test_pods_filter_is_chunked_and_exact(synthetic):
     assert fallback["queries"] == 10
     assert {(p["namespace"], p["pod"]) for p in fallback["pods"]} == names
     assert fallback["pods"] == got["pods"]
+
+
+def test_empty_pods_filter_reads_nothing_more(synthetic):
+    url, syn = synthetic
+    got = _query(url, syn.big_end, pods=[])
+    assert got["pods"] == [] and got["gpus"] == [] and got["queries"] == 1
+
+
+def test_partial_response_warnings_are_recorded(synthetic):
+    url, syn = synthetic
+
+    def partial(req):
+        if "quantile_over_time" not in req.query:
+            return None
+        return Reply(200, json.dumps({"status": "success", "warnings": ["store 2 unreachable"],
+                                      "data": {"resultType": "vector", "result": []}}).encode())
+
+    with StubServer(partial, upstream=url) as stub:
+        got = _query(stub.url, syn.util_only_end)
+    assert got["errors"] == [{"endpoint": stub.url, "query": "compute_p95",
+                              "message": "warning: store 2 unreachable"}]
+    assert _pod(got, "legacy", "idle-v100")["compute_p95"] is None
 
 
 def test_large_subqueries_are_sharded_by_uuid(synthetic):

@@ -10,7 +10,12 @@ import click
 
 from gpuaudit.audit import audit_cluster, load_policy
 from gpuaudit.cli import emit, load_config_or_exit, output_options, policy_options, split_names
-from gpuaudit.commands.sources import cluster_options, load_snapshot, load_telemetry, telemetry_options
+from gpuaudit.commands.sources import (
+    cluster_options,
+    load_snapshot,
+    load_telemetry,
+    telemetry_options,
+)
 
 
 @click.command()
@@ -37,7 +42,9 @@ def audit(
     """Audit a live cluster read-only (or --snapshot FILE), with GPU telemetry
     from --prometheus or --samples when given."""
     config = load_config_or_exit(config_path)
-    rules, rule_errors = load_policy(config, policy_dirs, split_names(include), split_names(exclude))
+    rules, rule_errors = load_policy(
+        config, policy_dirs, split_names(include), split_names(exclude)
+    )
     snapshot = load_snapshot(
         snapshot_path=snapshot_path,
         kubeconfig=kubeconfig,

@@ -9,12 +9,22 @@ from typing import Any
 import click
 
 from gpuaudit.cli import load_config_or_exit
-from gpuaudit.commands.sources import cluster_options, load_snapshot, load_telemetry, telemetry_options
+from gpuaudit.commands.sources import (
+    cluster_options,
+    load_snapshot,
+    load_telemetry,
+    telemetry_options,
+)
 
 
 @click.command()
-@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), required=True,
-              help="Snapshot file (.json, or .json.gz compressed).")
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False, path_type=Path),
+    required=True,
+    help="Snapshot file (.json, or .json.gz compressed).",
+)
 @click.option("--config", "config_path", type=click.Path(dir_okay=False, path_type=Path))
 @cluster_options
 @telemetry_options

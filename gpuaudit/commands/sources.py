@@ -26,15 +26,33 @@ def parse_duration(value: str) -> int:
 
 def cluster_options(func: Callable[..., Any]) -> Callable[..., Any]:
     options = [
-        click.option("--snapshot", "snapshot_path", type=click.Path(exists=True, dir_okay=False, path_type=Path),
-                     help="Audit this snapshot file instead of a live cluster."),
-        click.option("--kubeconfig", type=click.Path(dir_okay=False), help="kubeconfig file (default: $KUBECONFIG)."),
+        click.option(
+            "--snapshot",
+            "snapshot_path",
+            type=click.Path(exists=True, dir_okay=False, path_type=Path),
+            help="Audit this snapshot file instead of a live cluster.",
+        ),
+        click.option(
+            "--kubeconfig",
+            type=click.Path(dir_okay=False),
+            help="kubeconfig file (default: $KUBECONFIG).",
+        ),
         click.option("--context", help="kubeconfig context."),
         click.option("--in-cluster", is_flag=True, help="Use the pod's service account."),
-        click.option("--request-timeout", type=float, default=30.0, show_default=True,
-                     help="Seconds per API request."),
-        click.option("--deadline", type=float, default=300.0, show_default=True,
-                     help="Seconds for the whole collection."),
+        click.option(
+            "--request-timeout",
+            type=float,
+            default=30.0,
+            show_default=True,
+            help="Seconds per API request.",
+        ),
+        click.option(
+            "--deadline",
+            type=float,
+            default=300.0,
+            show_default=True,
+            help="Seconds for the whole collection.",
+        ),
     ]
     for option in reversed(options):
         func = option(func)
@@ -43,16 +61,36 @@ def cluster_options(func: Callable[..., Any]) -> Callable[..., Any]:
 
 def telemetry_options(func: Callable[..., Any]) -> Callable[..., Any]:
     options = [
-        click.option("--prometheus", "prometheus_url", help="Prometheus-compatible URL with DCGM exporter series."),
-        click.option("--window", default="7d", show_default=True, help="Telemetry window (e.g. 24h, 7d)."),
-        click.option("--prometheus-token-file", type=click.Path(exists=True, dir_okay=False),
-                     help="File holding a bearer token for Prometheus."),
-        click.option("--prometheus-user", help="Basic-auth user (password from $GPUAUDIT_PROMETHEUS_PASSWORD)."),
-        click.option("--prometheus-ca", type=click.Path(exists=True, dir_okay=False), help="CA bundle."),
-        click.option("--prometheus-header", multiple=True, help="Extra header NAME=VALUE (repeatable)."),
-        click.option("--samples", "sample_files", multiple=True,
-                     type=click.Path(exists=True, dir_okay=False, path_type=Path),
-                     help="NVML samples written by `gpuaudit sample` (repeatable)."),
+        click.option(
+            "--prometheus",
+            "prometheus_url",
+            help="Prometheus-compatible URL with DCGM exporter series.",
+        ),
+        click.option(
+            "--window", default="7d", show_default=True, help="Telemetry window (e.g. 24h, 7d)."
+        ),
+        click.option(
+            "--prometheus-token-file",
+            type=click.Path(exists=True, dir_okay=False),
+            help="File holding a bearer token for Prometheus.",
+        ),
+        click.option(
+            "--prometheus-user",
+            help="Basic-auth user (password from $GPUAUDIT_PROMETHEUS_PASSWORD).",
+        ),
+        click.option(
+            "--prometheus-ca", type=click.Path(exists=True, dir_okay=False), help="CA bundle."
+        ),
+        click.option(
+            "--prometheus-header", multiple=True, help="Extra header NAME=VALUE (repeatable)."
+        ),
+        click.option(
+            "--samples",
+            "sample_files",
+            multiple=True,
+            type=click.Path(exists=True, dir_okay=False, path_type=Path),
+            help="NVML samples written by `gpuaudit sample` (repeatable).",
+        ),
     ]
     for option in reversed(options):
         func = option(func)
@@ -118,20 +156,24 @@ def load_telemetry(
     """
     import os
 
+    from gpuaudit.sources.telemetry import TelemetryUnavailable
+
     settings = config.telemetry
     url = prometheus_url or settings.get("prometheus")
     if sample_files:
         from gpuaudit.sources.samples import aggregate_samples
 
         try:
-            snapshot["telemetry"] = aggregate_samples(list(sample_files), params=settings.get("params"))
-        except (OSError, ValueError) as exc:
-            return f"cannot read samples: {exc}"
+            snapshot["telemetry"] = aggregate_samples(
+                list(sample_files), params=settings.get("params")
+            )
+        except (OSError, ValueError, TelemetryUnavailable) as exc:
+            return f"cannot use samples: {exc}"
         return None
     if not url:
         return None
     from gpuaudit.sources.prometheus import query_telemetry
-    from gpuaudit.sources.telemetry import TelemetryUnavailable
+    from gpuaudit.sources.promql import QueryConfigError
 
     headers = dict(h.split("=", 1) for h in prometheus_header if "=" in h)
     token = Path(prometheus_token_file).read_text().strip() if prometheus_token_file else None
@@ -147,6 +189,9 @@ def load_telemetry(
             ca_bundle=prometheus_ca,
             headers=headers,
         )
+    except QueryConfigError as exc:  # the site's query override is wrong: a usage error
+        click.echo(f"gpuaudit: telemetry.queries in config: {exc}", err=True)
+        sys.exit(2)
     except TelemetryUnavailable as exc:
         return str(exc)
     return None

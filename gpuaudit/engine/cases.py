@@ -3,7 +3,8 @@
 Each case is a manifest (YAML text run through the whole manifest pipeline) or
 a fact document (for rules whose inputs only a cluster or telemetry gives),
 with the expected outcome: `fail` (the rule reports a finding) or `pass`.
-Optional `line` checks where the finding points. The same runner serves the
+Optional `line` checks where the finding points; optional `site` gives the
+site facts `.gpuaudit.yaml` would. The same runner serves the
 built-in test suite and `gpuaudit rules test DIR` for a site's own rules.
 """
 
@@ -55,7 +56,9 @@ def manifest_findings(rule: Rule, case: Mapping[str, Any]) -> list[Any]:
     from gpuaudit.audit import check_manifests
     from gpuaudit.config import Config
 
-    result = check_manifests(["-"], Config(), [rule], stdin_text=case["manifest"])
+    # `site:` in a case stands for `.gpuaudit.yaml` site facts (GPU taints, classes...).
+    config = Config(site=case.get("site") or {})
+    result = check_manifests(["-"], config, [rule], stdin_text=case["manifest"])
     errors = [e for e in result.errors if e.level == "error"]
     if errors:
         raise AssertionError(f"case manifest has input errors: {errors}")
@@ -68,7 +71,8 @@ def fact_findings(rule: Rule, case: Mapping[str, Any]) -> list[Any]:
     from gpuaudit.model import Resource
 
     scope = rule.scope[0]
-    subject = Subject(rule.target, case["facts"], Resource("", "Case", "", "case"), None, scope=scope)
+    resource = Resource("", "Case", "", "case")
+    subject = Subject(rule.target, case["facts"], resource, None, scope=scope)
     inputs = {scope, *rule.requires}
     return evaluate([rule], [subject], inputs=inputs).findings
 

@@ -160,6 +160,7 @@ def make_finding(rule: Rule, subject: Subject) -> Finding:
         location=location,
         evidence=evidence,
         remediation=remediation,
+        subject=subject,
     )
 
 

@@ -198,12 +198,17 @@ def rule_from_data(
                     "(documented in gpuaudit/data/facts.schema.json)",
                 )
     if target_schema is not None:
-        paths = [*(data.get("evidence") or ()), *([data["points_at"]] if data.get("points_at") else [])]
+        paths = [
+            *(data.get("evidence") or ()),
+            *([data["points_at"]] if data.get("points_at") else []),
+        ]
         for path in paths:
             if not fact_path_known(path, target_schema):
                 raise RuleError(
                     source,
-                    _nearest_line(lines, "/evidence" if path != data.get("points_at") else "/points_at"),
+                    _nearest_line(
+                        lines, "/evidence" if path != data.get("points_at") else "/points_at"
+                    ),
                     f"names unknown fact {path!r} for target {data['target']!r}",
                 )
     if "message" in data:

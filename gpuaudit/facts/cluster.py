@@ -124,7 +124,11 @@ def pod_state_facts(
     facts = pod_facts(workload, template, base)
     stuck = next((r for r in pod.waiting_reasons if r in STUCK_REASONS), None)
     pending = pod.phase == "Pending" and not pod.node
-    parsed = parse_failed_scheduling(pod.failed_scheduling) if pending and pod.failed_scheduling else None
+    parsed = (
+        parse_failed_scheduling(pod.failed_scheduling)
+        if pending and pod.failed_scheduling
+        else None
+    )
     eligible, blocking_taints = eligibility.of(template.spec, template.containers)
     if pending and KUEUE_GATE in pod.scheduling_gates:
         cause = "quota"
@@ -227,7 +231,9 @@ def node_facts(
     node: Node, allocated: float, telemetry: Mapping[tuple[str, str], Mapping[str, Any]]
 ) -> dict[str, Any]:
     capable_label = node.labels.get("nvidia.com/mig.capable")
-    mig_capable = capable_label == "true" if capable_label else bool(node.model and node.model.mig_capable)
+    mig_capable = (
+        capable_label == "true" if capable_label else bool(node.model and node.model.mig_capable)
+    )
     strategy = node.labels.get("nvidia.com/gpu.sharing-strategy") or node.labels.get(
         "cloud.google.com/gke-gpu-sharing-strategy"
     )
@@ -268,7 +274,10 @@ def claim_facts(claim: Mapping[str, Any], now: datetime) -> dict[str, Any]:
 
 
 def cluster_facts(
-    state: ClusterState, gpu_nodes: Sequence[Node], gpu_pods: Sequence[PodState], held: Mapping[str, float]
+    state: ClusterState,
+    gpu_nodes: Sequence[Node],
+    gpu_pods: Sequence[PodState],
+    held: Mapping[str, float],
 ) -> dict[str, Any]:
     configs = [s.facts for doc in state.configs for s in config_facts.subjects(doc)]
     nodes_by_strategy = Counter(
@@ -293,7 +302,9 @@ def cluster_facts(
         if p.holds_gpus
         and p.owner.workload_class in LONG_RUNNING_CLASSES
         and _pod_gpus(p) == 1
-        and not any(r.mode != "whole" for t in p.workload.templates for c in t.containers for r in c.gpus)
+        and not any(
+            r.mode != "whole" for t in p.workload.templates for c in t.containers for r in c.gpus
+        )
     )
     kueue = [kueue_pending(w) for w in state.kueue_workloads]
     kueue = [k for k in kueue if k is not None]
@@ -309,7 +320,9 @@ def cluster_facts(
             "mps_nodes": nodes_by_strategy.get("mps", 0),
             "mig_nodes": mig_nodes,
             "configs_with_sharing": sum(
-                1 for c in configs if c.get("configures_sharing") and c.get("config_type") == "device-plugin"
+                1
+                for c in configs
+                if c.get("configures_sharing") and c.get("config_type") == "device-plugin"
             ),
         },
         "shareable_pods": single_gpu_services,
@@ -323,7 +336,9 @@ def cluster_facts(
 def kueue_pending(workload: Mapping[str, Any]) -> dict[str, Any] | None:
     """A Kueue Workload that waits for quota, with the reason Kueue gives."""
     conditions = {
-        c.get("type"): c for c in (workload.get("status") or {}).get("conditions") or [] if isinstance(c, Mapping)
+        c.get("type"): c
+        for c in (workload.get("status") or {}).get("conditions") or []
+        if isinstance(c, Mapping)
     }
     if (conditions.get("Admitted") or {}).get("status") == "True":
         return None
@@ -369,7 +384,11 @@ def _telemetry_index(telemetry: Mapping[str, Any] | None) -> dict[tuple[str, str
         idle = (telemetry.get("params") or {}).get("idle_compute")
         facts["idle_gpu_hours"] = (
             round(row["gpus"] * seconds / 3600 * (row.get("coverage") or 0), 2)
-            if row.get("gpus") and seconds and compute is not None and idle is not None and compute < idle
+            if row.get("gpus")
+            and seconds
+            and compute is not None
+            and idle is not None
+            and compute < idle
             else None
         )
         tx, rx = row.get("pcie_tx_mean_bps"), row.get("pcie_rx_mean_bps")

@@ -65,7 +65,9 @@ def selects_node(spec: Mapping[str, Any], name: str, labels: Mapping[str, str]) 
     if isinstance(node_name, str) and node_name and node_name != name:
         return False
     selector = spec.get("nodeSelector")
-    if isinstance(selector, Mapping) and any(labels.get(str(k)) != str(v) for k, v in selector.items()):
+    if isinstance(selector, Mapping) and any(
+        labels.get(str(k)) != str(v) for k, v in selector.items()
+    ):
         return False
     terms = required_terms(spec)
     return not terms or any(_term_matches(t, name, labels) for t in terms)
@@ -90,7 +92,8 @@ def untolerated_taints(
     return [
         t
         for t in taints
-        if t.get("effect") in _SCHEDULING_EFFECTS and not any(_tolerates(tol, t) for tol in tolerations)
+        if t.get("effect") in _SCHEDULING_EFFECTS
+        and not any(_tolerates(tol, t) for tol in tolerations)
     ]
 
 
@@ -143,7 +146,9 @@ def parse_failed_scheduling(message: str) -> dict[str, Any]:
         entry = _ENTRY.match(part.strip())
         if entry:
             reason = entry.group(2).strip()
-            reasons.append({"count": int(entry.group(1)), "reason": reason, "cause": _cause_of(reason)})
+            reasons.append(
+                {"count": int(entry.group(1)), "reason": reason, "cause": _cause_of(reason)}
+            )
         elif reasons:  # a reason phrase that itself contains ", " (taint lists)
             reasons[-1]["reason"] += ", " + part
     if any(r["cause"] == "allocation" and _GPU_RESOURCE.search(r["reason"]) for r in reasons):

@@ -12,22 +12,30 @@ from typing import Any
 
 from gpuaudit import gpus
 from gpuaudit.facts import Subject
+from gpuaudit.facts import placement as site_placement
+from gpuaudit.facts.context import Context
+from gpuaudit.facts.gpu_names import unadvertised_shared, unknown_mig_profiles
+from gpuaudit.facts.lifecycle import lifecycle_facts
+from gpuaudit.facts.process import container_process_facts, pod_process_facts
+from gpuaudit.facts.scaling import scaling_facts
 from gpuaudit.model import Container, GpuRequest, PodTemplate, Resource, Workload
 
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 LONG_RUNNING_CLASSES = ("service", "daemon")
 
 
-def subjects(workload: Workload) -> Iterator[Subject]:
-    """All subjects of one workload: itself, then each pod template and container."""
+def subjects(workload: Workload, context: Context | None = None) -> Iterator[Subject]:
+    """All subjects of one workload: itself, then each pod template and container.
+    ``context`` holds the site and what the rest of the input says."""
     if not workload.templates:
         return
+    context = context or Context()
     doc = workload.document
     base = _identity(workload)
-    templates = [(t, pod_facts(workload, t, base)) for t in workload.templates]
+    templates = [(t, pod_facts(workload, t, base, context)) for t in workload.templates]
     yield Subject(
         "workload",
-        workload_facts(workload, base, [p for _, p in templates]),
+        workload_facts(workload, base, [p for _, p in templates], context),
         Resource(doc.api_version, doc.kind, doc.namespace, doc.name),
         doc,
         workload.annotations,
@@ -42,9 +50,11 @@ def subjects(workload: Workload) -> Iterator[Subject]:
             annotations,
         )
         for c in (*template.init_containers, *template.containers):
+            facts = container_facts(c, template, base)
+            facts.update(container_process_facts(workload, template, c))
             yield Subject(
                 "container",
-                container_facts(c, template, base),
+                facts,
                 Resource(doc.api_version, doc.kind, doc.namespace, doc.name, c.name),
                 doc,
                 annotations,
@@ -96,6 +106,7 @@ def _container_gpu(c: Container) -> dict[str, Any]:
     facts["fractional_whole"] = any(
         r.mode == "whole" and r.count is not None and r.count != int(r.count) for r in c.gpus
     )
+    facts["unknown_mig_profiles"] = unknown_mig_profiles(c.gpus)
     return facts
 
 
@@ -106,6 +117,7 @@ def container_facts(c: Container, template: PodTemplate, base: Mapping[str, Any]
     gpu = _container_gpu(c)
     count = gpu["count"]
     cpu_per_gpu = c.cpu_request / count if c.cpu_request is not None and count else None
+    cpu_limit_per_gpu = c.cpu_limit / count if c.cpu_limit is not None and count else None
     return {
         **base,
         "role": template.role,
@@ -123,17 +135,24 @@ def container_facts(c: Container, template: PodTemplate, base: Mapping[str, Any]
         "memory_request": c.memory_request,
         "memory_limit": c.memory_limit,
         "cpu_per_gpu": cpu_per_gpu,
+        "cpu_limit_per_gpu": cpu_limit_per_gpu,
     }
 
 
 # --- pod templates ----------------------------------------------------------
 
 
-def pod_facts(w: Workload, t: PodTemplate, base: Mapping[str, Any]) -> dict[str, Any]:
+def pod_facts(
+    w: Workload, t: PodTemplate, base: Mapping[str, Any], context: Context | None = None
+) -> dict[str, Any]:
+    context = context or Context()
     main = [r for c in t.containers for r in c.gpus]
     init = [r for c in t.init_containers for r in c.gpus]
     gpu = gpu_facts([*main, *t.extra_gpus])
     gpu["init_requested"] = bool(init)
+    gpu.update(_request_checks(t, main, init, context))
+    placement = placement_facts(t)
+    placement.update(_site_placement(t, placement, gpu, context))
     return {
         **base,
         "role": t.role,
@@ -141,8 +160,49 @@ def pod_facts(w: Workload, t: PodTemplate, base: Mapping[str, Any]) -> dict[str,
         "pointer": t.pointer,
         "containers": len(t.containers),
         "gpu": gpu,
-        "placement": placement_facts(t),
+        "placement": placement,
         "shm": _shm(t),
+        **pod_process_facts(w, t, placement, context),
+    }
+
+
+def _request_checks(
+    t: PodTemplate, main: Sequence[GpuRequest], init: Sequence[GpuRequest], context: Context
+) -> dict[str, Any]:
+    """Names requested that do not exist, and GPUs initContainers hold."""
+    init_counts = [sum(r.count or 0 for r in c.gpus) for c in t.init_containers if c.gpus]
+    init_ptr = next((c.gpus[0].pointer for c in t.init_containers if c.gpus), None)
+    main_count = float(sum(r.count or 0 for r in main if r.mode != "dra"))
+    return {
+        "unknown_mig_profiles": unknown_mig_profiles([*main, *init]),
+        "unadvertised_shared": unadvertised_shared([*main, *init], context),
+        "init_count": float(max(init_counts, default=0)),
+        "main_count": main_count,
+        "init_excess": max(0.0, float(max(init_counts, default=0)) - main_count),
+        "init_pointer": init_ptr,
+    }
+
+
+def _site_placement(
+    t: PodTemplate, placement: Mapping[str, Any], gpu: Mapping[str, Any], context: Context
+) -> dict[str, Any]:
+    site = context.site
+    product = placement["gpu_product"]
+    if product is not None:
+        product["broader_class"] = site_placement.broader_class(product, site)
+    return {
+        "untolerated_gpu_taints": site_placement.untolerated_gpu_taints(
+            placement["tolerations"], gpu["resources"], site
+        ),
+        "spread": site_placement.spread_facts(
+            t.spec,
+            t.labels,
+            t.replicas,
+            gpu["count"],
+            placement["node_selector"],
+            site,
+            t.pointer,
+        ),
     }
 
 
@@ -281,7 +341,10 @@ def _shm(t: PodTemplate) -> dict[str, Any]:
 
 
 def workload_facts(
-    w: Workload, base: Mapping[str, Any], pods: Sequence[Mapping[str, Any]]
+    w: Workload,
+    base: Mapping[str, Any],
+    pods: Sequence[Mapping[str, Any]],
+    context: Context | None = None,
 ) -> dict[str, Any]:
     total: float | None = 0.0
     for pod in pods:
@@ -299,4 +362,6 @@ def workload_facts(
             "total": total,
         },
         "pod_roles": [p["role"] for p in pods],
+        "lifecycle": lifecycle_facts(w),
+        "scaling": scaling_facts(w, context or Context()),
     }

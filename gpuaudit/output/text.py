@@ -66,8 +66,9 @@ def render(result: AuditResult, *, colour: bool = False, **_: Any) -> str:
     if result.telemetry is not None:
         t = result.telemetry
         window = f"{t['window_seconds'] / 3600:g} h" if t.get("window_seconds") else "unknown window"
+        signal = t.get("signal") or "no compute signal"
         lines.append(
-            f"Telemetry ({t.get('source')}, {t.get('signal') or 'no compute signal'}, {window}): "
+            f"Telemetry ({t.get('source')}, {signal}, {window}): "
             f"{t['gpu_pods_with_data']} of {t['gpu_pods']} GPU pods have data; "
             "the rest are reported as insufficient data, never as idle."
         )

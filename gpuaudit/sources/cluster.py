@@ -26,6 +26,7 @@ from __future__ import annotations
 import email.utils
 import fnmatch
 import json
+import os
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -441,7 +442,7 @@ def _configmaps(
         if isinstance(name, str) and name:
             wanted[(operator_ns, name)] = True
     for ref in _device_plugin_pod_configmaps(pods):
-        wanted.setdefault(ref, True)
+        wanted.setdefault(ref, False)
 
     for (namespace, name), must_exist in sorted(wanted.items()):
         if (namespace, name) in found:
@@ -487,6 +488,9 @@ def _operator_namespace(clusterpolicies: list[dict[str, Any]], pods: list[dict[s
 
 
 def _device_plugin_pod_configmaps(pods: Iterable[dict[str, Any]]) -> set[tuple[str, str]]:
+    """ConfigMaps mounted as volumes by device-plugin pods. Projected volumes
+    are left out: every pod's projected service-account volume carries
+    ``kube-root-ca.crt``, which is not a device-plugin config."""
     refs: set[tuple[str, str]] = set()
     for pod in pods:
         labels = _dig(pod, "metadata", "labels") or {}
@@ -497,11 +501,9 @@ def _device_plugin_pod_configmaps(pods: Iterable[dict[str, Any]]) -> set[tuple[s
             continue
         namespace = str(_dig(pod, "metadata", "namespace") or "default")
         for volume in _dig(pod, "spec", "volumes") or []:
-            sources = [volume.get("configMap")]
-            sources += [s.get("configMap") for s in _dig(volume, "projected", "sources") or []]
-            for source in sources:
-                if isinstance(source, dict) and source.get("name"):
-                    refs.add((namespace, source["name"]))
+            source = volume.get("configMap") if isinstance(volume, dict) else None
+            if isinstance(source, dict) and source.get("name"):
+                refs.add((namespace, str(source["name"])))
     return refs
 
 
@@ -516,6 +518,8 @@ def _configure(
     from kubernetes import config as k8s_config
 
     configuration = k8s_client.Configuration()
+    # The client reads $KUBECONFIG once, when it is imported; read it now.
+    kubeconfig = kubeconfig or os.environ.get("KUBECONFIG") or None
     try:
         if in_cluster:
             k8s_config.load_incluster_config(client_configuration=configuration)

@@ -47,6 +47,9 @@ class ReadResult:
     documents: list[Document] = field(default_factory=list)
     errors: list[InputError] = field(default_factory=list)
     files: int = 0
+    # Top-level mappings that are not Kubernetes objects (a bare device-plugin
+    # or mig-parted config, a values file): kept for the facts that read them.
+    bare: list[Document] = field(default_factory=list)
 
 
 def read_paths(paths: Iterable[str], stdin_text: str | None = None) -> ReadResult:
@@ -161,7 +164,9 @@ def _add_object(
         return
     kind, api_version = obj.get("kind"), obj.get("apiVersion")
     if not isinstance(kind, str) or not isinstance(api_version, str):
-        return  # not a Kubernetes object (values files, configs): skipped quietly
+        if not base:  # not a Kubernetes object (values files, configs): no workload
+            result.bare.append(Document(obj=obj, file=name, line=line, lines=lines))
+        return
     if kind.endswith("List") and isinstance(obj.get("items"), list):
         for i, item in enumerate(obj["items"]):
             ptr = f"{base}/items/{i}"

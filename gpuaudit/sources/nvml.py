@@ -18,11 +18,9 @@ gpuaudit never loads it; tests pass a fake as ``nvml``.
 
 from __future__ import annotations
 
-import argparse
 import json
 import re
 import socket
-import sys
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -123,6 +121,8 @@ class _Sampler:
         # Only "this device/field has no such thing" is normal; other NVML
         # errors (permissions, a lost GPU) are written into the record.
         self.quiet = (nvml.NVMLError_NotSupported, nvml.NVMLError_NotFound)
+        # Unversioned calls on a mismatched driver raise this, not an NVMLError.
+        self.caught = (nvml.NVMLError, getattr(nvml, "NVMLLibraryMismatchError", nvml.NVMLError))
         self.devices = self._discover()
 
     # -- calls ------------------------------------------------------------
@@ -130,7 +130,7 @@ class _Sampler:
               *args: Any, **kwargs: Any) -> Any:
         try:
             return fn(*args, **kwargs)
-        except self.nvml.NVMLError as exc:
+        except self.caught as exc:
             if errors is not None and not isinstance(exc, self.quiet):
                 errors.append(f"{what}: {exc}")
             return None
@@ -254,13 +254,7 @@ class _Sampler:
         metrics = (("sm_util_pct", nvml.NVML_GPM_METRIC_SM_UTIL),
                    ("sm_occupancy_pct", nvml.NVML_GPM_METRIC_SM_OCCUPANCY),
                    ("tensor_util_pct", nvml.NVML_GPM_METRIC_ANY_TENSOR_UTIL))
-        request = nvml.c_nvmlGpmMetricsGet_t()
-        request.version = nvml.NVML_GPM_METRICS_GET_VERSION
-        request.numMetrics = len(metrics)
-        request.sample1 = previous
-        request.sample2 = sample
-        for i, (_, metric_id) in enumerate(metrics):
-            request.metrics[i].metricId = metric_id
+        request = gpm_request(nvml, previous, sample, [m for _, m in metrics])
         done = self._call(errors, "gpm metrics", nvml.nvmlGpmMetricsGet, request)
         self._call(None, "gpm free", nvml.nvmlGpmSampleFree, previous)
         if done is not None:
@@ -274,6 +268,18 @@ class _Sampler:
         namespace, pod = self.pods_by_uid.get(uid, (None, None)) if uid else (None, None)
         return {"pid": proc.pid, "used_bytes": proc.usedGpuMemory, "pod_uid": uid,
                 "container_id": container_id, "namespace": namespace, "pod": pod}
+
+
+def gpm_request(nvml: Any, first: Any, second: Any, metric_ids: list[int]) -> Any:
+    """The ``c_nvmlGpmMetricsGet_t`` asking for ``metric_ids`` between two samples."""
+    request = nvml.c_nvmlGpmMetricsGet_t()
+    request.version = nvml.NVML_GPM_METRICS_GET_VERSION
+    request.numMetrics = len(metric_ids)
+    request.sample1 = first
+    request.sample2 = second
+    for i, metric_id in enumerate(metric_ids):
+        request.metrics[i].metricId = metric_id
+    return request
 
 
 def sample(*, interval: float, duration: float, out: TextIO, proc_root: str = "/proc",
@@ -323,41 +329,3 @@ def sample(*, interval: float, duration: float, out: TextIO, proc_root: str = "/
         if sampler is not None:
             sampler.close()
         nvml.nvmlShutdown()
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m gpuaudit.sources.nvml --interval 1s --duration 60s -o FILE``"""
-    from gpuaudit.sources.samples import load_pods_json
-
-    parser = argparse.ArgumentParser(prog="python -m gpuaudit.sources.nvml",
-                                     description="Sample GPUs with NVML into JSON lines.")
-    parser.add_argument("--interval", default="10s", help="time between samples (default 10s)")
-    parser.add_argument("--duration", required=True, help="how long to sample, e.g. 60s, 1h")
-    parser.add_argument("-o", "--output", default="-", help="output file (default stdout)")
-    parser.add_argument("--pods", help="pods JSON (kubelet /pods, a PodList, or uid -> ns/name)")
-    parser.add_argument("--proc-root", default="/proc", help="host /proc (default /proc)")
-    parser.add_argument("--node", help="node name to record (default: hostname)")
-    args = parser.parse_args(argv)
-    try:
-        interval, duration = parse_duration(args.interval), parse_duration(args.duration)
-        pods = load_pods_json(Path(args.pods)) if args.pods else None
-    except (ValueError, OSError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    kwargs = {"interval": interval, "duration": duration, "proc_root": args.proc_root,
-              "node": args.node, "pods_by_uid": pods}
-    try:
-        if args.output == "-":
-            sample(out=sys.stdout, **kwargs)
-            return 0
-        with open(args.output, "w", encoding="utf-8") as out:
-            ticks = sample(out=out, **kwargs)
-    except (NvmlUnavailable, OSError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
-    print(f"{ticks} samples written to {args.output}", file=sys.stderr)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

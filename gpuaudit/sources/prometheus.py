@@ -72,6 +72,7 @@ class _Client:
         self.timeout = timeout
         self.method = "POST"
         self.sent = 0
+        self.warnings: list[str] = []  # of the last successful call
 
     def instant(self, query: str, at: float) -> list[dict[str, Any]]:
         # Prometheus durations take no fractions: milliseconds
@@ -94,7 +95,10 @@ class _Client:
         return [str(x) for x in data]
 
     def max_bytes(self, params: Mapping[str, Any]) -> int:
-        return int(params["max_post_bytes"] if self.method == "POST" else params["max_get_bytes"])
+        """Bytes a query text may take: the method's limit less room for the
+        other form fields (time, timeout) and the URL path."""
+        limit = params["max_post_bytes"] if self.method == "POST" else params["max_get_bytes"]
+        return int(limit) - 256
 
     def _call(self, path: str, form: Mapping[str, str], method: str | None = None) -> Any:
         method = method or self.method
@@ -138,6 +142,8 @@ class _Client:
             raise _QueryFailed("response is not a JSON object")
         if payload.get("status") != "success":
             raise _QueryFailed(_prometheus_message(payload))
+        # e.g. Thanos/Mimir partial responses: the data is usable but incomplete
+        self.warnings = [str(w) for w in payload.get("warnings") or []]
         return payload.get("data")
 
 
@@ -199,15 +205,17 @@ def _pod_chunks(spec: QuerySpec, fields: Sequence[Field], chosen: Mapping[str, C
 
     The query length is linear in the two regexes, so it is measured once per
     field with marker regexes and then extrapolated."""
-    worst_base, worst_pod, worst_ns = 0, 0, 0
+    shapes = []  # per field: (length without the regexes, times each regex occurs)
     for field in fields:
         forms = promql.filter_forms(spec, "\x01", "\x02")
         sets = [f"{f},{shard_hint}" if shard_hint else f for f in forms]
         text = promql.render_field(spec, field, chosen=chosen, matcher_sets=sets, **render_kw)
-        k_pod, k_ns = text.count("\x01"), text.count("\x02")
         base = promql.encoded_length(text.replace("\x01", "").replace("\x02", ""))
-        if base + k_pod * 64 + k_ns * 32 > worst_base + worst_pod * 64 + worst_ns * 32:
-            worst_base, worst_pod, worst_ns = base, k_pod, k_ns
+        shapes.append((base, text.count("\x01"), text.count("\x02")))
+
+    def cost(pod_len: int, ns_len: int) -> int:
+        return max((b + kp * pod_len + kn * ns_len for b, kp, kn in shapes), default=0)
+
     sep = promql.encoded_length("|")
     chunks: list[list[tuple[str, str]]] = []
     current: list[tuple[str, str]] = []
@@ -216,8 +224,7 @@ def _pod_chunks(spec: QuerySpec, fields: Sequence[Field], chosen: Mapping[str, C
     for ns, pod in sorted(set(pods)):
         add_pod = promql.encoded_length(promql.regex_escape(pod)) + sep
         add_ns = 0 if ns in namespaces else promql.encoded_length(promql.regex_escape(ns)) + sep
-        cost = worst_base + worst_pod * (pod_len + add_pod) + worst_ns * (ns_len + add_ns)
-        if current and cost > limit:
+        if current and cost(pod_len + add_pod, ns_len + add_ns) > limit:
             chunks.append(current)
             current, pod_len, ns_len, namespaces = [], 0, 0, set()
             add_ns = promql.encoded_length(promql.regex_escape(ns)) + sep
@@ -308,6 +315,9 @@ def query_telemetry(url: str, *, window_seconds: int, end: datetime | None = Non
             f"and {telemetry.iso(end)}")
 
     fields = [f for f in spec.fields if all(chosen.get(s) for s in f.requires)]
+    wanted = {(ns, pod) for ns, pod in pods} if pods is not None else None
+    if wanted is not None and not wanted:
+        fields = []  # an empty filter: nothing to ask for
     expected = _expected_steps(end, window_seconds, step_seconds)
     render_kw = {"range_s": window_seconds, "step_s": step_seconds, "expected_steps": expected,
                  "params": merged_params}
@@ -321,7 +331,6 @@ def query_telemetry(url: str, *, window_seconds: int, end: datetime | None = Non
         return promql.shard_matchers(spec.shard_label, _shard_count(series * expected, budget))
 
     # 2. Server-side pod filter chunks, unless that takes too many queries.
-    wanted = {(ns, pod) for ns, pod in pods} if pods is not None else None
     chunks: list[list[tuple[str, str]] | None] = [None]
     if wanted:
         longest_shard = max((m for f in fields for m in shards_for(f)), key=len, default="")
@@ -358,6 +367,8 @@ def query_telemetry(url: str, *, window_seconds: int, end: datetime | None = Non
             return
         transport_failures = 0
         succeeded += 1
+        for warning in client.warnings:
+            record(field.name, f"warning: {warning}")
         rows.add(field, series)
 
     for field in fields:
@@ -370,7 +381,7 @@ def query_telemetry(url: str, *, window_seconds: int, end: datetime | None = Non
                 record(",".join(remaining),
                        f"not sent after {_MAX_TRANSPORT_FAILURES} failures in a row: {aborted}")
             break
-    if not succeeded:
+    if fields and not succeeded:
         reason = errors[0]["message"] if errors else "no query succeeded"
         raise TelemetryUnavailable(f"Prometheus at {client.endpoint}: {reason}")
 

@@ -16,10 +16,9 @@ the data.
 
 from __future__ import annotations
 
-import argparse
+import itertools
 import json
 import math
-import sys
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
@@ -81,27 +80,26 @@ def _read(paths: Sequence[Path], errors: list[dict[str, str]]
     headers, records = [], []
     for path in paths:
         try:
-            handle = open(path, encoding="utf-8")
-        except OSError as exc:
+            lines = path.read_text("utf-8").splitlines()
+        except (OSError, UnicodeDecodeError) as exc:
             errors.append({"endpoint": str(path), "query": "read", "message": str(exc)})
             continue
-        with handle:
-            for number, line in enumerate(handle, 1):
-                if not line.strip():
-                    continue
-                try:
-                    record = json.loads(line)
-                except ValueError as exc:
-                    # a sampler killed mid-line leaves a torn last line; keep the rest
-                    errors.append({"endpoint": f"{path}:{number}", "query": "parse",
-                                   "message": f"not JSON: {exc}"})
-                    continue
-                if not isinstance(record, dict):
-                    continue
-                if record.get("kind") == "header":
-                    headers.append(record)
-                elif record.get("kind") == "gpu" and isinstance(record.get("ts"), (int, float)):
-                    records.append(record)
+        for number, line in enumerate(lines, 1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except ValueError as exc:
+                # a sampler killed mid-line leaves a torn last line; keep the rest
+                errors.append({"endpoint": f"{path}:{number}", "query": "parse",
+                               "message": f"not JSON: {exc}"})
+                continue
+            if not isinstance(record, dict):
+                continue
+            if record.get("kind") == "header":
+                headers.append(record)
+            elif record.get("kind") == "gpu" and isinstance(record.get("ts"), (int, float)):
+                records.append(record)
     return headers, records
 
 
@@ -111,7 +109,7 @@ def _interval(headers: Sequence[Mapping[str, Any]], records: Sequence[Mapping[st
     if declared:
         return float(min(declared))
     stamps = sorted({r["ts"] for r in records})
-    gaps = sorted(b - a for a, b in zip(stamps, stamps[1:], strict=False) if b > a)
+    gaps = sorted(b - a for a, b in itertools.pairwise(stamps) if b > a)
     return gaps[len(gaps) // 2] if gaps else 1.0
 
 
@@ -147,17 +145,28 @@ def aggregate_samples(paths: Sequence[Path], *, params: Mapping[str, Any] | None
     start, end = min(r["ts"] for r in records), max(r["ts"] for r in records)
     expected = round((end - start) / interval) + 1
 
+    # One compute source per device, so its samples are comparable: GPM where
+    # the device ever reported it (its first tick has no GPM delta yet).
+    source: dict[tuple[Any, ...], tuple[int, str, str]] = {}
+    for rec in records:
+        device = (rec.get("node"), rec.get("gpu"), rec.get("uuid"), rec.get("mig_id"))
+        for rank, (key, name) in enumerate(_COMPUTE_SOURCES):
+            if rec.get(key) is not None:
+                if device not in source or rank < source[device][0]:
+                    source[device] = (rank, key, name)
+                break
+
     rows: dict[tuple[Any, ...], dict[str, Any]] = {}
     compute_used: set[str] = set()
     for rec in records:
         if rec.get("mig_enabled") and rec.get("mig_id") is None:
             continue
+        device = (rec.get("node"), rec.get("gpu"), rec.get("uuid"), rec.get("mig_id"))
         compute = None
-        for key, name in _COMPUTE_SOURCES:
-            if rec.get(key) is not None:
-                compute = rec[key] / 100
-                compute_used.add(name)
-                break
+        if device in source:
+            _, key, name = source[device]
+            compute_used.add(name)
+            compute = rec[key] / 100 if rec.get(key) is not None else None
         device_used = rec.get("fb_used_bytes")
         holders = _pods_on(rec) or {None: {"used_bytes": device_used}}
         for uid, holder in holders.items():
@@ -227,28 +236,3 @@ def aggregate_samples(paths: Sequence[Path], *, params: Mapping[str, Any] | None
     return telemetry.result(source="nvml", endpoint=", ".join(str(p) for p in paths),
                             window=window, signals=signals, params=merged, queries=0,
                             gpu_rows=gpu_rows, errors=errors)
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m gpuaudit.sources.samples FILE... [--pods PODS.json]``: print the aggregate."""
-    parser = argparse.ArgumentParser(prog="python -m gpuaudit.sources.samples",
-                                     description="Aggregate NVML sample files (JSON).")
-    parser.add_argument("files", nargs="+", type=Path)
-    parser.add_argument("--pods", type=Path, help="pods JSON to name pod UIDs")
-    parser.add_argument("--resident-fb-mib", type=float, default=DEFAULT_PARAMS["resident_fb_mib"])
-    parser.add_argument("--idle-compute", type=float, default=DEFAULT_PARAMS["idle_compute"])
-    args = parser.parse_args(argv)
-    try:
-        pods = load_pods_json(args.pods) if args.pods else None
-        result = aggregate_samples(args.files, pods_by_uid=pods, params={
-            "resident_fb_mib": args.resident_fb_mib, "idle_compute": args.idle_compute})
-    except (ValueError, OSError, TelemetryUnavailable) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
-    json.dump(result, sys.stdout, indent=2, allow_nan=False)
-    sys.stdout.write("\n")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

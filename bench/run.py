@@ -1,0 +1,570 @@
+"""Benchmarks, side by side, printed as one table.
+
+    .venv/bin/python bench/run.py               # everything that can run here
+    .venv/bin/python bench/run.py --quick       # 1 repeat, no 10,000-pod telemetry
+
+Every number comes from a child process (wall time and peak RSS through
+``os.wait4``; the median of ``--repeat`` runs after one unmeasured warm-up),
+with the commands that are compared run interleaved. Rows:
+
+- ``check`` on a generated repository of ``--files`` manifests, next to the
+  *floor* (the same files parsed by PyYAML's C loader and nothing else,
+  bench/floor.py) and the *peer* (``checkov -d DIR --framework kubernetes``,
+  from bench/.venv-checkov: run bench/setup-peers.sh once);
+- ``check`` on 3 files, as pre-commit runs it (interpreter start included);
+- telemetry: the PromQL queries one audit sends to a real Prometheus holding
+  100 and 10,000 pods of dcgm-exporter series, and how long they take;
+- a live-cluster audit of ``--nodes``/``--pods`` through the fake API server
+  (tests/apiserver.py, in its own process), and the report from its snapshot:
+  these rows run when bench/gen_cluster.py and the commands exist, and say
+  "not available" otherwise.
+
+Generated inputs and outputs go to bench/out/ (ignored by git).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parent
+ROOT = BENCH.parent
+sys.path.insert(0, str(BENCH))
+sys.path.insert(1, str(ROOT))  # for `tests.` helpers (Prometheus, the fake API server)
+
+import gen_manifests  # noqa: E402
+from measure import Command, Measurement, measure_interleaved  # noqa: E402
+
+PYTHON = sys.executable
+GPUAUDIT = str(Path(sys.executable).parent / "gpuaudit")
+
+
+@dataclass(frozen=True)
+class Row:
+    case: str
+    tool: str
+    size: str
+    wall_s: float | None = None
+    rate: str = ""
+    rss_mib: float | None = None
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class Target:
+    name: str
+    measured: str
+    met: bool | None  # None: could not be measured here
+
+
+@dataclass
+class Results:
+    rows: list[Row]
+    targets: list[Target]
+
+
+def child_env() -> dict[str, str]:
+    """The environment of every measured command: bytecode caches allowed (a
+    user's installed tool has them), no colour."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    env["NO_COLOR"] = "1"
+    return env
+
+
+def per_second(count: int, m: Measurement, unit: str) -> str:
+    return f"{count / m.wall_s:,.0f} {unit}/s" if m.wall_s else ""
+
+
+def row(case: str, tool: str, size: str, m: Measurement, rate: str = "", note: str = "") -> Row:
+    return Row(case, tool, size, m.wall_s, rate, m.peak_rss_mib, note)
+
+
+# --- manifests: check, floor, peer ---------------------------------------------------
+
+
+def find_checkov(explicit: str | None) -> str | None:
+    for candidate in (explicit, str(BENCH / ".venv-checkov" / "bin" / "checkov")):
+        if candidate and Path(candidate).is_file():
+            return candidate
+    return shutil.which("checkov")
+
+
+def checkov_argv(checkov: str, paths: list[Path], directory: bool) -> tuple[str, ...]:
+    # --skip-download: no calls home (there is no network here, and waiting for
+    # it would be measured as checkov's time).
+    where = ["-d", str(paths[0])] if directory else ["-f", *map(str, paths)]
+    return (
+        checkov,
+        *where,
+        "--framework",
+        "kubernetes",
+        "--skip-download",
+        "--quiet",
+        "-o",
+        "json",
+    )
+
+
+def manifest_case(
+    name: str,
+    paths: list[Path],
+    out: Path,
+    checkov: str | None,
+    repeat: int,
+    directory: bool,
+) -> dict[str, Measurement]:
+    commands = {
+        "floor": Command((PYTHON, str(BENCH / "floor.py"), *map(str, paths)), out / "floor.out"),
+        "check": Command((GPUAUDIT, "check", *map(str, paths)), out / "check.txt"),
+    }
+    if directory:  # what CI runs: SARIF to a file
+        sarif = out / "check.sarif"
+        commands["check-sarif"] = Command(
+            (GPUAUDIT, "check", *map(str, paths), "--format", "sarif", "-o", str(sarif)),
+            out / "check-sarif.out",
+        )
+    if checkov:
+        commands["checkov"] = Command(checkov_argv(checkov, paths, directory), out / "checkov.json")
+    out.mkdir(parents=True, exist_ok=True)
+    measured = measure_interleaved(commands, repeat=repeat, cwd=ROOT, env=child_env())
+    for key, m in measured.items():
+        if m.returncode not in (0, 1):  # 1: findings at or above --fail-on
+            raise SystemExit(f"{name}: {key} exited {m.returncode}; see {commands[key].stdout}.err")
+    return measured
+
+
+def manifests(args: argparse.Namespace, work: Path, checkov: str | None) -> Results:
+    rows: list[Row] = []
+    targets: list[Target] = []
+
+    repo = work / f"manifests-{args.files}"
+    gen_manifests.generate(_fresh(repo), args.files, args.seed)
+    m = manifest_case("repo", [repo], work / "repo", checkov, args.repeat, True)
+    size = f"{args.files:,} files"
+    check, floor = m["check"], m["floor"]
+    rows.append(
+        row("manifest repo", "gpuaudit check", size, check, per_second(args.files, check, "files"))
+    )
+    rows.append(
+        row(
+            "manifest repo",
+            "gpuaudit check --format sarif",
+            size,
+            m["check-sarif"],
+            per_second(args.files, m["check-sarif"], "files"),
+        )
+    )
+    rows.append(
+        row(
+            "manifest repo",
+            "floor: PyYAML CSafeLoader",
+            size,
+            floor,
+            per_second(args.files, floor, "files"),
+            "parse only",
+        )
+    )
+    ratio = check.wall_s / floor.wall_s
+    targets.append(Target(f"check on {size} within 2x the floor", f"{ratio:.2f}x", ratio <= 2.0))
+    if "checkov" in m:
+        peer = m["checkov"]
+        rows.append(
+            row(
+                "manifest repo",
+                "peer: checkov -d",
+                size,
+                peer,
+                per_second(args.files, peer, "files"),
+                _checkov_note(work / "repo"),
+            )
+        )
+        speedup = peer.wall_s / check.wall_s
+        targets.append(
+            Target(
+                f"check on {size} at least 20x faster than checkov",
+                f"{speedup:.1f}x",
+                speedup >= 20,
+            )
+        )
+    else:
+        rows.append(Row("manifest repo", "peer: checkov -d", size, note=_NO_CHECKOV))
+        targets.append(Target("check at least 20x faster than checkov", "checkov absent", None))
+
+    # pre-commit hands the changed files to the hook: three of them
+    commit = _fresh(work / "precommit")
+    gen_manifests.generate(commit, 3, args.seed + 1)
+    three = sorted(p for p in commit.rglob("*") if p.is_file())
+    m = manifest_case("pre-commit", three, work / "precommit-out", checkov, args.repeat, False)
+    rows.append(row("pre-commit", "gpuaudit check", "3 files", m["check"], note="incl. start"))
+    rows.append(row("pre-commit", "floor: PyYAML CSafeLoader", "3 files", m["floor"]))
+    if "checkov" in m:
+        rows.append(row("pre-commit", "peer: checkov -f", "3 files", m["checkov"]))
+    wall = m["check"].wall_s
+    targets.append(Target("check on 3 files under 0.3 s", f"{wall:.3f} s", wall < 0.3))
+    return Results(rows, targets)
+
+
+_NO_CHECKOV = "not available: run bench/setup-peers.sh"
+
+
+def _checkov_note(out: Path) -> str:
+    try:
+        report = json.loads((out / "checkov.json").read_text())
+    except (OSError, ValueError):
+        return ""
+    reports = report if isinstance(report, list) else [report]
+    summary = [r.get("summary", {}) for r in reports if isinstance(r, dict)]
+    checks = sum(s.get("passed", 0) + s.get("failed", 0) for s in summary)
+    return f"{checks:,} check results" if checks else ""
+
+
+def _fresh(path: Path) -> Path:
+    if path.exists():
+        shutil.rmtree(path)
+    path.mkdir(parents=True)
+    return path
+
+
+# --- telemetry: PromQL queries at 100 and 10,000 pods --------------------------------
+
+
+def telemetry(args: argparse.Namespace, work: Path) -> Results:
+    if args.no_telemetry:
+        return Results([], [])
+    from tests.prometheus_server import PrometheusProcess, backfill, tools_available
+
+    if not tools_available():
+        note = "not available: needs promtool and prometheus (Debian package)"
+        return Results([Row("telemetry", "PromQL", "-", note=note)], [])
+    import gen_telemetry
+
+    from tests.prometheus_server import write_openmetrics
+
+    rows, counts = [], {}
+    window, step = 3600, 120
+    end = float(int(time.time()) // 60 * 60)
+    for pods in args.pods:
+        dest = _fresh(work / f"prometheus-{pods}")
+        series = dest / "series.om"
+        write_openmetrics(series, gen_telemetry.families(pods, end, window, step, args.seed))
+        backfill(series, dest / "tsdb")
+        series.unlink()
+        server = PrometheusProcess(dest / "tsdb", dest)
+        url = server.start()
+        try:
+            before = _prometheus_api_requests(url)
+            argv = (
+                PYTHON,
+                str(BENCH / "telemetry_query.py"),
+                url,
+                "--window",
+                str(window),
+                "--end",
+                str(end),
+            )
+            repeat = min(args.repeat, 3)
+            m = measure_interleaved(
+                {"q": Command(argv, dest / "query.json")}, repeat=repeat, cwd=ROOT, env=child_env()
+            )["q"]
+            served = (_prometheus_api_requests(url) - before) / (repeat + 1)
+        finally:
+            server.stop()
+        summary = json.loads((dest / "query.json").read_text())
+        counts[pods] = summary["queries"]
+        note = f"{summary['queries']} queries (server counted {served:g} per run)"
+        if summary["errors"]:
+            note += f", {len(summary['errors'])} errors"
+        rows.append(
+            row(
+                "telemetry",
+                "PromQL aggregates, 1 h window",
+                f"{pods:,} pods",
+                m,
+                per_second(summary["pods"], m, "pods"),
+                note,
+            )
+        )
+    targets = []
+    if len(counts) > 1:
+        values = sorted(set(counts.values()))
+        shown = " / ".join(f"{counts[p]} at {p:,} pods" for p in counts)
+        targets.append(
+            Target("PromQL queries the same at every pod count", shown, len(values) == 1)
+        )
+    return Results(rows, targets)
+
+
+def _prometheus_api_requests(url: str) -> float:
+    """Requests Prometheus has answered on its query API (its own counter)."""
+    with urllib.request.urlopen(f"{url}/metrics", timeout=10) as resp:
+        text = resp.read().decode()
+    pattern = re.compile(
+        r'^prometheus_http_requests_total\{[^}]*handler="/api/v1/[^"]*"[^}]*\} (\S+)$'
+    )
+    return sum(float(m.group(1)) for line in text.splitlines() if (m := pattern.match(line)))
+
+
+# --- cluster: collection + audit through the fake API server, then the report ----------
+
+
+def cluster(args: argparse.Namespace, work: Path) -> Results:
+    size = f"{args.nodes:,} nodes / {args.pods_cluster:,} pods"
+    missing = _cluster_prerequisites()
+    if missing:
+        rows = [
+            Row("cluster", "gpuaudit audit", size, note=f"not available: {missing}"),
+            Row("cluster", "gpuaudit report", size, note=f"not available: {missing}"),
+        ]
+        target = Target(f"cluster of {size} audited in < 60 s and < 2 GB", "not run", None)
+        return Results(rows, [target])
+    dest = _fresh(work / "cluster")
+    recorded = dest / "cluster.json"
+    _generate_cluster(recorded, args.nodes, args.pods_cluster, args.seed)
+    rows: list[Row] = []
+    env = child_env()
+    with _api_server(recorded, dest / "kubeconfig") as kubeconfig:
+        snapshot = dest / "snapshot.json.gz"
+        commands = {
+            "audit": Command(
+                (
+                    GPUAUDIT,
+                    "audit",
+                    "--kubeconfig",
+                    str(kubeconfig),
+                    "--format",
+                    "json",
+                    "-o",
+                    str(dest / "audit.json"),
+                ),
+                dest / "audit.out",
+                timeout_s=600,
+            ),
+        }
+        if _has_command("snapshot", "--kubeconfig"):
+            commands["snapshot"] = Command(
+                (GPUAUDIT, "snapshot", "--kubeconfig", str(kubeconfig), "-o", str(snapshot)),
+                dest / "snapshot.out",
+                timeout_s=600,
+            )
+        m = measure_interleaved(commands, repeat=args.cluster_repeat, cwd=ROOT, env=env)
+    audit = m["audit"]
+    ok = audit.returncode in (0, 1)
+    note = "collection + audit" if ok else f"exit {audit.returncode}: see {dest / 'audit.out.err'}"
+    rows.append(
+        row(
+            "cluster",
+            "gpuaudit audit",
+            size,
+            audit,
+            per_second(args.pods_cluster, audit, "pods"),
+            note,
+        )
+    )
+    if "snapshot" in m:
+        rows.append(
+            row(
+                "cluster",
+                "gpuaudit snapshot",
+                size,
+                m["snapshot"],
+                per_second(args.pods_cluster, m["snapshot"], "pods"),
+                "collection only",
+            )
+        )
+    targets = [
+        Target(
+            f"cluster of {size} audited in < 60 s and < 2 GB",
+            f"{audit.wall_s:.1f} s, {audit.peak_rss_mib:,.0f} MiB",
+            ok and audit.wall_s < 60 and audit.peak_rss_mib < 2048,
+        )
+    ]
+    rows.append(_report_row(snapshot, dest, size, args, env))
+    return Results(rows, targets)
+
+
+def _cluster_prerequisites() -> str | None:
+    if not (BENCH / "gen_cluster.py").exists():
+        return "bench/gen_cluster.py not written yet"
+    if not _has_command("audit", "--kubeconfig"):
+        return "`gpuaudit audit --kubeconfig` not there yet"
+    return None
+
+
+def _has_command(name: str, option: str) -> bool:
+    """Whether `gpuaudit NAME --help` lists ``option``."""
+    help_text = subprocess.run(
+        [GPUAUDIT, name, "--help"], capture_output=True, text=True, check=False
+    ).stdout
+    return option in help_text
+
+
+def _generate_cluster(out: Path, nodes: int, pods: int, seed: int) -> None:
+    """bench/gen_cluster.py writes a recorded cluster (the JSON tests/apiserver.py
+    serves). Its output is named by whichever option its --help shows."""
+    script = str(BENCH / "gen_cluster.py")
+    help_text = subprocess.run(
+        [PYTHON, script, "--help"], capture_output=True, text=True, check=False
+    ).stdout
+    where = ["--output", str(out)] if "--output" in help_text else None
+    if where is None:
+        where = ["-o", str(out)] if re.search(r"(^|\s)-o\b", help_text) else [str(out)]
+    argv = [PYTHON, script, *where, "--nodes", str(nodes), "--pods", str(pods)]
+    if "--seed" in help_text:
+        argv += ["--seed", str(seed)]
+    subprocess.run(argv, check=True, cwd=ROOT, stdout=subprocess.DEVNULL)
+
+
+@contextmanager
+def _api_server(recorded: Path, kubeconfig: Path) -> Iterator[Path]:
+    """tests/apiserver.py serving ``recorded`` in its own process (its CPU and
+    memory are not the audit's)."""
+    proc = subprocess.Popen(
+        [
+            PYTHON,
+            str(ROOT / "tests" / "apiserver.py"),
+            str(recorded),
+            "--kubeconfig",
+            str(kubeconfig),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+    )
+    try:
+        assert proc.stdout is not None
+        proc.stdout.readline()  # its URL: it is listening
+        yield kubeconfig
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def _report_row(snapshot: Path, dest: Path, size: str, args: argparse.Namespace, env) -> Row:
+    if not snapshot.exists() or not _has_command("report", "--snapshot"):
+        return Row(
+            "cluster",
+            "gpuaudit report",
+            size,
+            note="not available: needs `gpuaudit report --snapshot` and a snapshot",
+        )
+    argv = (GPUAUDIT, "report", "--snapshot", str(snapshot), "-o", str(dest / "report.html"))
+    m = measure_interleaved(
+        {"report": Command(argv, dest / "report.out", timeout_s=600)},
+        repeat=args.cluster_repeat,
+        cwd=ROOT,
+        env=env,
+    )["report"]
+    note = "HTML from the snapshot" if m.returncode == 0 else f"exit {m.returncode}"
+    return row("cluster", "gpuaudit report", size, m, note=note)
+
+
+# --- the table ---------------------------------------------------------------------
+
+
+def _proc_field(path: str, name: str) -> str:
+    """The value of the first ``name:`` line of a /proc file, or ""."""
+    try:
+        text = Path(path).read_text()
+    except OSError:
+        return ""
+    for line in text.splitlines():
+        if line.startswith(name):
+            return line.split(":", 1)[1].strip()
+    return ""
+
+
+def machine() -> str:
+    mem_kib = _proc_field("/proc/meminfo", "MemTotal").split(" ")[0]
+    mem = f", {int(mem_kib) / 1024 / 1024:.0f} GiB RAM" if mem_kib.isdigit() else ""
+    cpu = _proc_field("/proc/cpuinfo", "model name") or platform.machine()
+    return (
+        f"{os.cpu_count()} CPUs ({cpu}){mem}; "
+        f"Python {platform.python_version()}; {platform.system()} {platform.release()}"
+    )
+
+
+def table(rows: list[Row]) -> str:
+    head = ("case", "tool", "input", "wall s", "throughput", "peak RSS MiB", "note")
+    lines = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
+    for r in rows:
+        wall = f"{r.wall_s:.3f}" if r.wall_s is not None else "-"
+        rss = f"{r.rss_mib:,.0f}" if r.rss_mib is not None else "-"
+        cells = (r.case, r.tool, r.size, wall, r.rate or "-", rss, r.note)
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def verdicts(targets: list[Target]) -> str:
+    mark = {True: "met", False: "MISSED", None: "not measured"}
+    return "\n".join(f"- {t.name}: {t.measured} ({mark[t.met]})" for t in targets)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--files", type=int, default=1000, help="manifest files in the repo case")
+    p.add_argument("--repeat", type=int, default=5, help="measured runs per command (median)")
+    p.add_argument("--seed", type=int, default=8)
+    p.add_argument("--checkov", help="checkov executable (default: bench/.venv-checkov)")
+    p.add_argument("--no-checkov", action="store_true")
+    p.add_argument(
+        "--pods",
+        type=lambda s: [int(x) for x in s.split(",")],
+        default=[100, 10_000],
+        help="telemetry pod counts, comma-separated",
+    )
+    p.add_argument("--no-telemetry", action="store_true")
+    p.add_argument("--nodes", type=int, default=5_000, help="cluster nodes")
+    p.add_argument("--cluster-pods", dest="pods_cluster", type=int, default=50_000)
+    p.add_argument("--cluster-repeat", type=int, default=1)
+    p.add_argument("--no-cluster", action="store_true")
+    p.add_argument("--only", choices=("manifests", "telemetry", "cluster"))
+    p.add_argument("--quick", action="store_true", help="1 repeat, telemetry at 100 pods only")
+    p.add_argument("--work", type=Path, default=BENCH / "out")
+    args = p.parse_args(argv)
+    if args.quick:
+        args.repeat, args.pods = 1, [100]
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    work = args.work.resolve()
+    work.mkdir(parents=True, exist_ok=True)
+    checkov = None if args.no_checkov else find_checkov(args.checkov)
+    sections: dict[str, Callable[[], Results]] = {
+        "manifests": lambda: manifests(args, work, checkov),
+        "telemetry": lambda: telemetry(args, work),
+        "cluster": lambda: Results([], []) if args.no_cluster else cluster(args, work),
+    }
+    rows: list[Row] = []
+    targets: list[Target] = []
+    for name, section in sections.items():
+        if args.only and name != args.only:
+            continue
+        print(f"bench: {name} ...", file=sys.stderr, flush=True)
+        result = section()
+        rows += result.rows
+        targets += result.targets
+    stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    print(f"gpuaudit benchmarks, {stamp}\n{machine()}\n")
+    print(table(rows))
+    print()
+    print(verdicts(targets))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

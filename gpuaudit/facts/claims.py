@@ -1,0 +1,77 @@
+"""DRA claims in manifests (ResourceClaim, ResourceClaimTemplate): CEL
+selectors that pin one device or one GPU product (gpu-domain.md §5)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from gpuaudit.facts import Subject
+from gpuaudit.model import Document, Resource
+
+CLAIM_KINDS = ("ResourceClaim", "ResourceClaimTemplate")
+# An attribute that names one device, compared for equality.
+_DEVICE_PIN = re.compile(
+    r"""(?:\.|\[\s*['"])(index|minor|uuid|UUID|parentUUID|pciBusID)(?:['"]\s*\])?\s*==\s*"""
+    r"""|\bdevice\.name\s*=="""
+)
+_PRODUCT_PIN = re.compile(r"""(?:\.|\[\s*['"])productName(?:['"]\s*\])?\s*==\s*""")
+
+
+def subjects(doc: Document) -> Iterator[Subject]:
+    if doc.kind not in CLAIM_KINDS or not doc.api_version.startswith("resource.k8s.io/"):
+        return
+    base = "/spec/spec" if doc.kind == "ResourceClaimTemplate" else "/spec"
+    spec = _at(doc.obj, base)
+    devices = spec.get("devices") if isinstance(spec, Mapping) else None
+    requests = devices.get("requests") if isinstance(devices, Mapping) else None
+    requests = requests if isinstance(requests, list) else []
+    pins = [pin for i, r in enumerate(requests) for pin in _pins(r, f"{base}/devices/requests/{i}")]
+    facts = {
+        "apiVersion": doc.api_version,
+        "kind": doc.kind,
+        "name": doc.name,
+        "namespace": doc.namespace,
+        "pointer": pins[0]["pointer"] if pins else base,
+        "requests": len(requests),
+        "selector_pins": pins,
+    }
+    yield Subject("claim", facts, Resource(doc.api_version, doc.kind, doc.namespace, doc.name), doc)
+
+
+def _pins(request: Any, pointer: str) -> Iterator[dict[str, Any]]:
+    if not isinstance(request, Mapping):
+        return
+    name = str(request.get("name", ""))
+    # v1beta1 puts selectors on the request; v1 under `exactly`; both allow
+    # `firstAvailable` alternatives, and one alternative is not a pin.
+    places = [(request, pointer)]
+    if isinstance(request.get("exactly"), Mapping):
+        places.append((request["exactly"], f"{pointer}/exactly"))
+    for holder, where in places:
+        for j, selector in enumerate(holder.get("selectors") or ()):
+            cel = selector.get("cel") if isinstance(selector, Mapping) else None
+            expression = cel.get("expression") if isinstance(cel, Mapping) else None
+            if not isinstance(expression, str) or "||" in expression:
+                continue
+            kind = (
+                "device"
+                if _DEVICE_PIN.search(expression)
+                else "product"
+                if _PRODUCT_PIN.search(expression)
+                else None
+            )
+            if kind:
+                yield {
+                    "request": name,
+                    "pin": kind,
+                    "expression": " ".join(expression.split()),
+                    "pointer": f"{where}/selectors/{j}/cel/expression",
+                }
+
+
+def _at(obj: Any, pointer: str) -> Any:
+    for token in (t for t in pointer.split("/") if t):
+        obj = obj.get(token) if isinstance(obj, Mapping) else None
+    return obj

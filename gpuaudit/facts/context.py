@@ -1,0 +1,154 @@
+"""What facts about one object need to know beyond that object.
+
+Two sources, both passed in explicitly (no globals): the site as declared in
+``.gpuaudit.yaml`` ``site:`` (GPU taints, GPU classes, platform, shared
+resource name) and what the rest of the input says (device-plugin configs
+that rename shared GPUs, autoscalers that target a workload, which GPU
+resources the workloads request).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpuaudit.facts import config as config_facts
+from gpuaudit.model import Document, Workload
+from gpuaudit.quantity import QuantityError, parse_quantity
+
+
+@dataclass(frozen=True)
+class GpuClass:
+    """A set of GPU products a site treats as interchangeable, and the node
+    labels that select all of them."""
+
+    name: str
+    selector: Mapping[str, str]
+    products: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Site:
+    platform: str | None = None
+    gpu_taints: tuple[Mapping[str, str], ...] = ()
+    gpu_classes: tuple[GpuClass, ...] = ()
+    shared_resource: str | None = None
+    gpus_per_node: int | None = None
+    gpu_memory_gib: float | None = None
+
+    @classmethod
+    def from_config(cls, site: Mapping[str, Any] | None) -> Site:
+        site = site or {}
+        return cls(
+            platform=site.get("platform"),
+            gpu_taints=tuple(
+                {k: str(v) for k, v in t.items() if k in ("key", "value", "effect")}
+                for t in site.get("gpu_taints") or ()
+            ),
+            gpu_classes=tuple(
+                GpuClass(
+                    str(c["name"]),
+                    {str(k): str(v) for k, v in (c.get("selector") or {}).items()},
+                    tuple(str(p) for p in c.get("products") or ()),
+                )
+                for c in site.get("gpu_classes") or ()
+            ),
+            shared_resource=site.get("shared_resource"),
+            gpus_per_node=site.get("gpus_per_node"),
+            gpu_memory_gib=site.get("gpu_memory_gib"),
+        )
+
+
+@dataclass(frozen=True)
+class Autoscaler:
+    """An HPA or KEDA ScaledObject aimed at a workload in the input."""
+
+    kind: str
+    name: str
+    min_replicas: int
+
+
+@dataclass(frozen=True)
+class Context:
+    site: Site = field(default_factory=Site)
+    # `.shared` resource names some config renames GPUs to; None when nothing
+    # in the input or the site says (then a `.shared` request cannot be judged).
+    shared_names: frozenset[str] | None = None
+    # GPU resource name -> "Kind namespace/name" of the workloads requesting it.
+    requested: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    # (kind, namespace, name) of a scale target -> the autoscaler aiming at it.
+    autoscalers: Mapping[tuple[str, str, str], Autoscaler] = field(default_factory=dict)
+
+
+def build_context(
+    site: Site,
+    documents: Iterable[Document],
+    workloads: Iterable[Workload],
+    bare: Iterable[Document] = (),
+) -> Context:
+    documents = list(documents)
+    return Context(
+        site=site,
+        shared_names=_shared_names(site, [*documents, *bare]),
+        requested=_requested(workloads),
+        autoscalers=_autoscalers(documents),
+    )
+
+
+def _shared_names(site: Site, documents: Iterable[Document]) -> frozenset[str] | None:
+    names: set[str] = set()
+    known = False
+    if site.shared_resource:
+        names.add(site.shared_resource)
+        known = True
+    for cfg in config_facts.device_plugin_configs(documents):
+        known = True
+        sharing = cfg.get("sharing") if isinstance(cfg.get("sharing"), Mapping) else {}
+        for strategy in ("timeSlicing", "mps"):
+            section = sharing.get(strategy)
+            if not isinstance(section, Mapping) or section.get("renameByDefault") is not True:
+                continue
+            for resource in section.get("resources") or ():
+                if isinstance(resource, Mapping) and resource.get("name"):
+                    names.add(f"{resource['name']}.shared")
+    return frozenset(names) if known else None
+
+
+def _requested(workloads: Iterable[Workload]) -> dict[str, tuple[str, ...]]:
+    found: dict[str, dict[str, None]] = {}
+    for w in workloads:
+        label = f"{w.kind} {w.namespace + '/' if w.namespace else ''}{w.name}"
+        for t in w.templates:
+            for c in (*t.containers, *t.init_containers):
+                for r in c.gpus:
+                    found.setdefault(r.resource, {})[label] = None
+    return {name: tuple(labels) for name, labels in found.items()}
+
+
+# Autoscalers: HPA (minReplicas defaults to 1) and KEDA (minReplicaCount defaults to 0).
+_SCALERS = {
+    ("autoscaling", "HorizontalPodAutoscaler"): ("minReplicas", 1),
+    ("keda.sh", "ScaledObject"): ("minReplicaCount", 0),
+}
+
+
+def _autoscalers(documents: Iterable[Document]) -> dict[tuple[str, str, str], Autoscaler]:
+    found: dict[tuple[str, str, str], Autoscaler] = {}
+    for doc in documents:
+        group = doc.api_version.rpartition("/")[0]
+        known = _SCALERS.get((group, doc.kind))
+        spec = doc.obj.get("spec")
+        if known is None or not isinstance(spec, Mapping):
+            continue
+        target = spec.get("scaleTargetRef")
+        if not isinstance(target, Mapping) or not target.get("name"):
+            continue
+        field_name, default = known
+        try:
+            minimum = int(parse_quantity(spec.get(field_name, default)))
+        except QuantityError:
+            continue
+        key = (str(target.get("kind") or "Deployment"), doc.namespace, str(target["name"]))
+        found[key] = Autoscaler(doc.kind, doc.name, minimum)
+    return found

@@ -1,0 +1,206 @@
+"""How much GPU memory a served or trained model needs, by a small heuristic.
+
+The model is named on the command line (``--model``, ``--model-id``,
+``vllm serve NAME``), in env (``MODEL_ID``...), in KServe's ``storageUri``
+or in a pod label. Its parameter count comes from the name or from the
+table in data/models.yaml, bytes per parameter from the dtype or
+quantisation stated; see that file for the numbers and why they are what
+they are. The result is an estimate for spotting *far* oversized requests
+(gemma-2b on 8 x H100), not a sizing tool.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+from typing import Any
+
+import yaml
+
+from gpuaudit.facts.cmdline import Token, flag
+
+MODEL_FLAGS = (
+    "--model",
+    "--model-id",
+    "--model_id",
+    "--model-path",
+    "--model_path",
+    "--model-name",
+    "--model_name",
+    "--model-repo",
+)
+MODEL_ENV = (
+    "MODEL_ID",
+    "MODEL_NAME",
+    "MODEL",
+    "HF_MODEL_ID",
+    "MODEL_PATH",
+    "NIM_MODEL_NAME",
+    "LLM_MODEL",
+    "MODEL_REPO",
+)
+MODEL_LABELS = ("ai.gke.io/model",)
+DTYPE_FLAGS = ("--dtype", "--quantization", "--quantize", "--torch-dtype", "--torch_dtype")
+DTYPE_ENV = ("QUANTIZE", "QUANTIZATION", "DTYPE", "TORCH_DTYPE")
+
+# "70b", "1.5B", "500m", preceded by a separator and not followed by a letter.
+_SIZE = re.compile(r"(?<![a-z0-9.])(\d+(?:\.\d+)?)([bm])(?![a-z0-9])")
+_EXPERTS = re.compile(r"(?<![a-z0-9.])(\d+)x(\d+(?:\.\d+)?)b(?![a-z0-9])")
+# "17b-16e": the size names the active experts only, not the weights held.
+_ACTIVE_ONLY = re.compile(r"\d+(?:\.\d+)?b-\d+e(?![a-z0-9])")
+_SCHEME = re.compile(r"^[a-z][a-z0-9+.-]*://")
+
+
+@dataclass(frozen=True)
+class Heuristic:
+    headroom: float
+    unknown_gpu_memory_gib: float
+    bytes_per_param: Mapping[str, float]
+    dtype_words: tuple[tuple[str, str], ...]
+    known: tuple[tuple[re.Pattern[str], float], ...]
+
+
+@cache
+def heuristic() -> Heuristic:
+    text = resources.files("gpuaudit").joinpath("data/models.yaml").read_text()
+    data = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    return Heuristic(
+        headroom=float(data["headroom"]),
+        unknown_gpu_memory_gib=float(data["unknown_gpu_memory_gib"]),
+        bytes_per_param={k: float(v) for k, v in data["bytes_per_param"].items()},
+        dtype_words=tuple((e["word"], e["dtype"]) for e in data["dtype_words"]),
+        known=tuple((re.compile(e["pattern"]), float(e["params_b"])) for e in data["known"]),
+    )
+
+
+@dataclass(frozen=True)
+class ModelRef:
+    name: str
+    source: str  # args | env | storageUri | label
+    pointer: str | None
+
+
+def find_model(
+    words: Sequence[Token],
+    env: Mapping[str, str],
+    container_pointer: str,
+    env_index: Mapping[str, int],
+    raw_container: Mapping[str, Any],
+    labels: Mapping[str, str],
+) -> ModelRef | None:
+    found = flag(words, MODEL_FLAGS)
+    if found is not None and found.text:
+        return ModelRef(found.text, "args", f"{container_pointer}/{found.field}/{found.index}")
+    for i, word in enumerate(words[:-1]):  # `vllm serve NAME`
+        if word.text == "serve" and i > 0 and words[i - 1].text.endswith("vllm"):
+            nxt = words[i + 1]
+            if not nxt.text.startswith("-"):
+                return ModelRef(nxt.text, "args", f"{container_pointer}/{nxt.field}/{nxt.index}")
+    for name in MODEL_ENV:
+        if env.get(name):
+            where = f"{container_pointer}/env/{env_index[name]}" if name in env_index else None
+            return ModelRef(env[name], "env", where)
+    uri = raw_container.get("storageUri")
+    if isinstance(uri, str) and uri:
+        return ModelRef(uri, "storageUri", f"{container_pointer}/storageUri")
+    for label in MODEL_LABELS:
+        if labels.get(label):
+            return ModelRef(labels[label], "label", None)
+    return None
+
+
+def find_dtype(words: Sequence[Token], env: Mapping[str, str], model: str) -> str:
+    """The stated dtype or quantisation; a quantised model name counts too."""
+    stated = [t.text for t in _all_flags(words, DTYPE_FLAGS)]
+    stated += [env[n] for n in DTYPE_ENV if env.get(n)]
+    stated.append(model)
+    for text in stated:
+        dtype = _dtype_of(text)
+        if dtype:
+            return dtype
+    return "bfloat16"
+
+
+def _all_flags(words: Sequence[Token], names: Sequence[str]) -> list[Token]:
+    out = []
+    for name in names:
+        found = flag(words, (name,))
+        if found is not None:
+            out.append(found)
+    return out
+
+
+def _dtype_of(text: str) -> str | None:
+    lowered = text.lower()
+    for word, dtype in heuristic().dtype_words:
+        if word in lowered:
+            return dtype
+    return None
+
+
+def parameters_b(model: str) -> float | None:
+    """Billions of parameters, from the table or the name; None when unknown."""
+    cleaned = _SCHEME.sub("", model.strip().lower()).rstrip("/")
+    segments = [s for s in cleaned.split("/") if s]
+    if not segments:
+        return None
+    base = segments[-1]
+    for pattern, params in heuristic().known:
+        if pattern.search(base):
+            return params
+    for segment in reversed(segments):  # a local path may hold the name higher up
+        size = _size_in(segment)
+        if size is not None:
+            return size
+    return None
+
+
+def _size_in(segment: str) -> float | None:
+    experts = _EXPERTS.search(segment)
+    if experts:
+        return float(experts.group(1)) * float(experts.group(2))
+    if _ACTIVE_ONLY.search(segment):
+        return None
+    sizes = [(float(m.group(1)), m.group(2)) for m in _SIZE.finditer(segment)]
+    billions = [n for n, unit in sizes if unit == "b"]
+    if billions:
+        return billions[0]
+    millions = [n for n, unit in sizes if unit == "m"]
+    return millions[0] / 1000 if millions else None
+
+
+def model_facts(
+    ref: ModelRef,
+    dtype: str,
+    gpus: float | None,
+    gpu_memory_gib: float | None,
+    gpu_memory_source: str,
+) -> dict[str, Any]:
+    h = heuristic()
+    params = parameters_b(ref.name)
+    bpp = h.bytes_per_param[dtype]
+    per_gpu = gpu_memory_gib or h.unknown_gpu_memory_gib
+    source = gpu_memory_source if gpu_memory_gib else "assumed"
+    weights = params * 1e9 * bpp / 2**30 if params is not None else None
+    need = weights * h.headroom if weights is not None else None
+    needed = max(1, math.ceil(need / per_gpu)) if need is not None else None
+    excess = int(gpus - needed) if gpus is not None and needed is not None else None
+    return {
+        "name": ref.name,
+        "source": ref.source,
+        "params_b": params,
+        "dtype": dtype,
+        "bytes_per_param": bpp,
+        "weights_gib": round(weights, 1) if weights is not None else None,
+        "need_gib": round(need, 1) if need is not None else None,
+        "gpu_memory_gib": per_gpu,
+        "gpu_memory_source": source,
+        "gpus": gpus,
+        "gpus_needed": needed,
+        "excess_gpus": excess,
+        "pointer": ref.pointer,
+    }

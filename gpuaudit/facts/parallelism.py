@@ -1,0 +1,155 @@
+"""How many GPUs a serving or training process says it will use.
+
+Tensor, pipeline and data parallelism (vLLM, SGLang, TGI, TensorRT-LLM,
+Megatron flags and their env equivalents) or a process count per node
+(torchrun, DeepSpeed). A pod whose parallelism matches its GPU count needs
+its GPUs whole (``--tensor-parallel-size=8`` on 8 GPUs is consistent); one
+that uses fewer than it holds leaves the rest allocated and idle.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from gpuaudit.facts.cmdline import Token, flag, tokens
+from gpuaudit.model import Container
+
+# Command-line flags and env variables, by dimension. The first spelling
+# found wins within a dimension (flags before env).
+FLAGS: Mapping[str, tuple[str, ...]] = {
+    "tensor": (
+        "--tensor-parallel-size",
+        "--tensor_parallel_size",
+        "-tp",
+        "--tp",
+        "--tp-size",
+        "--tp_size",
+        "--num-shard",  # TGI
+        "--num_shard",
+        "--tensor-model-parallel-size",  # Megatron, NeMo
+        "--tensor_model_parallel_size",
+    ),
+    "pipeline": (
+        "--pipeline-parallel-size",
+        "--pipeline_parallel_size",
+        "-pp",
+        "--pp",
+        "--pp-size",
+        "--pp_size",
+        "--pipeline-model-parallel-size",
+        "--pipeline_model_parallel_size",
+    ),
+    "data": (
+        "--data-parallel-size",
+        "--data_parallel_size",
+        "-dp",
+        "--dp",
+        "--dp-size",
+        "--dp_size",
+    ),
+    "processes": ("--nproc-per-node", "--nproc_per_node", "--num_gpus", "--num-gpus"),
+}
+ENV: Mapping[str, tuple[str, ...]] = {
+    "tensor": (
+        "NUM_SHARD",  # TGI
+        "TENSOR_PARALLEL_SIZE",
+        "TP_SIZE",
+        "NIM_TENSOR_PARALLEL_SIZE",
+        "TENSOR_PARALLELISM",
+    ),
+    "pipeline": ("PIPELINE_PARALLEL_SIZE", "PP_SIZE", "NIM_PIPELINE_PARALLEL_SIZE"),
+    "data": ("DATA_PARALLEL_SIZE", "DP_SIZE"),
+    "processes": ("NPROC_PER_NODE", "PET_NPROC_PER_NODE"),
+}
+# KServe's predictor workerSpec carries the sizes as fields.
+SPEC_FIELDS = {"tensor": "tensorParallelSize", "pipeline": "pipelineParallelSize"}
+# torchrun's --nproc-per-node may name "all GPUs" instead of a number.
+_ALL_GPUS = ("gpu", "auto")
+
+
+def container_parallelism(
+    c: Container,
+    words: list[Token] | None = None,
+    spec: Mapping[str, Any] | None = None,
+    env_index: Mapping[str, int] | None = None,
+) -> dict[str, Any] | None:
+    """Parallelism declared by one container (or its pod spec), compared with
+    the GPUs it holds; None when nothing declares any."""
+    words = tokens(c.command, c.args, c.env) if words is None else words
+    sizes: dict[str, int | str | None] = {}
+    pointer = None
+    for dim in FLAGS:
+        value, where = _declared(dim, c, words, spec or {}, env_index or {})
+        if value is None:
+            continue
+        sizes[dim] = value
+        pointer = pointer or where
+    if not sizes:
+        return None
+    gpus = _whole_gpus(c)
+    facts: dict[str, Any] = {
+        "tensor": _number(sizes.get("tensor")),
+        "pipeline": _number(sizes.get("pipeline")),
+        "data": _number(sizes.get("data")),
+        "processes": _number(sizes.get("processes")),
+        "total": None,
+        "gpus": gpus,
+        "matches_gpus": None,
+        "unused_gpus": None,
+        "pointer": pointer,
+    }
+    if any(isinstance(v, str) and v not in _ALL_GPUS for v in sizes.values()):
+        return facts  # a value we could not read ($(UNSET)): no verdict
+    if sizes.get("processes") in _ALL_GPUS:
+        facts["matches_gpus"] = gpus is not None
+        facts["unused_gpus"] = 0 if gpus is not None else None
+        return facts
+    if sizes.get("processes") is not None:
+        total = int(sizes["processes"])  # type: ignore[arg-type]
+    else:
+        total = 1
+        for dim in ("tensor", "pipeline", "data"):
+            total *= int(sizes.get(dim) or 1)  # type: ignore[arg-type]
+    facts["total"] = total
+    if gpus is not None and gpus > 0:
+        # A group larger than the pod spans several pods (multi-node serving).
+        facts["matches_gpus"] = total == gpus or (total > gpus and total % gpus == 0)
+        facts["unused_gpus"] = gpus - total if total < gpus else 0
+    return facts
+
+
+def _declared(
+    dim: str,
+    c: Container,
+    words: list[Token],
+    spec: Mapping[str, Any],
+    env_index: Mapping[str, int],
+) -> tuple[int | str | None, str | None]:
+    found = flag(words, FLAGS[dim])
+    if found is not None:
+        return _parse(found.text), f"{c.pointer}/{found.field}/{found.index}"
+    for name in ENV[dim]:
+        if name in c.env and c.env[name] != "":
+            where = f"{c.pointer}/env/{env_index[name]}" if name in env_index else c.pointer
+            return _parse(c.env[name]), where
+    field = SPEC_FIELDS.get(dim)
+    if field and spec.get(field) is not None:
+        return _parse(str(spec[field])), None
+    return None, None
+
+
+def _parse(text: str) -> int | str:
+    text = text.strip().strip("\"'")
+    return int(text) if text.isdigit() else text.lower()
+
+
+def _number(value: int | str | None) -> int | None:
+    return value if isinstance(value, int) else None
+
+
+def _whole_gpus(c: Container) -> float | None:
+    counts = [r.count for r in c.gpus if r.mode == "whole"]
+    if not counts or any(n is None for n in counts):
+        return None
+    return float(sum(n for n in counts if n is not None))
