@@ -90,9 +90,15 @@ def main(argv: list[str] | None = None) -> int:
             cluster_file.write_text(json.dumps(alibaba.build()))
         kubeconfig = Path(tmp) / "kubeconfig"
         server = subprocess.Popen(
-            [sys.executable, str(ROOT / "tests" / "apiserver.py"), str(cluster_file),
-             "--kubeconfig", str(kubeconfig)],
-            stdout=subprocess.PIPE, text=True,
+            [
+                sys.executable,
+                str(ROOT / "tests" / "apiserver.py"),
+                str(cluster_file),
+                "--kubeconfig",
+                str(kubeconfig),
+            ],
+            stdout=subprocess.PIPE,
+            text=True,
         )
         try:
             assert server.stdout is not None
@@ -100,8 +106,15 @@ def main(argv: list[str] | None = None) -> int:
             if not url:
                 print("the fake API server did not start", file=sys.stderr)
                 return 1
-            child = [sys.executable, __file__, args.cluster, "--measure", str(kubeconfig),
-                     "--page-size", str(args.page_size)]
+            child = [
+                sys.executable,
+                __file__,
+                args.cluster,
+                "--measure",
+                str(kubeconfig),
+                "--page-size",
+                str(args.page_size),
+            ]
             if args.snapshot:
                 child += ["--snapshot", args.snapshot]
             started = time.perf_counter()

@@ -17,7 +17,7 @@ from gpuaudit.facts import config as config_facts
 from gpuaudit.facts import workload as workload_facts
 from gpuaudit.facts.context import Context, Site, build_context
 from gpuaudit.model import SEVERITIES, Document, Finding, InputError, Skipped, Workload
-from gpuaudit.sources.manifests import read_paths
+from gpuaudit.sources.inputs import read_inputs
 from gpuaudit.workloads import build_workloads, builtin_locators, parse_locators
 
 
@@ -35,6 +35,8 @@ class AuditResult:
     # Telemetry coverage of a cluster audit (None for manifests): how many GPU
     # pods had data, so missing data never reads as idle.
     telemetry: dict | None = None
+    # Cluster totals of a cluster audit: GPUs, allocation, pending demand.
+    cluster: dict | None = None
 
     def exit_code(self, fail_on: str) -> int:
         """2 on input errors, else 1 when a finding is at or above ``fail_on``."""
@@ -128,9 +130,11 @@ def audit_cluster(
                 "warning",
             )
         )
+    subjects = list(cluster_facts.subjects(state))
+    totals = next(s.facts for s in subjects if s.target == "cluster")
     evaluation = evaluate(
         rules,
-        cluster_facts.subjects(state),
+        subjects,
         inputs=inputs,
         exemptions=config.exemptions,
         today=state.collected_at.date(),
@@ -158,6 +162,17 @@ def audit_cluster(
         resources=len(state.pods) + len(state.nodes),
         gpu_workloads=len({(p.owner.kind, p.namespace, p.owner.name) for p in gpu_pods}),
         telemetry=telemetry,
+        cluster={
+            key: totals[key]
+            for key in (
+                "gpu_nodes",
+                "gpus_total",
+                "gpus_allocated",
+                "pending_gpu_pods",
+                "pending_by_cause",
+                "kueue_pending",
+            )
+        },
     )
 
 
@@ -182,9 +197,24 @@ def insufficient_data(entries: Sequence[tuple[str, Subject, float | None]]) -> l
 
 
 def check_manifests(
-    paths: Sequence[str], config: Config, rules: Sequence[Rule], stdin_text: str | None = None
+    paths: Sequence[str],
+    config: Config,
+    rules: Sequence[Rule],
+    stdin_text: str | None = None,
+    *,
+    render_kustomize: bool = True,
+    helm_charts: Sequence[Path] = (),
+    helm_values: Sequence[Path] = (),
 ) -> AuditResult:
-    read = read_paths(paths, stdin_text=stdin_text)
+    """Directories with a kustomization are rendered (``render_kustomize``);
+    ``helm_charts`` are rendered with ``helm template`` and ``helm_values``."""
+    read = read_inputs(
+        paths,
+        stdin_text=stdin_text,
+        render_kustomize=render_kustomize,
+        helm_charts=helm_charts,
+        helm_values=helm_values,
+    )
     workloads, field_errors = build_workloads(read.documents, locators_for(config))
     context = build_context(Site.from_config(config.site), read.documents, workloads, read.bare)
     evaluation = evaluate(

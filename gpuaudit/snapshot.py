@@ -10,6 +10,7 @@ name.
 from __future__ import annotations
 
 import contextlib
+import gc
 import gzip
 import json
 import os
@@ -54,8 +55,11 @@ def write_snapshot(snapshot: dict[str, Any], path: Path) -> None:
     try:
         with os.fdopen(fd, "wb") as raw:
             if path.name.endswith(".gz"):
-                # mtime=0 keeps the bytes reproducible for the same snapshot.
-                with gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as zipped:
+                # mtime=0 keeps the bytes reproducible for the same snapshot;
+                # level 6 is twice as fast as the default 9 for a few % more bytes.
+                with gzip.GzipFile(
+                    filename="", mode="wb", fileobj=raw, mtime=0, compresslevel=6
+                ) as zipped:
                     _dump(snapshot, zipped)
             else:
                 _dump(snapshot, raw)
@@ -131,7 +135,7 @@ def read_snapshot(path: Path) -> dict[str, Any]:
         except (OSError, EOFError) as exc:
             raise SnapshotError(path, f"corrupt gzip data: {exc}") from exc
     try:
-        data = json.loads(raw)
+        data = _loads(raw)
     except UnicodeDecodeError as exc:
         raise SnapshotError(path, f"not UTF-8 text: {exc}") from exc
     except json.JSONDecodeError as exc:
@@ -140,6 +144,18 @@ def read_snapshot(path: Path) -> dict[str, Any]:
         ) from exc
     validate_snapshot(data, path)
     return data
+
+
+def _loads(raw: bytes) -> Any:
+    # The cyclic GC finds nothing in decoded JSON but would walk the growing
+    # heap again and again while a big snapshot is decoded.
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return json.loads(raw)
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def validate_snapshot(data: Any, path: Path | str = "<snapshot>") -> None:

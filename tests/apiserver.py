@@ -151,6 +151,7 @@ class _Collection:
     objects: list[dict[str, Any]]
     encoded: list[bytes] = field(default_factory=list)
     metadata_encoded: list[bytes] | None = None
+    selected: dict[tuple[Any, ...], list[bytes]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.encoded = [json.dumps(obj, separators=(",", ":")).encode() for obj in self.objects]
@@ -361,17 +362,21 @@ class FakeApiServer:
                 return _status(400, "BadRequest", "continue key is not valid")
             offset, page = state.offset, state.page
         collection = self._collections[key]
-        encoded = collection.metadata_only() if metadata_only else collection.encoded
-        chosen = [
-            blob
-            for obj, blob in zip(collection.objects, encoded, strict=True)
-            if (
-                namespace is None
-                or obj.get("metadata", {}).get("namespace", "default") == namespace
-            )
-            and field_match(obj)
-            and label_match(obj.get("metadata", {}).get("labels") or {})
-        ]
+        # Filtered once per query, not once per page: a 50,000-pod list is 100 pages.
+        chosen = collection.selected.get(query_key)
+        if chosen is None:
+            encoded = collection.metadata_only() if metadata_only else collection.encoded
+            chosen = [
+                blob
+                for obj, blob in zip(collection.objects, encoded, strict=True)
+                if (
+                    namespace is None
+                    or obj.get("metadata", {}).get("namespace", "default") == namespace
+                )
+                and field_match(obj)
+                and label_match(obj.get("metadata", {}).get("labels") or {})
+            ]
+            collection.selected[query_key] = chosen
         end = len(chosen) if limit <= 0 else min(len(chosen), offset + limit)
         meta: dict[str, Any] = {"resourceVersion": str(self.resource_version)}
         if end < len(chosen):

@@ -21,7 +21,6 @@ from tests.clusters import alibaba, genai
 
 # The apiserver and kubeconfig fixtures (not imported: a plugin module that a
 # test module imports first cannot have its asserts rewritten).
-pytest_plugins = ["tests.apiserver"]
 
 ROOT = Path(__file__).resolve().parents[1]
 SMALL = ROOT / "tests" / "clusters" / "small.json"

@@ -14,6 +14,7 @@ from gpuaudit.commands.sources import (
     cluster_options,
     load_snapshot,
     load_telemetry,
+    split_source_options,
     telemetry_options,
 )
 
@@ -23,13 +24,12 @@ from gpuaudit.commands.sources import (
 @telemetry_options
 @policy_options
 @output_options
+@click.option(
+    "--save-snapshot",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Also write the snapshot this audit used (replay it with --snapshot).",
+)
 def audit(
-    snapshot_path: Path | None,
-    kubeconfig: str | None,
-    context: str | None,
-    in_cluster: bool,
-    request_timeout: float,
-    deadline: float,
     config_path: Path | None,
     policy_dirs: tuple[Path, ...],
     include: str,
@@ -37,23 +37,24 @@ def audit(
     formats: tuple[str, ...],
     output: Path | None,
     fail_on: str | None,
-    **telemetry: Any,
+    save_snapshot: Path | None,
+    **sources: Any,
 ) -> None:
     """Audit a live cluster read-only (or --snapshot FILE), with GPU telemetry
     from --prometheus or --samples when given."""
     config = load_config_or_exit(config_path)
-    rules, rule_errors = load_policy(
-        config, policy_dirs, split_names(include), split_names(exclude)
-    )
-    snapshot = load_snapshot(
-        snapshot_path=snapshot_path,
-        kubeconfig=kubeconfig,
-        context=context,
-        in_cluster=in_cluster,
-        request_timeout=request_timeout,
-        deadline=deadline,
-    )
+    rules, rule_errors = load_policy(config, policy_dirs, split_names(include), split_names(exclude))
+    cluster, telemetry = split_source_options(sources)
+    snapshot = load_snapshot(**cluster)
     problem = load_telemetry(snapshot, config, **telemetry)
+    if save_snapshot is not None:
+        from gpuaudit.snapshot import SnapshotError, write_snapshot
+
+        try:
+            write_snapshot(snapshot, save_snapshot)
+        except SnapshotError as exc:
+            click.echo(f"gpuaudit: {exc}", err=True)
+            sys.exit(2)
     result = audit_cluster(snapshot, config, rules, telemetry_problem=problem)
     result.errors[:0] = [*config.warnings, *rule_errors]
     emit(result, formats, output)

@@ -13,6 +13,7 @@ from gpuaudit.commands.sources import (
     cluster_options,
     load_snapshot,
     load_telemetry,
+    split_source_options,
     telemetry_options,
 )
 
@@ -28,29 +29,13 @@ from gpuaudit.commands.sources import (
 @click.option("--config", "config_path", type=click.Path(dir_okay=False, path_type=Path))
 @cluster_options
 @telemetry_options
-def snapshot(
-    output: Path,
-    config_path: Path | None,
-    snapshot_path: Path | None,
-    kubeconfig: str | None,
-    context: str | None,
-    in_cluster: bool,
-    request_timeout: float,
-    deadline: float,
-    **telemetry: Any,
-) -> None:
+def snapshot(output: Path, config_path: Path | None, **sources: Any) -> None:
     """Collect cluster objects (and telemetry) read-only into one file."""
     from gpuaudit.snapshot import SnapshotError, write_snapshot
 
     config = load_config_or_exit(config_path)
-    data = load_snapshot(
-        snapshot_path=snapshot_path,
-        kubeconfig=kubeconfig,
-        context=context,
-        in_cluster=in_cluster,
-        request_timeout=request_timeout,
-        deadline=deadline,
-    )
+    cluster, telemetry = split_source_options(sources)
+    data = load_snapshot(**cluster)
     problem = load_telemetry(data, config, **telemetry)
     try:
         write_snapshot(data, output)

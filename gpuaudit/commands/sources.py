@@ -47,6 +47,13 @@ def cluster_options(func: Callable[..., Any]) -> Callable[..., Any]:
             help="Seconds per API request.",
         ),
         click.option(
+            "--page-size",
+            type=click.IntRange(1, 10000),
+            default=500,
+            show_default=True,
+            help="Objects per list request.",
+        ),
+        click.option(
             "--deadline",
             type=float,
             default=300.0,
@@ -97,6 +104,34 @@ def telemetry_options(func: Callable[..., Any]) -> Callable[..., Any]:
     return func
 
 
+CLUSTER_PARAMS = (
+    "snapshot_path",
+    "kubeconfig",
+    "context",
+    "in_cluster",
+    "request_timeout",
+    "page_size",
+    "deadline",
+)
+TELEMETRY_PARAMS = (
+    "prometheus_url",
+    "window",
+    "prometheus_token_file",
+    "prometheus_user",
+    "prometheus_ca",
+    "prometheus_header",
+    "sample_files",
+)
+
+
+def split_source_options(options: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The keyword arguments of cluster_options and telemetry_options, apart."""
+    return (
+        {k: options[k] for k in CLUSTER_PARAMS if k in options},
+        {k: options[k] for k in TELEMETRY_PARAMS if k in options},
+    )
+
+
 def _progress(resource: str, count: int) -> None:
     click.echo(f"\r  reading {resource}: {count:,}   ", err=True, nl=False)
 
@@ -109,6 +144,7 @@ def load_snapshot(
     in_cluster: bool,
     request_timeout: float,
     deadline: float,
+    page_size: int = 500,
 ) -> dict[str, Any]:
     """A snapshot from a file, or collected now from the cluster (read-only)."""
     if snapshot_path is not None:
@@ -128,6 +164,7 @@ def load_snapshot(
             in_cluster=in_cluster,
             request_timeout=request_timeout,
             deadline=deadline,
+            page_size=page_size,
             progress=_progress if sys.stderr.isatty() else None,
         )
     except ClusterSourceError as exc:

@@ -13,17 +13,21 @@ from collections.abc import Mapping
 from functools import cache
 from typing import Any
 
-# Plain names only; anything starting with "_" goes to the sandbox, which refuses it.
-_PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z]\w*(?:\.[A-Za-z]\w*)*)\s*\}\}")
+# Plain names and list indexes (``pins.0.node``, as Jinja2 reads them) only;
+# anything starting with "_" goes to the sandbox, which refuses it.
+_PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z]\w*(?:\.(?:[A-Za-z]\w*|\d+))*)\s*\}\}")
 _ANY_TEMPLATE = re.compile(r"\{\{|\{%|\{#")
 
 
 def lookup(facts: Mapping[str, Any], path: str) -> Any:
     value: Any = facts
     for part in path.split("."):
-        if not isinstance(value, Mapping):
+        if isinstance(value, Mapping):
+            value = value.get(part)
+        elif isinstance(value, (list, tuple)) and part.isdigit():
+            value = value[int(part)] if int(part) < len(value) else None
+        else:
             return None
-        value = value.get(part)
     return value
 
 

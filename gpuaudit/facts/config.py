@@ -24,10 +24,14 @@ def subjects(doc: Document, context: Context | None = None) -> Iterator[Subject]
     resource = Resource(doc.api_version, doc.kind, doc.namespace, doc.name)
     identity = {"apiVersion": doc.api_version, "name": doc.name, "namespace": doc.namespace}
     obj = doc.obj
+    # Exemption annotations (gpuaudit.io/ignore.<rule>) work on config objects too.
+    meta = obj.get("metadata") if isinstance(obj.get("metadata"), Mapping) else {}
+    notes = meta.get("annotations") if isinstance(meta.get("annotations"), Mapping) else {}
+    annotations = {str(k): str(v) for k, v in notes.items()}
     if doc.kind == "ClusterPolicy" and doc.api_version.startswith("nvidia.com/"):
         facts = {**cluster_policy_facts(obj), **identity}
         facts["mig_requests_unserved"] = _mig_unserved(facts["mig_strategy"], context)
-        yield Subject("config", facts, resource, doc)
+        yield Subject("config", facts, resource, doc, annotations)
     elif doc.kind == "ConfigMap":
         data = obj.get("data")
         if not isinstance(data, Mapping):
@@ -38,11 +42,11 @@ def subjects(doc: Document, context: Context | None = None) -> Iterator[Subject]
             if is_device_plugin_config(parsed):
                 facts = {**device_plugin_facts(parsed, str(key), ptr), **identity}
                 facts.update(_against_workloads(parsed, facts["mig_strategy"], context))
-                yield Subject("config", facts, resource, doc)
+                yield Subject("config", facts, resource, doc, annotations)
             elif is_mig_parted_config(parsed):
                 embedded = _with_embedded_lines(doc, ptr, str(text))
                 facts = {**mig_parted_facts(parsed, str(key), ptr), **identity}
-                yield Subject("config", facts, resource, embedded)
+                yield Subject("config", facts, resource, embedded, annotations)
     elif not doc.kind and not doc.api_version:  # a bare config file
         bare = {"apiVersion": "", "name": doc.file.rsplit("/", 1)[-1], "namespace": ""}
         if is_device_plugin_config(obj):

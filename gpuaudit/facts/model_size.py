@@ -187,7 +187,7 @@ def model_facts(
     source = gpu_memory_source if gpu_memory_gib else "assumed"
     weights = params * 1e9 * bpp / 2**30 if params is not None else None
     need = weights * h.headroom if weights is not None else None
-    needed = max(1, math.ceil(need / per_gpu)) if need is not None else None
+    needed = _tensor_parallel_size(need / per_gpu) if need is not None else None
     excess = int(gpus - needed) if gpus is not None and needed is not None else None
     return {
         "name": ref.name,
@@ -204,3 +204,9 @@ def model_facts(
         "excess_gpus": excess,
         "pointer": ref.pointer,
     }
+
+
+def _tensor_parallel_size(gpus: float) -> int:
+    """GPUs a model split by tensor parallelism can use: a power of two (the
+    size must divide the attention heads), at least one."""
+    return 1 << max(0, math.ceil(math.log2(max(gpus, 1.0))))

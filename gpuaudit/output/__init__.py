@@ -11,6 +11,9 @@ FORMATS = {
     "text": "gpuaudit.output.text",
     "json": "gpuaudit.output.json_format",
     "sarif": "gpuaudit.output.sarif",
+    "junit": "gpuaudit.output.junit",
+    "github": "gpuaudit.output.github",
+    "policyreport": "gpuaudit.output.policyreport",
 }
 
 

@@ -31,6 +31,7 @@ def as_dict(result: AuditResult) -> dict[str, Any]:
             "by_severity": {s: by_severity.get(s, 0) for s in SEVERITIES},
             "by_category": {c: by_category.get(c, 0) for c in CATEGORIES},
             "telemetry": result.telemetry,
+            "cluster": result.cluster,
         },
     }
 

@@ -55,7 +55,11 @@ def render(result: AuditResult, *, colour: bool = False, **_: Any) -> str:
         lines.append("")
     if result.skipped:
         lines.append(paint("1", "SKIPPED"))
-        lines.extend(f"  {s.rule}: {s.reason}" for s in result.skipped)
+        by_reason: dict[str, list[str]] = {}
+        for s in result.skipped:
+            by_reason.setdefault(s.reason, []).append(s.rule)
+        for reason, rule_ids in by_reason.items():
+            lines.append(f"  {', '.join(rule_ids)}: {clean(reason)}")
         lines.append("")
     if result.errors:
         lines.append(paint("1", "INPUT PROBLEMS"))
@@ -63,9 +67,21 @@ def render(result: AuditResult, *, colour: bool = False, **_: Any) -> str:
             where = e.file + (f":{e.line}" if e.line else "")
             lines.append(f"  {e.level}: {clean(where)}: {clean(e.message)}")
         lines.append("")
+    if result.cluster is not None:
+        c = result.cluster
+        causes = (
+            ", ".join(f"{n} {cause}" for cause, n in sorted(c["pending_by_cause"].items()))
+            or "none"
+        )
+        lines.append(
+            f"Cluster: {c['gpus_allocated']:g} of {c['gpus_total']:g} GPUs allocated on {c['gpu_nodes']} GPU "
+            f"nodes; {c['pending_gpu_pods']} GPU pods pending ({causes}); {c['kueue_pending']} queued in Kueue."
+        )
     if result.telemetry is not None:
         t = result.telemetry
-        window = f"{t['window_seconds'] / 3600:g} h" if t.get("window_seconds") else "unknown window"
+        window = (
+            f"{t['window_seconds'] / 3600:g} h" if t.get("window_seconds") else "unknown window"
+        )
         signal = t.get("signal") or "no compute signal"
         lines.append(
             f"Telemetry ({t.get('source')}, {signal}, {window}): "

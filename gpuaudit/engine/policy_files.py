@@ -1,0 +1,128 @@
+"""A site's own rule files: validate them (`gpuaudit rules validate`, also
+the `gpuaudit-policies` pre-commit hook, which passes file names) and run
+their cases (`gpuaudit rules test DIR`) exactly as the built-in ones are."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from gpuaudit.engine.cases import Case, CaseResult, iter_cases, run_case
+from gpuaudit.engine.rules import Rule, RuleError, load_rule, load_rules
+
+CASES_SUFFIXES = (".cases.yaml", ".cases.yml")
+CASE_INPUTS = ("manifest", "facts")
+
+
+@dataclass
+class Validation:
+    rules: list[Rule] = field(default_factory=list)
+    errors: list[RuleError] = field(default_factory=list)
+    cases_files: int = 0
+
+
+def validate_paths(paths: Iterable[Path]) -> Validation:
+    """Rule folders, rule files and cases files; an id used twice is an error."""
+    out = Validation()
+    seen: dict[str, str] = {}
+
+    def add(rule: Rule) -> None:
+        if rule.id in seen and seen[rule.id] != rule.source:
+            out.errors.append(
+                RuleError(rule.source, None, f"id {rule.id} is already used by {seen[rule.id]}")
+            )
+            return
+        seen[rule.id] = rule.source
+        out.rules.append(rule)
+
+    for path in paths:
+        if path.is_dir():
+            rules, errors = load_rules([path])
+            out.errors.extend(errors)
+            for rule in rules:
+                add(rule)
+            for case_path in sorted(path.rglob("*.cases.y*ml")):
+                out.cases_files += 1
+                out.errors.extend(check_cases_file(case_path))
+        elif path.name.endswith(CASES_SUFFIXES):
+            out.cases_files += 1
+            out.errors.extend(check_cases_file(path))
+        else:
+            try:
+                add(load_rule(path))
+            except RuleError as exc:
+                out.errors.append(exc)
+    return out
+
+
+def check_cases_file(path: Path) -> list[RuleError]:
+    """The shape of a cases file: a list of {name, expect: pass|fail, manifest|facts}."""
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        return [RuleError(str(path), None, f"cannot read: {exc}")]
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = mark.line + 1 if mark is not None else None
+        return [RuleError(str(path), line, f"invalid YAML: {getattr(exc, 'problem', exc)}")]
+    if not isinstance(data, list):
+        return [RuleError(str(path), None, "a cases file is a list of cases")]
+    problems = []
+    for i, case in enumerate(data):
+        problem = _case_problem(case)
+        if problem:
+            problems.append(RuleError(str(path), None, f"case {i + 1}: {problem}"))
+    return problems
+
+
+def _case_problem(case: Any) -> str | None:
+    if not isinstance(case, dict):
+        return "not a mapping"
+    if case.get("expect") not in ("pass", "fail"):
+        return f"expect must be pass or fail, not {case.get('expect')!r}"
+    if not any(k in case for k in CASE_INPUTS):
+        return f"needs one of {', '.join(CASE_INPUTS)}"
+    return None
+
+
+@dataclass(frozen=True)
+class RuleCases:
+    rule_file: Path
+    rule_id: str | None
+    results: list[CaseResult]
+    problem: str | None = None  # the rule itself could not be loaded
+
+    @property
+    def ok(self) -> bool:
+        return self.problem is None and all(r.ok for r in self.results)
+
+    @property
+    def expects(self) -> set[str]:
+        return {str(r.case.data.get("expect")) for r in self.results}
+
+
+def run_site_cases(directories: Sequence[Path]) -> list[RuleCases]:
+    """Every rule's cases under ``directories``, grouped by rule file."""
+    grouped: dict[Path, list[Case]] = {}
+    for directory in directories:
+        for case in iter_cases(directory):
+            grouped.setdefault(case.rule_file, []).append(case)
+    out = []
+    for rule_file, cases in grouped.items():
+        try:
+            rule_id = load_rule(rule_file).id
+        except RuleError as exc:
+            out.append(RuleCases(rule_file, None, [], problem=str(exc)))
+            continue
+        results = []
+        for case in cases:
+            try:
+                results.append(run_case(case))
+            except Exception as exc:  # a broken case must not hide the others
+                results.append(CaseResult(case, False, f"{type(exc).__name__}: {exc}"))
+        out.append(RuleCases(rule_file, rule_id, results))
+    return out

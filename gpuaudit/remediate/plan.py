@@ -1,0 +1,340 @@
+"""Findings -> changes: which finding gets which patch, in which order, on
+which object, and which findings get none (and why). Pure: the fix command
+reads the inputs and writes the overlay.
+
+Findings are planned in the diagnostic order (allocation first, sharing
+last), so the sharing config can be sized from the workloads the same overlay
+moves to a share. Changes to one object are planned against the object as the
+earlier changes left it, and kustomize applies them in the same order.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+from gpuaudit.model import CATEGORIES, Container, Document, Finding, PodTemplate
+from gpuaudit.remediate import patches, templates
+from gpuaudit.remediate.edits import EditError, apply_edits
+from gpuaudit.remediate.planners import (
+    PLANNERS,
+    REMEDIATED,
+    Context,
+    Declined,
+    Proposal,
+    RunState,
+)
+from gpuaudit.workloads import KindLocator, build_workloads, group_of
+
+ObjectId = tuple[str, str, str, str]  # apiVersion, kind, namespace, name
+
+
+def object_id(obj: Mapping[str, Any]) -> ObjectId:
+    meta = obj.get("metadata") if isinstance(obj.get("metadata"), Mapping) else {}
+    return (
+        str(obj.get("apiVersion", "")),
+        str(obj.get("kind", "")),
+        str(meta.get("namespace") or ""),
+        str(meta.get("name") or ""),
+    )
+
+
+@dataclass(frozen=True)
+class Source:
+    """Where objects came from, as the overlay will reference them: a
+    manifest file, or a kustomize directory (whose built output was audited)."""
+
+    label: str
+    path: Path
+    kind: Literal["file", "kustomize"]
+    ids: tuple[ObjectId, ...] = ()
+    problem: str | None = None  # why kustomize cannot take it as a resource
+    load_restrictor_none: bool = False
+
+
+@dataclass
+class Change:
+    remediation: str
+    variant: str | None
+    findings: list[Finding]
+    proposal: Proposal
+    rendered: templates.Rendered
+    target: ObjectId
+    source: Source
+    before: dict[str, Any]
+    after: dict[str, Any]
+    number: int = 0
+    patch: patches.Patch | None = None
+    new_objects: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def rules(self) -> list[str]:
+        return sorted({f.rule for f in self.findings})
+
+
+@dataclass(frozen=True)
+class Skip:
+    finding: Finding
+    reason: str
+
+
+@dataclass
+class Plan:
+    changes: list[Change] = field(default_factory=list)
+    skipped: list[Skip] = field(default_factory=list)
+    sources: list[Source] = field(default_factory=list)
+    # Every changed object: as read, and as the overlay must build it.
+    expected: dict[ObjectId, tuple[dict[str, Any], dict[str, Any]]] = field(default_factory=dict)
+
+    @property
+    def fixed_findings(self) -> list[Finding]:
+        return [f for c in self.changes for f in c.findings]
+
+    @property
+    def load_restrictor_none(self) -> bool:
+        return any(s.load_restrictor_none for s in self.sources)
+
+
+def describe_manifests(text: str) -> tuple[tuple[ObjectId, ...], str | None]:
+    """The ids of the objects in a manifest file, and why kustomize would
+    refuse the file as a resource (None when it would take it)."""
+    try:
+        docs = list(yaml.safe_load_all(text))
+    except yaml.YAMLError as exc:
+        return (), f"not valid YAML ({str(exc).splitlines()[0]})"
+    ids: list[ObjectId] = []
+    for doc in docs:
+        if doc is None:
+            continue
+        items = doc.get("items") if isinstance(doc, dict) else None
+        is_list = isinstance(doc, dict) and str(doc.get("kind", "")).endswith("List")
+        for obj in items if is_list and isinstance(items, list) else [doc]:
+            if not isinstance(obj, dict) or not obj.get("apiVersion") or not obj.get("kind"):
+                return (), "holds a document that is not a Kubernetes object"
+            meta = obj.get("metadata")
+            name = meta.get("name") if isinstance(meta, dict) else None
+            if not isinstance(name, str) or not name:
+                return (), f"a {obj.get('kind')} has no metadata.name (generateName is not enough)"
+            ids.append(object_id(obj))
+    return tuple(ids), None
+
+
+def ambiguous(a: ObjectId, b: ObjectId) -> bool:
+    """Whether one kustomize patch target could match both objects (targets
+    leave out the namespace of objects that have none)."""
+    return (
+        group_of(a[0]) == group_of(b[0])
+        and a[1] == b[1]
+        and a[3] == b[3]
+        and (a[2] == b[2] or not a[2] or not b[2])
+    )
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Parameters beyond the rules': the site's (config `site:`) and the
+    command line's (`--set NAME=VALUE`, `--set REMEDIATION.NAME=VALUE`)."""
+
+    site: Mapping[str, Any] = field(default_factory=dict)
+    overrides: Mapping[str, Any] = field(default_factory=dict)
+
+    def params_for(self, remediation: str, finding_params: Mapping[str, Any]) -> dict[str, Any]:
+        params = dict(templates.param_defaults().get(remediation, {}))
+        params.update(finding_params)
+        params.update({k: v for k, v in self.site.items() if k in params})
+        for key, value in self.overrides.items():
+            target, _, name = key.rpartition(".")
+            if target in ("", remediation) and name in params:
+                params[name] = value
+        return params
+
+
+def plan_fixes(
+    items: Sequence[tuple[Finding, Source]],
+    locators: Mapping[tuple[str, str], KindLocator],
+    settings: Settings,
+) -> Plan:
+    plan = Plan()
+    run = RunState()
+    working: dict[ObjectId, dict[str, Any]] = {}
+    original: dict[ObjectId, dict[str, Any]] = {}
+    included: dict[str, Source] = {}
+    by_scope: dict[tuple[ObjectId, str, str], Change] = {}
+
+    def order(item: tuple[Finding, Source]) -> tuple[int, str, str, int]:
+        f = item[0]
+        category = CATEGORIES.index(f.category) if f.category in CATEGORIES else len(CATEGORIES)
+        return (category, f.rule, f.location.file, f.location.line or 0)
+
+    for finding, source in sorted(items, key=order):
+        reason = _unplannable(finding, source)
+        if reason:
+            plan.skipped.append(Skip(finding, reason))
+            continue
+        remediation = str(finding.remediation["id"])  # type: ignore[index]
+        doc: Document = finding.subject.document
+        target = object_id(doc.obj)
+        conflict = _conflict(source, included)
+        if conflict:
+            plan.skipped.append(Skip(finding, conflict))
+            continue
+        current = working.get(target)
+        if current is None:
+            current = copy.deepcopy(dict(doc.obj))
+            original[target] = copy.deepcopy(current)
+        ctx = _context(finding, doc, current, locators, settings, run, remediation)
+        if isinstance(ctx, str):
+            plan.skipped.append(Skip(finding, ctx))
+            continue
+        proposal = PLANNERS[remediation](ctx)
+        if isinstance(proposal, Declined):
+            plan.skipped.append(Skip(finding, proposal.reason))
+            continue
+        key = (target, remediation, proposal.scope)
+        if key in by_scope:  # another finding about the same thing: one patch for both
+            by_scope[key].findings.append(finding)
+            continue
+        try:
+            rendered = templates.render(
+                remediation, proposal.variant, {**ctx.params, **proposal.params}
+            )
+            after = apply_edits(current, rendered.edits)
+        except (templates.TemplateError, EditError) as exc:
+            plan.skipped.append(Skip(finding, f"remediation {remediation} failed: {exc}"))
+            continue
+        if after == current and not rendered.resources:
+            plan.skipped.append(Skip(finding, "the patch would change nothing"))
+            continue
+        clash = _new_object_clash(rendered.resources, included, plan)
+        if clash:
+            plan.skipped.append(Skip(finding, clash))
+            continue
+        change = Change(
+            remediation,
+            proposal.variant,
+            [finding],
+            proposal,
+            rendered,
+            target,
+            source,
+            current,
+            after,
+            new_objects=[copy.deepcopy(o) for o in rendered.resources],
+        )
+        if proposal.share is not None:
+            run.sharers.append(proposal.share)
+        by_scope[key] = change
+        plan.changes.append(change)
+        working[target] = after
+        included.setdefault(source.label, source)
+
+    _finish(plan, working, original, included)
+    return plan
+
+
+def _unplannable(finding: Finding, source: Source) -> str | None:
+    if not finding.remediation:
+        return f"rule {finding.rule} has no remediation yet"
+    remediation = str(finding.remediation.get("id"))
+    if remediation not in PLANNERS or not templates.available(remediation):
+        return f"no template for remediation {remediation!r} in remediations/"
+    subject = finding.subject
+    if subject is None or subject.document is None:
+        return "found in live cluster state: fix it with --snapshot"
+    if source.problem:
+        return f"{source.label}: kustomize cannot use it as a resource: {source.problem}"
+    if not object_id(subject.document.obj)[3]:
+        return "the object has no metadata.name for a patch to target"
+    return None
+
+
+def _conflict(source: Source, included: Mapping[str, Source]) -> str | None:
+    if source.label in included:
+        return None
+    for other in included.values():
+        for a in source.ids:
+            for b in other.ids:
+                if ambiguous(a, b):
+                    return (
+                        f"{a[1]} {a[3]} is in both {source.label} and {other.label}: "
+                        "one overlay cannot patch them apart"
+                    )
+    return None
+
+
+def _new_object_clash(
+    objects: Sequence[Mapping[str, Any]], included: Mapping[str, Source], plan: Plan
+) -> str | None:
+    taken = [i for s in included.values() for i in s.ids]
+    taken += [object_id(o) for c in plan.changes for o in c.new_objects]
+    for obj in objects:
+        new = object_id(obj)
+        if any(ambiguous(new, t) for t in taken):
+            return f"the new {new[1]} {new[3]} would clash with an object of the same name"
+    return None
+
+
+def _context(
+    finding: Finding,
+    doc: Document,
+    current: dict[str, Any],
+    locators: Mapping[tuple[str, str], KindLocator],
+    settings: Settings,
+    run: RunState,
+    remediation: str,
+) -> Context | str:
+    facts = finding.subject.facts
+    params = settings.params_for(remediation, (finding.remediation or {}).get("params") or {})
+    template: PodTemplate | None = None
+    container: Container | None = None
+    if finding.subject.target in ("pod", "container"):
+        # The template as the earlier changes left it, found by the pointer
+        # the facts were computed at.
+        working_doc = Document(current, doc.file, doc.line, doc.lines, doc.base)
+        workloads, _ = build_workloads([working_doc], locators)
+        templates_ = [t for w in workloads for t in w.templates]
+        pointer = facts.get("pointer")
+        if finding.subject.target == "pod":
+            template = next((t for t in templates_ if t.pointer == pointer), None)
+        else:
+            for t in templates_:
+                for c in (*t.containers, *t.init_containers):
+                    if c.pointer == pointer:
+                        template, container = t, c
+            if container is None:
+                return "its container is no longer where the facts found it"
+        if template is None:
+            return "its pod template is no longer where the facts found it"
+    working = Document(current, doc.file, doc.line, doc.lines, doc.base)
+    return Context(finding, facts, working, template, container, params, run)
+
+
+def _finish(
+    plan: Plan,
+    working: Mapping[ObjectId, dict[str, Any]],
+    original: Mapping[ObjectId, dict[str, Any]],
+    included: Mapping[str, Source],
+) -> None:
+    plan.sources = list(included.values())
+    rules_by_object: dict[ObjectId, set[str]] = {}
+    for change in plan.changes:
+        rules_by_object.setdefault(change.target, set()).update(change.rules)
+    for number, change in enumerate(plan.changes, start=1):
+        change.number = number
+        value = ",".join(sorted(rules_by_object[change.target]))
+        had = isinstance((original[change.target].get("metadata") or {}).get("annotations"), dict)
+        change.patch = patches.encode(change.before, change.after, (REMEDIATED, value), had)
+        for obj in change.new_objects:
+            meta = obj.setdefault("metadata", {})
+            meta.setdefault("annotations", {})[REMEDIATED] = ",".join(change.rules)
+    for target, final in working.items():
+        after = copy.deepcopy(final)
+        meta = after.setdefault("metadata", {})
+        annotations = meta.get("annotations") if isinstance(meta.get("annotations"), dict) else {}
+        meta["annotations"] = {**annotations, REMEDIATED: ",".join(sorted(rules_by_object[target]))}
+        plan.expected[target] = (original[target], after)

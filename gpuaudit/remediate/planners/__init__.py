@@ -1,0 +1,108 @@
+"""Planners: one per remediation id. Each reads the finding's facts and the
+object's pod templates, and decides the template parameters (and which
+evidence chose them), or declines with the reason a reviewer should see.
+Pure: no IO beyond the packaged data tables.
+
+This module holds what planners share; the planners live in one module per
+category, imported at the end so that they register themselves."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from gpuaudit import gpus
+from gpuaudit.model import Container, Document, Finding, PodTemplate
+
+HOSTNAME_LABEL = "kubernetes.io/hostname"
+REMEDIATED = "gpuaudit.io/remediated"
+NVIDIA_GPU = "nvidia.com/gpu"
+
+Confidence = Literal["measured", "static", "needs confirmation"]
+
+
+@dataclass(frozen=True)
+class SharePlan:
+    """A workload that a move-to-shared-gpu proposal puts on a share; the
+    sharing planner sizes the device-plugin config from these."""
+
+    pods: int
+    resource: str
+    need_mib: float | None
+    model: gpus.GpuModel | None
+    mig_profile: str | None
+
+
+@dataclass
+class RunState:
+    """What planners learn from each other within one run."""
+
+    sharers: list[SharePlan] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Context:
+    finding: Finding
+    facts: Mapping[str, Any]
+    document: Document
+    template: PodTemplate | None  # pod and container findings
+    container: Container | None  # container findings
+    params: Mapping[str, Any]
+    run: RunState
+
+
+@dataclass(frozen=True)
+class Proposal:
+    variant: str | None
+    params: dict[str, Any]
+    basis: str  # how the parameters were chosen, for REVIEW.md
+    confidence: Confidence
+    scope: str  # what the change touches: two findings with the same scope share one patch
+    share: SharePlan | None = None
+
+
+@dataclass(frozen=True)
+class Declined:
+    reason: str
+
+
+Planner = Callable[[Context], "Proposal | Declined"]
+PLANNERS: dict[str, Planner] = {}
+
+
+def planner(remediation: str) -> Callable[[Planner], Planner]:
+    def register(func: Planner) -> Planner:
+        PLANNERS[remediation] = func
+        return func
+
+    return register
+
+
+def identity(ctx: Context) -> dict[str, Any]:
+    doc = ctx.document
+    return {
+        "kind": doc.kind,
+        "name": doc.name,
+        "namespace": doc.namespace,
+        "role": ctx.template.role if ctx.template else None,
+        "container": ctx.container.name if ctx.container else None,
+    }
+
+
+def needs_template(ctx: Context) -> PodTemplate | Declined:
+    if ctx.template is None:
+        return Declined("the finding names no pod template of this object")
+    return ctx.template
+
+
+# Importing the planner modules registers them in PLANNERS.
+from gpuaudit.remediate.planners import (  # noqa: E402
+    allocation,
+    application,
+    batch,
+    placement,
+    sharing,
+)
+
+__all__ = ["PLANNERS", "allocation", "application", "batch", "placement", "sharing"]

@@ -1,0 +1,295 @@
+"""Allocation remediations: whole GPUs to a share, GPU counts that match the work."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpuaudit import gpus
+from gpuaudit.remediate import pointers, sizing
+from gpuaudit.remediate.planners import (
+    NVIDIA_GPU,
+    Confidence,
+    Context,
+    Declined,
+    Proposal,
+    SharePlan,
+    identity,
+    needs_template,
+    planner,
+)
+
+# --- allocation: whole GPU -> a share ------------------------------------------------
+
+
+def _gpu_model(ctx: Context) -> tuple[gpus.GpuModel | None, str]:
+    """The GPU model the workload runs on, and where that came from."""
+    placement = ctx.facts.get("placement") or {}
+    product = placement.get("gpu_product") or {}
+    named = product.get("model")
+    source = f"its {product.get('label')} selector" if named else ""
+    if not named and ctx.params.get("gpu_model"):
+        named, source = ctx.params["gpu_model"], "the gpu_model setting"
+    if not named:
+        return None, "unknown (no GPU product selector; set --set gpu_model=MODEL)"
+    model = gpus.lookup(str(named))
+    return model, source if model else f"unknown ({named!r} is not in the GPU catalogue)"
+
+
+@planner("move-to-shared-gpu")
+def move_to_shared_gpu(ctx: Context) -> Proposal | Declined:
+    template = needs_template(ctx)
+    if isinstance(template, Declined):
+        return template
+    holders = [c for c in template.containers if any(r.mode == "whole" for r in c.gpus)]
+    if not holders:
+        return Declined("no container requests whole GPUs")
+    containers = []
+    for c in holders:
+        whole = [r for r in c.gpus if r.mode == "whole"]
+        if any(r.resource != NVIDIA_GPU for r in whole):
+            names = ", ".join(sorted({r.resource for r in whole}))
+            return Declined(f"container {c.name} requests {names}: only NVIDIA shares are known")
+        count = sum(r.count or 0 for r in whole)
+        if any(r.count is None for r in whole):
+            return Declined(f"container {c.name}: the GPU count is not a number")
+        if count != 1:
+            return Declined(
+                f"container {c.name} uses {count:g} GPUs in one pod (model or data "
+                "parallel): a share of one GPU cannot replace them; right-size it by hand"
+            )
+        request = next(r for r in whole)
+        containers.append(
+            {
+                "name": c.name,
+                "resources_pointer": c.resources_pointer,
+                "request": 1 if request.request is not None else None,
+            }
+        )
+    telemetry = ctx.facts.get("telemetry") or {}
+    peak = telemetry.get("fb_used_max_mib")
+    headroom = float(ctx.params["headroom"])
+    model, model_source = _gpu_model(ctx)
+    pods = int(ctx.facts.get("replicas") or 1)
+    shared = str(ctx.params["shared_resource"])
+    common = {**identity(ctx), "containers": containers, "headroom_percent": headroom * 100}
+
+    if isinstance(peak, (int, float)) and peak > 0:
+        need = sizing.with_headroom(float(peak), headroom)
+        window = telemetry.get("window_seconds")
+        seen = f"peak VRAM {peak:,.0f} MiB" + (
+            f" over {window / 3600:,.0f} h" if isinstance(window, (int, float)) else ""
+        )
+        if model is not None and model.mig_capable and ctx.params["prefer"] == "mig":
+            choice = sizing.smallest_mig_profile(model, need)
+            if choice is None or choice.whole_gpu:
+                return Declined(
+                    f"{seen} + {headroom:.0%} headroom needs the whole {model.model}: "
+                    "no smaller share fits"
+                )
+            resource = f"nvidia.com/mig-{choice.profile}"
+            basis = (
+                f"Telemetry: {seen}; with {headroom:.0%} headroom {need:,.0f} MiB. "
+                f"GPU: {model.model} (from {model_source}). Smallest MIG profile with at least "
+                f"that much memory: {choice.profile} (~{choice.memory_mib:,.0f} MiB)."
+            )
+            share = SharePlan(pods, resource, need, model, choice.profile)
+            return Proposal(
+                "mig",
+                {**common, "resource": resource, "profile": choice.profile},
+                basis,
+                "measured",
+                template.pointer,
+                share,
+            )
+        if model is not None:
+            fit = sizing.replicas_that_fit(sizing.model_memory_mib(model), [need])
+            if fit < 2:
+                return Declined(
+                    f"{seen} + {headroom:.0%} headroom leaves no room for a second "
+                    f"workload on a {model.model}"
+                )
+            basis = (
+                f"Telemetry: {seen}; with {headroom:.0%} headroom {need:,.0f} MiB, so {fit} "
+                f"such workloads fit in one {model.model} (from {model_source}). "
+                "Time-slicing does not isolate memory: the fit is what keeps them apart."
+            )
+            confidence: Confidence = "measured"
+        else:
+            basis = (
+                f"Telemetry: {seen}; GPU model {model_source}, so the fit on the GPU "
+                "cannot be checked: confirm before merging."
+            )
+            confidence = "needs confirmation"
+        share = SharePlan(pods, shared, need, model, None)
+    else:
+        basis = (
+            "No GPU telemetry for this workload: a static suggestion that needs "
+            "confirmation. Check its peak GPU memory (gpuaudit audit --prometheus URL) "
+            f"before merging; with telemetry, gpuaudit fix sizes a MIG slice instead. "
+            f"GPU model: {model_source if model is None else model.model}."
+        )
+        confidence = "needs confirmation"
+        share = SharePlan(pods, shared, None, model, None)
+    return Proposal(
+        None,
+        {**common, "resource": shared, "profile": None},
+        basis,
+        confidence,
+        template.pointer,
+        share,
+    )
+
+
+# --- GPU counts and fields the API server rejects -------------------------------------
+
+
+def _gpu_raw(ctx: Context, section: str, resource: str) -> Any:
+    c = ctx.container
+    assert c is not None
+    return pointers.get(ctx.document.obj, pointers.join(c.resources_pointer, section, resource))
+
+
+def _container_or_declined(ctx: Context) -> Declined | None:
+    return Declined("the finding names no container") if ctx.container is None else None
+
+
+@planner("gpu-requests-equal-limits")
+def gpu_requests_equal_limits(ctx: Context) -> Proposal | Declined:
+    missing = _container_or_declined(ctx)
+    if missing:
+        return missing
+    c = ctx.container
+    assert c is not None
+    fixes = [
+        {"name": r.resource, "value": _gpu_raw(ctx, "limits", r.resource)}
+        for r in c.gpus
+        if r.request is not None and r.limit is not None and r.request != r.limit
+    ]
+    if not fixes:
+        return Declined("requests and limits already agree")
+    params = {
+        **identity(ctx),
+        "requests_pointer": pointers.join(c.resources_pointer, "requests"),
+        "resources": fixes,
+    }
+    shown = ", ".join(f"{f['name']}={f['value']}" for f in fixes)
+    basis = f"The device plugin allocates the limit, so the request follows it: {shown}."
+    return Proposal(None, params, basis, "static", f"{c.pointer}#gpu-requests")
+
+
+@planner("gpu-limits-from-requests")
+def gpu_limits_from_requests(ctx: Context) -> Proposal | Declined:
+    missing = _container_or_declined(ctx)
+    if missing:
+        return missing
+    c = ctx.container
+    assert c is not None
+    fixes = [
+        {"name": r.resource, "value": _gpu_raw(ctx, "requests", r.resource)}
+        for r in c.gpus
+        if r.request is not None and r.limit is None and r.mode != "dra"
+    ]
+    if not fixes:
+        return Declined("every GPU request already has a limit")
+    params = {
+        **identity(ctx),
+        "limits_pointer": pointers.join(c.resources_pointer, "limits"),
+        "resources": fixes,
+    }
+    shown = ", ".join(f"{f['name']}={f['value']}" for f in fixes)
+    basis = f"Limits copy the requested counts ({shown}); the requests stay, equal to them."
+    return Proposal(None, params, basis, "static", f"{c.pointer}#gpu-limits")
+
+
+@planner("whole-gpu-quantity")
+def whole_gpu_quantity(ctx: Context) -> Proposal | Declined:
+    missing = _container_or_declined(ctx)
+    if missing:
+        return missing
+    c = ctx.container
+    assert c is not None
+    fractional = [
+        r for r in c.gpus if r.mode == "whole" and r.count is not None and r.count != int(r.count)
+    ]
+    if not fractional:
+        return Declined("no fractional whole-GPU count")
+    if any(r.resource != NVIDIA_GPU for r in fractional):
+        return Declined("only nvidia.com/gpu has a known shared resource")
+    shared = str(ctx.params["shared_resource"])
+    request = next(r for r in fractional)
+    params = {
+        **identity(ctx),
+        "resources_pointer": c.resources_pointer,
+        "fraction": request.count,
+        "resource": shared,
+        "request": 1 if request.request is not None else None,
+    }
+    basis = (
+        f"{request.count:g} of nvidia.com/gpu is not a count the API server accepts; one "
+        f"{shared} replica is the share the site advertises (setting shared_resource)."
+    )
+    return Proposal(None, params, basis, "needs confirmation", f"{c.pointer}#fraction")
+
+
+@planner("drop-init-container-gpus")
+def drop_init_container_gpus(ctx: Context) -> Proposal | Declined:
+    template = needs_template(ctx)
+    if isinstance(template, Declined):
+        return template
+    main = (ctx.facts.get("gpu") or {}).get("main_count") or 0
+    changes = []
+    for c in template.init_containers:
+        for r in c.gpus:
+            if r.mode == "dra" or r.count is None or r.count <= main:
+                continue
+            value = int(main) if main else None
+            changes.append(
+                {
+                    "name": c.name,
+                    "resources_pointer": c.resources_pointer,
+                    "resource": r.resource,
+                    "limit": value if r.limit is not None else None,
+                    "request": value if r.request is not None else None,
+                }
+            )
+    if not changes:
+        return Declined("no initContainer asks for more GPUs than the app containers")
+    what = f"{main:g} (what the app containers use)" if main else "none"
+    basis = (
+        f"initContainers run before the app containers and their GPUs are reserved for the "
+        f"pod's whole life: their GPU requests become {what}."
+    )
+    params = {**identity(ctx), "containers": changes}
+    return Proposal(None, params, basis, "static", f"{template.pointer}#init-gpus")
+
+
+@planner("match-gpus-to-parallelism")
+def match_gpus_to_parallelism(ctx: Context) -> Proposal | Declined:
+    missing = _container_or_declined(ctx)
+    if missing:
+        return missing
+    c = ctx.container
+    assert c is not None
+    parallelism = ctx.facts.get("parallelism") or {}
+    total = parallelism.get("total")
+    whole = [r for r in c.gpus if r.mode == "whole"]
+    if not isinstance(total, (int, float)) or total < 1 or len(whole) != 1:
+        return Declined("needs one whole-GPU resource and a known parallelism")
+    r = whole[0]
+    if r.count is None or total >= r.count:
+        return Declined("the parallelism already uses every GPU")
+    params = {
+        **identity(ctx),
+        "resources_pointer": c.resources_pointer,
+        "resource": r.resource,
+        "count": int(total),
+        "limit": int(total) if r.limit is not None else None,
+        "request": int(total) if r.request is not None else None,
+    }
+    basis = (
+        f"The container's arguments declare parallelism {int(total)} (tensor "
+        f"{parallelism.get('tensor')}, pipeline {parallelism.get('pipeline')}, data "
+        f"{parallelism.get('data')}, processes {parallelism.get('processes')}); it holds "
+        f"{r.count:g} GPUs."
+    )
+    return Proposal(None, params, basis, "static", f"{c.pointer}#gpu-count")

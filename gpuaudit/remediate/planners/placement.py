@@ -1,0 +1,239 @@
+"""Placement remediations: hostname and product pins, GPU tolerations."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from gpuaudit.remediate import pointers
+from gpuaudit.remediate.planners import (
+    HOSTNAME_LABEL,
+    Context,
+    Declined,
+    Proposal,
+    identity,
+    needs_template,
+    planner,
+)
+
+# --- placement -----------------------------------------------------------------------
+
+
+def _remaining_required(spec: Mapping[str, Any], drop: Callable[[Mapping[str, Any]], bool]) -> Any:
+    """Required node affinity without the expressions ``drop`` matches: a
+    mapping to write, or None when nothing is left (a term that loses all its
+    expressions admits every node, and terms are ORed, so the whole
+    requirement goes)."""
+    required = pointers.get(
+        spec, "/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution"
+    )
+    terms = (required or {}).get("nodeSelectorTerms") or []
+    kept_terms = []
+    for term in terms:
+        kept = {}
+        for key in ("matchExpressions", "matchFields"):
+            exprs = [e for e in term.get(key) or [] if not (key == "matchExpressions" and drop(e))]
+            if exprs:
+                kept[key] = exprs
+        if not kept:
+            return None
+        kept_terms.append(kept)
+    return {**copy.deepcopy(required), "nodeSelectorTerms": kept_terms}
+
+
+def _preferred(label: str, values: Sequence[str], weight: int) -> list[dict[str, Any]]:
+    return [
+        {
+            "weight": int(weight),
+            "preference": {
+                "matchExpressions": [{"key": label, "operator": "In", "values": list(values)}]
+            },
+        }
+    ]
+
+
+@planner("drop-hostname-pin")
+def drop_hostname_pin(ctx: Context) -> Proposal | Declined:
+    template = needs_template(ctx)
+    if isinstance(template, Declined):
+        return template
+    placement = ctx.facts.get("placement") or {}
+    node, by = placement.get("pinned_node"), placement.get("pinned_by")
+    if not node or by not in ("nodeName", "nodeSelector", "affinity"):
+        return Declined("the facts name no hostname pin")
+    spec_ptr = template.pointer
+    keep = bool(ctx.params["prefer_former_node"])
+    params = {
+        **identity(ctx),
+        "node": node,
+        "spec_pointer": spec_ptr,
+        "selector_pointer": f"{spec_ptr}/nodeSelector",
+        "node_affinity_pointer": f"{spec_ptr}/affinity/nodeAffinity",
+        "preferred": _preferred(HOSTNAME_LABEL, [node], ctx.params["weight"]) if keep else [],
+    }
+    variant = {"nodeName": "node-name", "nodeSelector": None, "affinity": "affinity"}[by]
+    if by == "affinity":
+        params["required"] = _remaining_required(
+            template.spec, lambda e: e.get("key") == HOSTNAME_LABEL
+        )
+    basis = f"Pinned to {node} by {by}." + (
+        f" A preferred affinity (weight {ctx.params['weight']}) keeps it on {node} "
+        "when that node has room."
+        if keep
+        else ""
+    )
+    return Proposal(variant, params, basis, "static", f"{spec_ptr}#hostname")
+
+
+@planner("prefer-product-affinity")
+def prefer_product_affinity(ctx: Context) -> Proposal | Declined:
+    template = needs_template(ctx)
+    if isinstance(template, Declined):
+        return template
+    product = (ctx.facts.get("placement") or {}).get("gpu_product") or {}
+    label, values, by = product.get("label"), product.get("values"), product.get("by")
+    if not label or not values or by not in ("nodeSelector", "affinity"):
+        return Declined("the facts name no required GPU product selector")
+    spec_ptr = template.pointer
+    params = {
+        **identity(ctx),
+        "label": label,
+        "values": list(values),
+        "spec_pointer": spec_ptr,
+        "selector_pointer": f"{spec_ptr}/nodeSelector",
+        "node_affinity_pointer": f"{spec_ptr}/affinity/nodeAffinity",
+        "preferred": _preferred(label, values, ctx.params["weight"]),
+    }
+    if by == "affinity":
+        params["required"] = _remaining_required(template.spec, lambda e: e.get("key") == label)
+    memory = product.get("memory_gib")
+    basis = (
+        f"Required {label} in {list(values)} becomes a preference (weight "
+        f"{ctx.params['weight']})."
+        + (f" The pinned GPU has {memory:g} GiB; smaller GPUs become eligible." if memory else "")
+    )
+    variant = None if by == "nodeSelector" else "affinity"
+    return Proposal(variant, params, basis, "static", f"{spec_ptr}#product")
+
+
+def _toleration_for(taint: Mapping[str, Any]) -> dict[str, Any]:
+    toleration: dict[str, Any] = {"key": str(taint["key"])}
+    if taint.get("value") not in (None, ""):
+        toleration.update(operator="Equal", value=str(taint["value"]))
+    else:
+        toleration["operator"] = "Exists"
+    if taint.get("effect"):
+        toleration["effect"] = str(taint["effect"])
+    return toleration
+
+
+def tolerated(tolerations: Sequence[Mapping[str, Any]], taint: Mapping[str, Any]) -> bool:
+    """Whether one of ``tolerations`` tolerates ``taint`` (Kubernetes' rules)."""
+    for t in tolerations:
+        if t.get("effect") and taint.get("effect") and t["effect"] != taint["effect"]:
+            continue
+        if not t.get("key"):
+            if t.get("operator") == "Exists":
+                return True
+            continue
+        if t["key"] != taint.get("key"):
+            continue
+        if t.get("operator") == "Exists" or str(t.get("value", "")) == str(
+            taint.get("value") or ""
+        ):
+            return True
+    return False
+
+
+@planner("add-gpu-toleration")
+def add_gpu_toleration(ctx: Context) -> Proposal | Declined:
+    template = needs_template(ctx)
+    if isinstance(template, Declined):
+        return template
+    taints = ctx.params.get("gpu_taints") or []
+    existing = [t for t in template.spec.get("tolerations") or [] if isinstance(t, Mapping)]
+    missing = [_toleration_for(t) for t in taints if not tolerated(existing, t)]
+    if not missing:
+        return Declined("the pod already tolerates the site's GPU taints")
+    shown = ", ".join(
+        f"{t['key']}{'=' + str(t['value']) if t.get('value') else ''}:{t.get('effect', '*')}"
+        for t in taints
+    )
+    params = {**identity(ctx), "spec_pointer": template.pointer, "tolerations": missing}
+    basis = f"GPU node taints: {shown} (site setting gpu_taints)."
+    return Proposal(None, params, basis, "static", f"{template.pointer}#tolerations")
+
+
+@planner("select-gpu-class")
+def select_gpu_class(ctx: Context) -> Proposal | Declined:
+    template = needs_template(ctx)
+    if isinstance(template, Declined):
+        return template
+    product = (ctx.facts.get("placement") or {}).get("gpu_product") or {}
+    label, by = product.get("label"), product.get("by")
+    wanted = (product.get("broader_class") or {}).get("name")
+    classes = [c for c in ctx.params.get("gpu_classes") or [] if isinstance(c, Mapping)]
+    found = next((c for c in classes if c.get("name") == wanted), None)
+    if not label or by not in ("nodeSelector", "affinity") or found is None:
+        return Declined("the site declares no GPU class for this product pin")
+    selector = {str(k): str(v) for k, v in (found.get("selector") or {}).items()}
+    if not selector:
+        return Declined(f"GPU class {wanted} has no selector")
+    changes = [{"key": k, "value": v} for k, v in selector.items()]
+    if by == "nodeSelector" and label not in selector:
+        changes.append({"key": label, "value": None})
+    spec_ptr = template.pointer
+    params = {
+        **identity(ctx),
+        "label": label,
+        "values": list(product.get("values") or []),
+        "class_name": wanted,
+        "products": list(found.get("products") or []),
+        "selector_pointer": f"{spec_ptr}/nodeSelector",
+        "node_affinity_pointer": f"{spec_ptr}/affinity/nodeAffinity",
+        "selector_changes": changes,
+    }
+    variant = None
+    if by == "affinity":
+        variant = "affinity"
+        params["required"] = _remaining_required(template.spec, lambda e: e.get("key") == label)
+    shown = ", ".join(f"{k}={v}" for k, v in selector.items())
+    basis = (
+        f"The site's GPU class {wanted} ({shown}) holds {', '.join(params['products'])}; "
+        f"the pin on {label} in {params['values']} is replaced by that class (site setting "
+        "gpu_classes)."
+    )
+    return Proposal(variant, params, basis, "static", f"{spec_ptr}#product")
+
+
+@planner("prefer-spread")
+def prefer_spread(ctx: Context) -> Proposal | Declined:
+    template = needs_template(ctx)
+    if isinstance(template, Declined):
+        return template
+    spread = (ctx.facts.get("placement") or {}).get("spread") or {}
+    where, by = spread.get("pointer"), spread.get("by")
+    if not isinstance(where, str) or by not in ("podAntiAffinity", "topologySpreadConstraints"):
+        return Declined("the facts name no required spread")
+    params = {**identity(ctx), "pointer": where, "per_node": spread.get("max_pods_per_node")}
+    basis = (
+        f"{by} allows {spread.get('max_pods_per_node')} pod(s) per node: "
+        f"{spread.get('nodes_demanded')} GPU nodes demanded where "
+        f"{spread.get('nodes_needed')} would do ({spread.get('gpus_per_node')} GPUs per node, "
+        f"from {spread.get('gpus_per_node_source')})."
+    )
+    if by == "topologySpreadConstraints":
+        return Proposal("topology-spread", params, basis, "static", f"{where}#spread")
+    parent, _, index = where.rpartition("/")
+    terms = pointers.get(ctx.document.obj, parent)
+    if not isinstance(terms, list) or not index.isdigit() or int(index) >= len(terms):
+        return Declined("the anti-affinity term is no longer where the facts found it")
+    term = terms[int(index)]
+    rest = [t for i, t in enumerate(terms) if i != int(index)]
+    params.update(
+        anti_affinity_pointer=parent.rpartition("/")[0],
+        required=rest or None,
+        preferred=[{"weight": int(ctx.params["weight"]), "podAffinityTerm": term}],
+    )
+    return Proposal(None, params, basis, "static", f"{where}#spread")

@@ -1,0 +1,207 @@
+"""Sharing remediations: device-plugin sharing configs, the GPU Operator's MIG and
+time-slicing settings."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from typing import Any
+
+import yaml
+
+from gpuaudit.remediate import sizing
+from gpuaudit.remediate.planners import (
+    NVIDIA_GPU,
+    Confidence,
+    Context,
+    Declined,
+    Proposal,
+    identity,
+    planner,
+)
+
+# --- sharing ------------------------------------------------------------------------------
+
+
+def _time_slicing_replicas(ctx: Context) -> tuple[int, str, Confidence]:
+    cap = int(ctx.params["max_replicas"])
+    shares = [s for s in ctx.run.sharers if s.mig_profile is None]
+    measured = [s for s in shares if s.need_mib and s.model]
+    if shares and len(measured) == len(shares):
+        smallest = min(sizing.model_memory_mib(s.model) for s in measured)  # type: ignore[arg-type]
+        fit = sizing.replicas_that_fit(smallest, [s.need_mib for s in measured])  # type: ignore[misc]
+        replicas = sizing.clamp(fit, 2, cap)
+        basis = (
+            f"{len(measured)} workload(s) move to a share (see their changes); the largest needs "
+            f"{max(s.need_mib for s in measured):,.0f} MiB with headroom, so {fit} fit per GPU "  # type: ignore[type-var]
+            f"(capped at max_replicas={cap}): replicas {replicas}."
+        )
+        return replicas, basis, "measured"
+    if shares:
+        pods = sum(s.pods for s in shares)
+        replicas = sizing.clamp(pods, 2, cap)
+        basis = (
+            f"{pods} pod(s) of {len(shares)} workload(s) move to {shares[0].resource} in this "
+            f"overlay; without GPU memory telemetry for all of them, replicas = that count "
+            f"kept within 2..max_replicas={cap}: {replicas}. Needs confirmation: "
+            "time-slicing does not isolate memory."
+        )
+        return replicas, basis, "needs confirmation"
+    replicas = sizing.clamp(int(ctx.params["replicas"]), 2, cap)
+    basis = (
+        f"No workload in this input moves to a share; the default of {replicas} replicas "
+        "per GPU is a static suggestion that needs confirmation."
+    )
+    return replicas, basis, "needs confirmation"
+
+
+@planner("enable-time-slicing")
+def enable_time_slicing(ctx: Context) -> Proposal | Declined:
+    facts = ctx.facts
+    strategy = str(ctx.params["strategy"])
+    if strategy not in ("time-slicing", "mps", "mig"):
+        return Declined(f"unknown sharing strategy {strategy!r} (time-slicing, mps or mig)")
+    shared = str(ctx.params["shared_resource"])
+    rename = shared.endswith(".shared")
+    common = {
+        **identity(ctx),
+        "config_map": ctx.params["config_map"],
+        "namespace": ctx.params["namespace"],
+        "shared_key": ctx.params["config_key"],
+        "default_key": ctx.params["config_key"]
+        if ctx.params["all_nodes"]
+        else ctx.params["no_sharing_key"],
+        "no_sharing_key": ctx.params["no_sharing_key"],
+        "rename_by_default": rename,
+        "resource": NVIDIA_GPU,
+        "shared_resource": shared if rename else NVIDIA_GPU,
+    }
+    # A renaming config meant for a labelled pool conflicts by design with the
+    # whole-GPU workloads that run elsewhere; GPA-SH-003 cannot see node pools,
+    # so the new ConfigMap carries an exemption that says so (reviewable).
+    labelled_pool = rename and not ctx.params["all_nodes"]
+    common["annotations"] = (
+        {
+            "gpuaudit.io/ignore.GPA-SH-003": (
+                "this config serves only the nodes labelled nvidia.com/device-plugin.config="
+                f"{ctx.params['config_key']}; workloads requesting whole nvidia.com/gpu run "
+                "on the other GPU nodes"
+            )
+        }
+        if labelled_pool
+        else {}
+    )
+    if facts.get("config_type") == "cluster-policy":
+        if strategy == "mig":
+            profiles = sorted({s.mig_profile for s in ctx.run.sharers if s.mig_profile})
+            layout = f"all-{profiles[0]}" if len(profiles) == 1 else str(ctx.params["mig_config"])
+            basis = f"MIG layout {layout}: " + (
+                f"the profile telemetry chose for the workloads moved to MIG ({profiles[0]})."
+                if len(profiles) == 1
+                else "the mig_config setting (no single profile from telemetry)."
+            )
+            params = {**common, "mig_config": layout}
+            return Proposal("mig", params, basis, "static", "/spec")
+        replicas, basis, confidence = _time_slicing_replicas(ctx)
+        params = {**common, "replicas": replicas}
+        variant = "mps" if strategy == "mps" else None
+        return Proposal(variant, params, basis, confidence, "/spec")
+    if facts.get("config_type") == "device-plugin":
+        if strategy == "mig":
+            return Declined("a device-plugin config cannot make MIG slices (patch ClusterPolicy)")
+        replicas, basis, confidence = _time_slicing_replicas(ctx)
+        section = "mps" if strategy == "mps" else "timeSlicing"
+
+        def add_sharing(config: dict[str, Any]) -> str | None:
+            sharing: dict[str, Any] = {"renameByDefault": rename}
+            if section == "timeSlicing":  # MPS already fails such requests by default
+                sharing["failRequestsGreaterThanOne"] = True
+            sharing["resources"] = [{"name": NVIDIA_GPU, "replicas": replicas}]
+            config["sharing"] = {section: sharing}
+            return None
+
+        result = _rewrite_device_plugin_config(ctx, add_sharing)
+        if isinstance(result, Declined):
+            return result
+        params = {**common, **result, "replicas": replicas}
+        return Proposal("config-map", params, basis, confidence, f"/data/{result['key']}")
+    return Declined("not a ClusterPolicy or device-plugin config")
+
+
+@planner("mig-strategy-mixed")
+def mig_strategy_mixed(ctx: Context) -> Proposal | Declined:
+    if ctx.facts.get("config_type") != "cluster-policy":
+        return Declined("only the ClusterPolicy's MIG strategy is patched")
+    served = list(ctx.facts.get("mig_requests_unserved") or [])
+    params = {**identity(ctx), "strategy": ctx.facts.get("mig_strategy"), "requests": served}
+    basis = (
+        f"mig.strategy {ctx.facts.get('mig_strategy')} advertises no nvidia.com/mig-<profile> "
+        f"resources, and workloads here request {', '.join(map(str, served))}."
+    )
+    return Proposal(None, params, basis, "static", "/spec/mig")
+
+
+def _rewrite_device_plugin_config(
+    ctx: Context, change: Callable[[dict[str, Any]], str | None]
+) -> dict[str, Any] | Declined:
+    """The ConfigMap key's config after ``change`` (which returns why it cannot
+    apply, or None), as params for a template that rewrites the key."""
+    if ctx.facts.get("config_type") != "device-plugin" or ctx.document.kind != "ConfigMap":
+        return Declined("only device-plugin configs held in a ConfigMap are patched")
+    key = str(ctx.facts.get("key") or "")
+    data = ctx.document.obj.get("data") or {}
+    try:
+        config = yaml.safe_load(data.get(key) or "") or {}
+    except yaml.YAMLError:
+        return Declined(f"data key {key!r} is not YAML")
+    if not isinstance(config, dict):
+        return Declined(f"data key {key!r} is not a mapping")
+    config = copy.deepcopy(config)
+    problem = change(config)
+    if problem:
+        return Declined(problem)
+    text = yaml.safe_dump(config, sort_keys=False, default_flow_style=False)
+    return {**identity(ctx), "key": key, "data_pointer": "/data", "config_text": text}
+
+
+@planner("time-slicing-replicas")
+def time_slicing_replicas(ctx: Context) -> Proposal | Declined:
+    replicas, basis, confidence = _time_slicing_replicas(ctx)
+
+    def set_replicas(config: dict[str, Any]) -> str | None:
+        touched = 0
+        for section in ("timeSlicing", "mps"):
+            for resource in ((config.get("sharing") or {}).get(section) or {}).get(
+                "resources"
+            ) or []:
+                if isinstance(resource, dict):
+                    resource["replicas"] = replicas
+                    touched += 1
+        return None if touched else "the config lists no shared resources"
+
+    params = _rewrite_device_plugin_config(ctx, set_replicas)
+    if isinstance(params, Declined):
+        return params
+    params["replicas"] = replicas
+    basis += " The config is rewritten from its parsed form: comments inside it are dropped."
+    return Proposal(None, params, basis, confidence, f"/data/{params['key']}")
+
+
+@planner("fail-requests-greater-than-one")
+def fail_requests_greater_than_one(ctx: Context) -> Proposal | Declined:
+    def set_flag(config: dict[str, Any]) -> str | None:
+        section = (config.get("sharing") or {}).get("timeSlicing")
+        if not isinstance(section, dict):
+            return "the config has no time-slicing section"
+        section["failRequestsGreaterThanOne"] = True
+        return None
+
+    params = _rewrite_device_plugin_config(ctx, set_flag)
+    if isinstance(params, Declined):
+        return params
+    basis = (
+        "failRequestsGreaterThanOne: true makes a request for 2+ replicas fail at admission "
+        "instead of silently taking turns on one GPU. The config is rewritten from its "
+        "parsed form: comments inside it are dropped."
+    )
+    return Proposal(None, params, basis, "static", f"/data/{params['key']}")

@@ -1,0 +1,83 @@
+"""Check a built overlay against the plan: every object is exactly what the
+plan computed (patched ones) or what was read (the rest); auditing the built
+output no longer shows the targeted findings and shows no new one. Pure: the
+caller builds the overlay and supplies the audit."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpuaudit.model import Finding
+from gpuaudit.remediate import patches, pointers
+from gpuaudit.remediate.plan import ObjectId, Plan, object_id
+
+
+@dataclass
+class Verification:
+    fixed: list[Finding] = field(default_factory=list)  # targeted, gone after the build
+    remaining: list[Finding] = field(default_factory=list)  # targeted, still there
+    new: list[Finding] = field(default_factory=list)  # in the build, not before
+    differences: list[str] = field(default_factory=list)  # objects not as planned
+
+    @property
+    def ok(self) -> bool:
+        return not (self.remaining or self.new or self.differences)
+
+
+def finding_key(finding: Finding) -> tuple[Any, ...]:
+    """A finding's identity across a rebuild: rule, object, container and the
+    field it points at (relative to the object, since kustomize flattens Lists)."""
+    doc = finding.subject.document if finding.subject is not None else None
+    pointer = pointers.relative(finding.location.pointer, doc.base if doc is not None else "")
+    r = finding.resource
+    return (finding.rule, r.api_version, r.kind, r.namespace, r.name, r.container, pointer)
+
+
+def verify(
+    built: Sequence[Mapping[str, Any]],
+    plan: Plan,
+    originals: Mapping[ObjectId, Mapping[str, Any]],
+    before: Sequence[Finding],
+    audit: Callable[[], Sequence[Finding]],
+) -> Verification:
+    """``built``: the objects kustomize built; ``originals``: every object of
+    the overlay's inputs as read; ``before``: findings on those inputs;
+    ``audit``: the same rules run over the built output."""
+    result = Verification()
+    expected = {k: after for k, (_, after) in plan.expected.items()}
+    for change in plan.changes:
+        for obj in change.new_objects:
+            expected[object_id(obj)] = dict(obj)
+    seen = set()
+    for obj in built:
+        oid = object_id(obj)
+        seen.add(oid)
+        want = expected.get(oid, originals.get(oid))
+        if want is None:
+            result.differences.append(f"{_name(oid)}: in the build but not in the inputs")
+            continue
+        for path, old, new in patches.changes(want, obj):
+            result.differences.append(f"{_name(oid)} {path}: expected {old!r}, built {new!r}")
+    for oid in expected:
+        if oid not in seen:
+            result.differences.append(f"{_name(oid)}: missing from the build")
+    in_build = {(o[0], o[1], o[2], o[3]) for o in seen}
+    relevant = [f for f in before if _resource_id(f) in in_build]
+    after = list(audit())
+    before_keys = {finding_key(f) for f in relevant}
+    after_keys = {finding_key(f) for f in after}
+    for finding in plan.fixed_findings:
+        (result.remaining if finding_key(finding) in after_keys else result.fixed).append(finding)
+    result.new = [f for f in after if finding_key(f) not in before_keys]
+    return result
+
+
+def _resource_id(finding: Finding) -> ObjectId:
+    r = finding.resource
+    return (r.api_version, r.kind, r.namespace, r.name)
+
+
+def _name(oid: ObjectId) -> str:
+    return f"{oid[1]} {oid[2] + '/' if oid[2] else ''}{oid[3]}"

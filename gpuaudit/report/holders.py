@@ -1,0 +1,298 @@
+"""Who holds which GPUs, what the telemetry says they do with them, and who
+waits for GPUs: the inventory every part of the capacity review counts from.
+
+Pure functions over a ClusterState and the pod fact documents of the audit
+(so the report classifies pods exactly as the rules saw them).
+
+Counts are *physical* GPUs: a whole ``nvidia.com/gpu`` on an unshared node is
+one; a time-sliced replica is 1/replicas of one; a MIG slice is its share of
+the GPU's compute slices (1g of a 7-slice GPU is 1/7). Availability is about
+hardware, and leadership buys hardware.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from gpuaudit import gpus
+from gpuaudit.cluster_state import ClusterState, Node, PodState
+
+# The states an allocated GPU can be in, as the first screen shows them.
+ACTIVE, RESIDENT_IDLE, IDLE, NO_DATA = "active", "resident_idle", "idle", "no_data"
+STATES = (ACTIVE, RESIDENT_IDLE, IDLE, NO_DATA)
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """Where "actively computing" and "idle resident model" begin. Taken from
+    the rules that judge the same thing (params overridable in config), so the
+    first screen and the findings never disagree."""
+
+    active_compute: float = 0.1  # GPA-AL-201 max_compute
+    resident_idle: float = 0.5  # GPA-ME-001 min_resident_idle_fraction
+    min_coverage: float = 0.5  # the telemetry rules' min_coverage
+
+    @classmethod
+    def from_rules(cls, rules: Iterable[Any]) -> Thresholds:
+        params = {r.id: r.params for r in rules}
+        idle_rule = params.get("GPA-AL-201", {})
+        resident_rule = params.get("GPA-ME-001", {})
+        return cls(
+            active_compute=float(idle_rule.get("max_compute", cls.active_compute)),
+            resident_idle=float(
+                resident_rule.get("min_resident_idle_fraction", cls.resident_idle)
+            ),
+            min_coverage=float(
+                resident_rule.get("min_coverage", idle_rule.get("min_coverage", cls.min_coverage))
+            ),
+        )
+
+
+@dataclass(frozen=True)
+class GpuNode:
+    name: str
+    model: str
+    pool: str
+    gpus: float
+    allocated: float  # physical GPUs held by pods
+    unschedulable: bool
+    mig_capable: bool
+    memory_mib: float | None
+
+
+@dataclass(frozen=True)
+class Holder:
+    """A pod bound to a node that holds GPUs."""
+
+    namespace: str
+    pod: str
+    owner_kind: str
+    owner: str
+    team: str
+    node: str
+    model: str
+    pool: str
+    gpus: float  # physical GPU equivalents
+    whole: int  # whole GPUs of an unshared node (0 for MIG slices and shared replicas)
+    mig_profiles: tuple[str, ...]
+    state: str
+    telemetry: Mapping[str, Any] | None
+
+
+@dataclass(frozen=True)
+class Waiting:
+    """A GPU pod that is not bound to a node."""
+
+    namespace: str
+    pod: str
+    owner_kind: str
+    owner: str
+    team: str
+    gpus: float  # GPUs requested
+    cause: str
+    message: str | None
+    model: str | None  # the GPU model it asks for, when its selectors name one
+
+
+@dataclass(frozen=True)
+class Inventory:
+    nodes: tuple[GpuNode, ...]
+    holders: tuple[Holder, ...]
+    waiting: tuple[Waiting, ...]
+    team_label: str | None
+    pool_label: str | None
+
+    @property
+    def gpus_total(self) -> float:
+        return sum(n.gpus for n in self.nodes)
+
+
+def model_name(node: Node) -> str:
+    """Catalogue model (H100-80GB), else the product label, else 'unknown'."""
+    if node.model is not None:
+        return node.model.model
+    return node.product or "unknown"
+
+
+def team_of(pod: PodState, team_label: str | None) -> str:
+    """The pod's value of the configured team label, else its namespace."""
+    if team_label:
+        meta = pod.workload.document.obj.get("metadata")
+        labels = meta.get("labels") if isinstance(meta, Mapping) else None
+        value = labels.get(team_label) if isinstance(labels, Mapping) else None
+        if value:
+            return str(value)
+    return pod.namespace
+
+
+def _replicas(node: Node, resource: str) -> float:
+    """Replicas per physical GPU of a shared resource on ``node``."""
+    label = node.labels.get("nvidia.com/gpu.replicas", "")
+    if label.isdigit() and int(label) > 1:
+        return float(label)
+    capacity = node.gpu_capacity.get(resource, 0.0)
+    return capacity / node.gpus if node.gpus and capacity > node.gpus else 1.0
+
+
+def _mig_share(profile: str, model: gpus.GpuModel | None) -> float:
+    """A MIG slice's share of its GPU: compute slices over the GPU's slices."""
+    base = gpus.mig_base_profile(profile) or profile
+    try:
+        slices = int(base.split("g.", 1)[0])
+    except ValueError:
+        return 1 / 7
+    most = max((int(p.split("g.", 1)[0]) for p in model.mig), default=7) if model else 7
+    return min(slices / most, 1.0)
+
+
+def physical_gpus(pod: PodState, node: Node) -> tuple[float, int, tuple[str, ...]]:
+    """(physical GPU equivalents, whole GPUs, MIG profiles) a bound pod holds."""
+    total, whole = 0.0, 0
+    profiles: list[str] = []
+    for template in pod.workload.templates:
+        per_container = [_container_share(c.gpus, node, profiles) for c in template.containers]
+        init = [_container_share(c.gpus, node, profiles) for c in template.init_containers]
+        main = (sum(s for s, _ in per_container), sum(w for _, w in per_container))
+        longest_init = max(init, default=(0.0, 0))
+        share, count = max(main, longest_init)
+        total += share
+        whole += count
+    return total, whole, tuple(sorted(set(profiles)))
+
+
+def _container_share(
+    requests: Sequence[Any], node: Node, profiles: list[str]
+) -> tuple[float, int]:
+    share, whole = 0.0, 0
+    for r in requests:
+        count = r.count or 0
+        if r.mode == "whole":
+            per = _replicas(node, r.resource)
+            share += count / per
+            whole += int(count) if per == 1.0 else 0
+        elif r.mode == "shared":
+            share += count / _replicas(node, r.resource)
+        elif r.mode == "mig" and r.profile:
+            share += count * _mig_share(r.profile, node.model)
+            profiles.append(r.profile)
+    return share, whole
+
+
+def classify(telemetry: Mapping[str, Any] | None, thresholds: Thresholds) -> str:
+    """The state of a pod's GPUs over the telemetry window. Missing or thin
+    data is its own state, never idle."""
+    if not telemetry:
+        return NO_DATA
+    coverage = telemetry.get("coverage")
+    if not isinstance(coverage, (int, float)) or coverage < thresholds.min_coverage:
+        return NO_DATA
+    resident_idle = telemetry.get("resident_idle_fraction")
+    if isinstance(resident_idle, (int, float)) and resident_idle >= thresholds.resident_idle:
+        return RESIDENT_IDLE
+    compute = telemetry.get("compute_mean")
+    if not isinstance(compute, (int, float)):
+        return NO_DATA
+    return ACTIVE if compute >= thresholds.active_compute else IDLE
+
+
+def collect(
+    state: ClusterState,
+    pod_facts: Mapping[tuple[str, str], Mapping[str, Any]],
+    thresholds: Thresholds,
+    *,
+    team_label: str | None = None,
+    pool_label: str | None = None,
+) -> Inventory:
+    """The inventory of ``state``. ``pod_facts``: the audit's pod fact
+    documents by (namespace, pod) — telemetry and pending cause come from them."""
+    gpu_nodes = {n.name: n for n in state.nodes if n.gpu_capacity}
+
+    def pool_of(node: Node) -> str:
+        if pool_label and node.labels.get(pool_label):
+            return node.labels[pool_label]
+        return model_name(node)
+
+    holders: list[Holder] = []
+    waiting: list[Waiting] = []
+    held: dict[str, float] = {}
+    for pod in state.pods:
+        facts = pod_facts.get((pod.namespace, pod.name))
+        if facts is None:  # not a GPU pod, or finished
+            continue
+        if pod.holds_gpus and pod.node:
+            node = gpu_nodes.get(pod.node)
+            if node is None:  # bound to a node that is gone or has no GPUs
+                continue
+            share, whole, profiles = physical_gpus(pod, node)
+            if share <= 0:
+                continue
+            telemetry = facts.get("telemetry")
+            holders.append(
+                Holder(
+                    namespace=pod.namespace,
+                    pod=pod.name,
+                    owner_kind=pod.owner.kind,
+                    owner=pod.owner.name,
+                    team=team_of(pod, team_label),
+                    node=pod.node,
+                    model=model_name(node),
+                    pool=pool_of(node),
+                    gpus=share,
+                    whole=whole,
+                    mig_profiles=profiles,
+                    state=classify(telemetry, thresholds),
+                    telemetry=telemetry,
+                )
+            )
+            held[pod.node] = held.get(pod.node, 0.0) + share
+        elif (facts.get("pending") or {}).get("pending"):
+            pending = facts["pending"]
+            product = (facts.get("placement") or {}).get("gpu_product") or {}
+            waiting.append(
+                Waiting(
+                    namespace=pod.namespace,
+                    pod=pod.name,
+                    owner_kind=pod.owner.kind,
+                    owner=pod.owner.name,
+                    team=team_of(pod, team_label),
+                    gpus=float((facts.get("gpu") or {}).get("count") or 0.0),
+                    cause=str(pending.get("cause") or "unknown"),
+                    message=pending.get("message"),
+                    model=product.get("model") if isinstance(product, Mapping) else None,
+                )
+            )
+    nodes = []
+    for node in gpu_nodes.values():
+        capable = node.labels.get("nvidia.com/mig.capable")
+        nodes.append(
+            GpuNode(
+                name=node.name,
+                model=model_name(node),
+                pool=pool_of(node),
+                gpus=node.gpus,
+                allocated=held.get(node.name, 0.0),
+                unschedulable=node.unschedulable,
+                mig_capable=capable == "true"
+                if capable
+                else bool(node.model and node.model.mig_capable),
+                memory_mib=node.model.memory_gib * 1024 if node.model else None,
+            )
+        )
+    return Inventory(
+        nodes=tuple(nodes),
+        holders=tuple(holders),
+        waiting=tuple(waiting),
+        team_label=team_label,
+        pool_label=pool_label,
+    )
+
+
+def pod_fact_index(subjects: Iterable[Any]) -> dict[tuple[str, str], Mapping[str, Any]]:
+    """(namespace, pod) -> the pod fact document, from an audit's subjects."""
+    return {
+        (str(s.facts.get("namespace") or ""), str(s.facts.get("pod"))): s.facts
+        for s in subjects
+        if s.target == "pod" and s.scope == "cluster"
+    }

@@ -1,0 +1,154 @@
+"""Render the report dict to report.html, report.md and report.json.
+
+HTML: Jinja2 with autoescaping on, inline CSS and SVG, no script and a
+Content-Security-Policy that allows none, no external URL. Markdown: every
+string in the dict is escaped for Markdown (``|``, ``<``, backticks...)
+before the template sees it, so cluster-supplied text cannot break a table
+or inject HTML. All three come from the same dict: the same numbers.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from functools import cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import jinja2
+
+from gpuaudit.output.files import inside, write_atomic
+from gpuaudit.report import charts
+
+FILES = ("report.html", "report.md", "report.json")
+_MD_SPECIAL = str.maketrans(
+    {
+        "\\": "\\\\",
+        "|": "\\|",
+        "`": "\\`",
+        "*": "\\*",
+        "_": "\\_",
+        "[": "\\[",
+        "]": "\\]",
+        "<": "&lt;",
+        ">": "&gt;",
+        "\n": " ",
+        "\r": " ",
+    }
+)
+
+
+# --- number formatting (shared by both templates) -------------------------------------
+
+
+def num(value: Any, digits: int = 1) -> str:
+    """1234 -> '1,234'; 12.25 -> '12.2' (``digits``); None -> '–'."""
+    if value is None or isinstance(value, bool):
+        return "–"
+    if not isinstance(value, (int, float)) or not math.isfinite(value):
+        return str(value)
+    if float(value).is_integer():
+        return f"{int(value):,}"
+    return f"{value:,.{digits}f}"
+
+
+def pct(value: Any) -> str:
+    if not isinstance(value, (int, float)):
+        return "–"
+    return f"{value * 100:.0f}%"
+
+
+def money(value: Any, currency: str = "") -> str:
+    if not isinstance(value, (int, float)):
+        return "–"
+    text = f"{value:,.0f}" if abs(value) >= 100 else f"{value:,.2f}"
+    return f"{text} {currency}".strip()
+
+
+def rate(value: Any) -> str:
+    """Bytes per second, in decimal units."""
+    if not isinstance(value, (int, float)):
+        return "–"
+    for unit, size in (("GB/s", 1e9), ("MB/s", 1e6), ("kB/s", 1e3)):
+        if abs(value) >= size:
+            return f"{value / size:.1f} {unit}"
+    return f"{value:.0f} B/s"
+
+
+def md_escape(value: Any) -> Any:
+    """Escape every string in ``value`` (recursively) for Markdown text."""
+    if isinstance(value, str):
+        return value.translate(_MD_SPECIAL)
+    if isinstance(value, Mapping):
+        return {k: md_escape(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [md_escape(v) for v in value]
+    return value
+
+
+@cache
+def _environment(autoescape: bool) -> jinja2.Environment:
+    folder = resources.files("gpuaudit") / "report" / "templates"
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(folder)),
+        autoescape=autoescape,
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+    )
+    env.filters.update(num=num, pct=pct, money=money, rate=rate)
+    return env
+
+
+def _charts(report: Mapping[str, Any]) -> dict[str, Any]:
+    first = report["first_screen"]
+    return {
+        "overview": charts.stacked_bar(first["gpus"]),
+        "pools": charts.group_bars(report["availability"]["by_pool"]),
+        "teams": charts.group_bars(report["availability"]["by_team"][:12]),
+        "whatif": charts.range_bars(
+            report["whatif"]["scenarios"], float(report["scheduler"]["gpus"] or 0.0)
+        ),
+        "trend": charts.line_chart(
+            report["trend"],
+            [
+                ("allocated", "Allocated"),
+                ("active", "Actively computing"),
+                ("resident_idle", "Idle, model resident"),
+                ("free", "Free"),
+            ],
+        ),
+        "segments": charts.SEGMENTS,
+    }
+
+
+def render_html(report: Mapping[str, Any]) -> str:
+    template = _environment(True).get_template("report.html.j2")
+    return template.render(r=report, charts=_charts(report))
+
+
+def render_markdown(report: Mapping[str, Any]) -> str:
+    template = _environment(False).get_template("report.md.j2")
+    return template.render(r=md_escape(report))
+
+
+def render_json(report: Mapping[str, Any]) -> str:
+    return json.dumps(report, indent=2, ensure_ascii=False, allow_nan=False) + "\n"
+
+
+def write_report(report: Mapping[str, Any], out: Path) -> list[Path]:
+    """Write the three files into ``out`` (created when missing), each atomically."""
+    rendered = {
+        "report.html": render_html(report),
+        "report.md": render_markdown(report),
+        "report.json": render_json(report),
+    }
+    written = []
+    for name, text in rendered.items():
+        path = inside(out, name)
+        write_atomic(path, text)
+        written.append(path)
+    return written

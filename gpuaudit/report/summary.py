@@ -1,0 +1,446 @@
+"""Counts for the capacity review, from the inventory and the findings (pure).
+
+Two views that dashboards conflate and this report keeps apart:
+
+- **availability**: who holds GPUs (allocation), which hold them with a model
+  resident and idle, which are free, and how much work waits for GPUs;
+- **activity**: what the held GPUs do (SM activity, VRAM, memory bandwidth,
+  PCIe, tensor cores), weighted by the GPUs each pod holds.
+
+Every group (cluster, GPU model or node pool, team, workload) has both.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+from gpuaudit.model import CATEGORIES, Finding
+from gpuaudit.report.holders import (
+    ACTIVE,
+    IDLE,
+    NO_DATA,
+    RESIDENT_IDLE,
+    STATES,
+    Holder,
+    Inventory,
+    Waiting,
+)
+from gpuaudit.report.prices import Prices
+
+# Pending causes in the order an operator should read them.
+PENDING_CAUSES = ("allocation", "placement", "quota", "dra", "gated", "unknown")
+# A pod pending for lack of free GPUs is the symptom the other causes explain;
+# it stays in the scheduler report but is not ranked as a cause.
+SYMPTOM_RULES = frozenset({"GPA-AL-102"})
+EXAMPLES = 3
+TOP = 5
+TOP_WORKLOADS = 20
+
+
+def r1(value: float | None) -> float | None:
+    """Round GPU counts for output (MIG slices and replicas make fractions)."""
+    return None if value is None else round(value, 2)
+
+
+# --- availability ------------------------------------------------------------------
+
+
+def state_counts(holders: Iterable[Holder]) -> dict[str, float]:
+    counts = dict.fromkeys(STATES, 0.0)
+    for h in holders:
+        counts[h.state] += h.gpus
+    return counts
+
+
+def gpu_counts(inventory: Inventory) -> dict[str, float | None]:
+    states = state_counts(inventory.holders)
+    allocated = sum(states.values())
+    free = sum(max(n.gpus - n.allocated, 0.0) for n in inventory.nodes)
+    cordoned = sum(max(n.gpus - n.allocated, 0.0) for n in inventory.nodes if n.unschedulable)
+    return {
+        "total": r1(inventory.gpus_total),
+        "allocated": r1(allocated),
+        "active": r1(states[ACTIVE]),
+        "resident_idle": r1(states[RESIDENT_IDLE]),
+        "idle": r1(states[IDLE]),
+        "no_data": r1(states[NO_DATA]),
+        "free": r1(free),
+        "free_on_cordoned_nodes": r1(cordoned),
+    }
+
+
+def _availability_row(key: str, holders: Sequence[Holder], waiting: Sequence[Waiting]) -> dict:
+    states = state_counts(holders)
+    return {
+        "key": key,
+        "allocated": r1(sum(states.values())),
+        **{state: r1(value) for state, value in states.items()},
+        "pending_pods": len(waiting),
+        "pending_gpus": r1(sum(w.gpus for w in waiting)),
+    }
+
+
+def _group(items: Iterable[Any], key: Callable[[Any], str]) -> dict[str, list[Any]]:
+    groups: dict[str, list[Any]] = defaultdict(list)
+    for item in items:
+        groups[key(item)].append(item)
+    return groups
+
+
+def availability(inventory: Inventory, cluster: str) -> dict[str, list[dict[str, Any]]]:
+    holders, waiting = inventory.holders, inventory.waiting
+    pools = _group(inventory.nodes, lambda n: n.pool)
+    by_pool_holders = _group(holders, lambda h: h.pool)
+    # A pending pod belongs to the pool of the model it asks for; without a
+    # node pool label the pools are the models.
+    by_pool_waiting = (
+        _group(waiting, lambda w: w.model or "any model")
+        if inventory.pool_label is None
+        else {}
+    )
+    by_pool = []
+    for pool in sorted(set(pools) | set(by_pool_holders) | set(by_pool_waiting)):
+        nodes = pools.get(pool, [])
+        row = _availability_row(pool, by_pool_holders.get(pool, []), by_pool_waiting.get(pool, []))
+        row["model"] = nodes[0].model if nodes else pool
+        row["nodes"] = len(nodes)
+        row["total"] = r1(sum(n.gpus for n in nodes))
+        row["free"] = r1(sum(max(n.gpus - n.allocated, 0.0) for n in nodes))
+        by_pool.append(row)
+    teams = _group(holders, lambda h: h.team)
+    team_waiting = _group(waiting, lambda w: w.team)
+    by_team = [
+        _availability_row(team, teams.get(team, []), team_waiting.get(team, []))
+        for team in set(teams) | set(team_waiting)
+    ]
+    by_team.sort(key=lambda r: (-(r["allocated"] or 0) - (r["pending_gpus"] or 0), r["key"]))
+    cluster_row = _availability_row(cluster, holders, waiting)
+    cluster_row["total"] = r1(inventory.gpus_total)
+    cluster_row["free"] = r1(sum(max(n.gpus - n.allocated, 0.0) for n in inventory.nodes))
+    return {
+        "by_cluster": [cluster_row],
+        "by_pool": by_pool,
+        "by_team": by_team,
+        "by_workload": workloads(inventory),
+    }
+
+
+def workloads(inventory: Inventory) -> list[dict[str, Any]]:
+    """The workloads holding the most GPUs, with what their GPUs do."""
+    groups = _group(inventory.holders, lambda h: f"{h.namespace}\0{h.owner_kind}\0{h.owner}")
+    rows = []
+    for members in groups.values():
+        first = members[0]
+        states = state_counts(members)
+        rows.append(
+            {
+                "namespace": first.namespace,
+                "kind": first.owner_kind,
+                "name": first.owner,
+                "team": first.team,
+                "models": sorted({h.model for h in members}),
+                "pods": len(members),
+                "allocated": r1(sum(states.values())),
+                **{state: r1(value) for state, value in states.items()},
+                **_activity_values(members),
+            }
+        )
+    rows.sort(key=lambda r: (-(r["allocated"] or 0), r["namespace"], r["kind"], r["name"]))
+    return rows[:TOP_WORKLOADS]
+
+
+# --- activity ----------------------------------------------------------------------
+
+
+def _weighted(holders: Sequence[Holder], value: Callable[[Mapping[str, Any]], Any]) -> float | None:
+    total = weight = 0.0
+    for h in holders:
+        v = value(h.telemetry or {})
+        if isinstance(v, (int, float)):
+            total += v * h.gpus
+            weight += h.gpus
+    return total / weight if weight else None
+
+
+def _activity_values(holders: Sequence[Holder]) -> dict[str, Any]:
+    measured = [h for h in holders if h.state != NO_DATA]
+    used = sum((h.telemetry or {}).get("fb_used_mean_mib") or 0.0 for h in measured)
+    capacity = sum(
+        (h.telemetry or {}).get("fb_total_mib") or 0.0
+        for h in measured
+        if (h.telemetry or {}).get("fb_used_mean_mib") is not None
+    )
+    pcie = [h for h in measured if (h.telemetry or {}).get("pcie_mean_bps") is not None]
+    pcie_gpus = sum(h.gpus for h in pcie)
+
+    def rounded(value: float | None, digits: int = 3) -> float | None:
+        return None if value is None else round(value, digits)
+
+    return {
+        "gpus_measured": r1(sum(h.gpus for h in measured)),
+        "compute_mean": rounded(_weighted(measured, lambda t: t.get("compute_mean"))),
+        "compute_p95": rounded(_weighted(measured, lambda t: t.get("compute_p95"))),
+        "vram_used_ratio": rounded(used / capacity) if capacity else None,
+        "vram_used_mib": round(used) if measured and capacity else None,
+        "memory_bandwidth": rounded(
+            _weighted(measured, lambda t: (t.get("extra") or {}).get("dram_active_mean"))
+        ),
+        "pcie_bps_per_gpu": round(sum(h.telemetry["pcie_mean_bps"] for h in pcie) / pcie_gpus)
+        if pcie_gpus
+        else None,
+        "tensor_active": rounded(_weighted(measured, lambda t: t.get("tensor_active_mean"))),
+        "occupancy": rounded(_weighted(measured, lambda t: t.get("occupancy_mean"))),
+    }
+
+
+def activity(inventory: Inventory, cluster: str) -> dict[str, list[dict[str, Any]]]:
+    def rows(groups: Mapping[str, list[Holder]]) -> list[dict[str, Any]]:
+        out = [
+            {
+                "key": key,
+                "allocated": r1(sum(h.gpus for h in members)),
+                **_activity_values(members),
+            }
+            for key, members in groups.items()
+        ]
+        out.sort(key=lambda r: (-(r["allocated"] or 0), r["key"]))
+        return out
+
+    holders = inventory.holders
+    return {
+        "by_cluster": rows({cluster: list(holders)}),
+        "by_pool": rows(_group(holders, lambda h: h.pool)),
+        "by_team": rows(_group(holders, lambda h: h.team)),
+    }
+
+
+# --- coverage, cost, pending ---------------------------------------------------------
+
+
+def coverage(inventory: Inventory, telemetry: Mapping[str, Any] | None) -> dict[str, Any]:
+    """How much of the allocated capacity the telemetry saw: what is not
+    covered is 'no data', never idle."""
+    allocated = sum(h.gpus for h in inventory.holders)
+    measured = sum(h.gpus for h in inventory.holders if h.state != NO_DATA)
+    devices: set[tuple[str, str]] = set()
+    nodes = {n.name for n in inventory.nodes}
+    window = None
+    if telemetry:
+        window = telemetry.get("window") or None
+        for row in telemetry.get("gpus") or []:
+            if row.get("node") in nodes and (row.get("uuid") or row.get("gpu") is not None):
+                devices.add((str(row.get("node")), str(row.get("uuid") or row.get("gpu"))))
+    return {
+        "present": bool(telemetry),
+        "source": (telemetry or {}).get("source"),
+        "signal": ((telemetry or {}).get("signals") or {}).get("compute"),
+        "window": window,
+        "allocated_gpus": r1(allocated),
+        "allocated_gpus_measured": r1(measured),
+        "ratio": round(measured / allocated, 3) if allocated else None,
+        "devices_reporting": len(devices),
+        "devices_total": r1(inventory.gpus_total),
+    }
+
+
+def hourly_cost(inventory: Inventory, prices: Prices) -> dict[str, Any]:
+    """Cost per hour of GPUs by state, at the configured prices (None without)."""
+    by_state: dict[str, float] = dict.fromkeys(STATES, 0.0)
+    unpriced: set[str] = set()
+    for h in inventory.holders:
+        price = prices.of(h.model)
+        if price is None:
+            unpriced.add(h.model)
+            continue
+        by_state[h.state] += h.gpus * price
+    known = prices.known
+    idle = by_state[IDLE] + by_state[RESIDENT_IDLE]
+    return {
+        "priced": known,
+        "prices": prices.as_dict(),
+        "unpriced_models": sorted(unpriced),
+        "allocated_idle_per_hour": round(idle, 2) if known else None,
+        "resident_idle_per_hour": round(by_state[RESIDENT_IDLE], 2) if known else None,
+        "idle_per_hour": round(by_state[IDLE], 2) if known else None,
+        "allocated_per_hour": round(sum(by_state.values()), 2) if known else None,
+    }
+
+
+def pending(inventory: Inventory, kueue: Mapping[str, Any] | None) -> dict[str, Any]:
+    groups = _group(inventory.waiting, lambda w: w.cause)
+    by_cause = []
+    for cause in [*PENDING_CAUSES, *sorted(set(groups) - set(PENDING_CAUSES))]:
+        members = groups.get(cause)
+        if not members:
+            continue
+        ordered = sorted(members, key=lambda w: (-w.gpus, w.namespace, w.pod))
+        by_cause.append(
+            {
+                "cause": cause,
+                "pods": len(members),
+                "gpus": r1(sum(w.gpus for w in members)),
+                "examples": [
+                    {
+                        "namespace": w.namespace,
+                        "pod": w.pod,
+                        "kind": w.owner_kind,
+                        "name": w.owner,
+                        "gpus": r1(w.gpus),
+                        "message": w.message,
+                    }
+                    for w in ordered[:EXAMPLES]
+                ],
+            }
+        )
+    return {
+        "pods": len(inventory.waiting),
+        "gpus": r1(sum(w.gpus for w in inventory.waiting)),
+        "by_cause": by_cause,
+        "kueue_workloads": int((kueue or {}).get("kueue_pending") or 0),
+        "kueue_examples": list((kueue or {}).get("kueue_examples") or []),
+    }
+
+
+# --- root causes from the findings ---------------------------------------------------
+
+
+def finding_gpus(
+    finding: Finding, inventory_index: Mapping[tuple[str, str], float]
+) -> tuple[tuple[str, ...], float]:
+    """(what the finding is about, the GPUs concerned): the GPUs its pod holds
+    (or asks for, when it waits), or its node's; 0 for findings about the
+    cluster or a config. The key lets a category count a pod once however
+    many of its rules fire."""
+    subject = finding.subject
+    facts: Mapping[str, Any] = subject.facts if subject is not None else {}
+    target = subject.target if subject is not None else None
+    evidence = finding.evidence
+    res = finding.resource
+    if target == "pod" or "pod" in evidence:
+        pod = (
+            str(facts.get("namespace") or res.namespace or ""),
+            str(facts.get("pod") or evidence.get("pod") or ""),
+        )
+        if pod in inventory_index:
+            return ("pod", *pod), inventory_index[pod]
+        count = (facts.get("gpu") or {}).get("count") if facts else evidence.get("gpu.count")
+        return ("pod", *pod), float(count or 0.0)
+    if target == "node":
+        return ("node", res.name), float(facts.get("gpus") or 0.0)
+    key = (target or "", res.kind, res.namespace, res.name)
+    for name in ("gpus_held", "gpu.count"):
+        if isinstance(evidence.get(name), (int, float)):
+            return key, float(evidence[name])
+    return key, 0.0
+
+
+def gpu_index(inventory: Inventory) -> dict[tuple[str, str], float]:
+    """(namespace, pod) -> GPUs it holds, or asks for while it waits."""
+    index = {(w.namespace, w.pod): w.gpus for w in inventory.waiting}
+    index.update({(h.namespace, h.pod): h.gpus for h in inventory.holders})
+    return index
+
+
+def root_causes(
+    findings: Sequence[Finding], rules: Iterable[Any], inventory: Inventory
+) -> list[dict[str, Any]]:
+    """Findings by category in diagnostic order, then by rule, with the GPUs
+    they concern and the workloads that weigh most."""
+    index = gpu_index(inventory)
+    titles = {r.id: r for r in rules}
+    by_rule: dict[str, list[tuple[Finding, float]]] = defaultdict(list)
+    keys: dict[str, dict[tuple[str, ...], float]] = defaultdict(dict)
+    for f in findings:
+        key, gpus = finding_gpus(f, index)
+        by_rule[f.rule].append((f, gpus))
+        keys[f.category][key] = gpus
+    categories = []
+    order = [*CATEGORIES, *sorted({f.category for f in findings} - set(CATEGORIES))]
+    for category in order:
+        rules_here = []
+        for rule_id in sorted(r for r, items in by_rule.items() if items[0][0].category == category):
+            items = by_rule[rule_id]
+            first = items[0][0]
+            offenders: dict[tuple[str, str, str], list[float]] = defaultdict(list)
+            for f, gpus in items:
+                res = f.resource
+                offenders[(res.namespace, res.kind, res.name)].append(gpus)
+            top = sorted(
+                (
+                    {
+                        "namespace": ns,
+                        "kind": kind,
+                        "name": name,
+                        "findings": len(v),
+                        "gpus": r1(sum(v)),
+                    }
+                    for (ns, kind, name), v in offenders.items()
+                ),
+                key=lambda o: (-(o["gpus"] or 0), -o["findings"], o["namespace"], o["name"]),
+            )[:TOP]
+            rule = titles.get(rule_id)
+            remediation = (first.remediation or {}).get("id")
+            rules_here.append(
+                {
+                    "rule": rule_id,
+                    "title": first.title,
+                    "severity": first.severity,
+                    "findings": len(items),
+                    "gpus": r1(sum(g for _, g in items)),
+                    "workloads": len(offenders),
+                    "namespaces": len({ns for ns, _, _ in offenders}),
+                    "symptom": rule_id in SYMPTOM_RULES,
+                    "remediation": remediation,
+                    "fix": fix_hint(rule_id, remediation),
+                    "docs": f"gpuaudit rules explain {rule_id}",
+                    "requires": list(getattr(rule, "requires", ()) or ()),
+                    "top": top,
+                    "examples": [f.message for f, _ in items[:EXAMPLES]],
+                }
+            )
+        if rules_here:
+            rules_here.sort(key=lambda r: (-(r["gpus"] or 0), -r["findings"], r["rule"]))
+            categories.append(
+                {
+                    "category": category,
+                    "findings": sum(r["findings"] for r in rules_here),
+                    # distinct pods and nodes: several rules may judge the same pod
+                    "gpus": r1(sum(keys[category].values())),
+                    "rules": rules_here,
+                }
+            )
+    return categories
+
+
+def fix_hint(rule_id: str, remediation: str | None) -> str | None:
+    """What `gpuaudit fix` would write for this rule's findings."""
+    if not remediation:
+        return None
+    return (
+        f"gpuaudit fix MANIFESTS --rules {rule_id} --out overlays/gpuaudit "
+        f"(patches/*-{remediation}-*.yaml and REVIEW.md)"
+    )
+
+
+def biggest_causes(causes: Sequence[Mapping[str, Any]], count: int = 3) -> list[dict[str, Any]]:
+    """The rules concerning the most GPUs (symptoms left out), biggest first."""
+    rules = [
+        {**r, "category": c["category"]}
+        for c in causes
+        for r in c["rules"]
+        if not r["symptom"] and (r["gpus"] or 0) > 0
+    ]
+    rules.sort(key=lambda r: (-(r["gpus"] or 0), -r["findings"], r["rule"]))
+    return [
+        {
+            "rule": r["rule"],
+            "title": r["title"],
+            "category": r["category"],
+            "gpus": r["gpus"],
+            "findings": r["findings"],
+            "workloads": r["workloads"],
+        }
+        for r in rules[:count]
+    ]

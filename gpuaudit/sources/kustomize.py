@@ -1,0 +1,248 @@
+"""Kustomize directories and Helm charts: rendered by the real tools, then
+read like any manifest, with findings pointed back at source files.
+
+Kustomize: `kubectl kustomize` (preferred) or `kustomize build`. The
+directory is built through a throw-away wrapper kustomization that asks for
+`buildMetadata: [originAnnotations]`, so each rendered object names the
+file it came from; its lines come from that file (fields a patch added fall
+back to their nearest ancestor there). Objects with no source file
+(generators) point at the kustomization. A build that needs files outside
+the directory is retried with `--load-restrictor LoadRestrictionsNone`.
+
+Helm: `helm template`; each object points at the template named in the
+`# Source:` comment Helm writes, at the line of a field's key where that key
+occurs once in the template (else its nearest such ancestor, else line 1).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from gpuaudit.model import Document, InputError
+from gpuaudit.sources.manifests import ReadResult, read_file, read_text
+
+KUSTOMIZATION_FILES = ("kustomization.yaml", "kustomization.yml", "Kustomization")
+ORIGIN = "config.kubernetes.io/origin"
+_LOAD_ANYWHERE = ("--load-restrictor", "LoadRestrictionsNone")
+_TIMEOUT = 120
+
+
+@dataclass
+class Rendered:
+    result: ReadResult = field(default_factory=ReadResult)
+    consumed: set[Path] = field(default_factory=set)  # source files the render read
+
+
+def kustomization_in(directory: Path) -> Path | None:
+    for name in KUSTOMIZATION_FILES:
+        if (directory / name).is_file():
+            return directory / name
+    return None
+
+
+def kustomize_command() -> list[str] | None:
+    """`kubectl kustomize` or `kustomize build`, whichever is on PATH (kubectl first)."""
+    kubectl = shutil.which("kubectl")
+    if kubectl:
+        return [kubectl, "kustomize"]
+    kustomize = shutil.which("kustomize")
+    if kustomize:
+        return [kustomize, "build"]
+    return None
+
+
+def render_kustomization(directory: Path, command: Sequence[str], shown: str) -> Rendered:
+    """Build ``directory``; ``shown`` is how the user named it (paths in
+    findings keep the same style, relative or absolute)."""
+    rendered = Rendered()
+    kustomization = kustomization_in(directory) or directory / "kustomization.yaml"
+    label = _display(kustomization, shown, directory)
+    with tempfile.TemporaryDirectory(prefix="gpuaudit-kustomize-") as tmp:
+        wrapper = Path(tmp)
+        (wrapper / "kustomization.yaml").write_text(
+            "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n"
+            f"resources:\n- {os.path.relpath(directory.resolve(), wrapper)}\n"
+            "buildMetadata: [originAnnotations]\n"
+        )
+        text, problem = _build(command, wrapper)
+        if text is None:  # the wrapper itself may be refused: build the directory plainly
+            text, problem = _build(command, directory)
+            wrapper_used = False
+        else:
+            wrapper_used = True
+        if text is None:
+            rendered.result.errors.append(
+                InputError(label, None, f"kustomize build failed, not audited: {problem}")
+            )
+            return rendered
+        raw = ReadResult()
+        read_text(text, label, raw)
+    rendered.result.errors.extend(raw.errors)
+    rendered.consumed.add(kustomization.resolve())
+    sources: dict[Path, ReadResult] = {}
+    for doc in raw.documents:
+        origin = _origin(doc) if wrapper_used else None
+        source = (wrapper / origin).resolve() if origin else None
+        if source is not None and source.is_file():
+            rendered.consumed.add(source)
+            mapped = _map_to_source(doc, source, _display(source, shown, directory), sources)
+            rendered.result.documents.append(mapped)
+        else:
+            rendered.result.documents.append(_without_origin(doc, label, lines={}, line=1))
+    rendered.result.files += 1
+    return rendered
+
+
+def _build(command: Sequence[str], directory: Path) -> tuple[str | None, str]:
+    problem = ""
+    for extra in ((), _LOAD_ANYWHERE):
+        try:
+            proc = subprocess.run(
+                [*command, str(directory), *extra],
+                capture_output=True,
+                text=True,
+                timeout=_TIMEOUT,
+                check=False,
+            )
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            return None, str(exc)
+        if proc.returncode == 0:
+            return proc.stdout, ""
+        problem = _first_line(proc.stderr) or f"exit status {proc.returncode}"
+    return None, problem
+
+
+def _origin(doc: Document) -> str | None:
+    meta = doc.obj.get("metadata")
+    annotations = meta.get("annotations") if isinstance(meta, dict) else None
+    text = annotations.get(ORIGIN) if isinstance(annotations, dict) else None
+    if not isinstance(text, str):
+        return None
+    try:
+        origin = yaml.safe_load(text)
+    except yaml.YAMLError:
+        return None
+    if not isinstance(origin, dict) or origin.get("repo") or not origin.get("path"):
+        return None  # remote resources have no local file to point at
+    return str(origin["path"])
+
+
+def _map_to_source(
+    doc: Document, source: Path, shown: str, cache: dict[Path, ReadResult]
+) -> Document:
+    """The rendered object, with the line map of the same object in its source file."""
+    if source not in cache:
+        cache[source] = ReadResult()
+        read_file(source, cache[source])
+    candidates = [d for d in cache[source].documents if d.kind == doc.kind]
+    match = next((d for d in candidates if d.name == doc.name), None)
+    if match is None:  # a name prefix or suffix was added: the original is inside it
+        named = [d for d in candidates if d.name and d.name in doc.name]
+        match = named[0] if len(named) == 1 else candidates[0] if len(candidates) == 1 else None
+    if match is None:
+        return _without_origin(doc, shown, lines={}, line=1)
+    return _without_origin(doc, shown, lines=match.lines, line=match.line, base=match.base)
+
+
+def _without_origin(
+    doc: Document, file: str, lines: dict[str, int] | object, line: int, base: str = ""
+) -> Document:
+    obj = dict(doc.obj)
+    meta = dict(obj.get("metadata") or {})
+    annotations = {k: v for k, v in (meta.get("annotations") or {}).items() if k != ORIGIN}
+    if annotations:
+        meta["annotations"] = annotations
+    else:
+        meta.pop("annotations", None)
+    obj["metadata"] = meta
+    return Document(obj=obj, file=file, line=line, lines=lines, base=base)  # type: ignore[arg-type]
+
+
+def _display(path: Path, shown: str, directory: Path) -> str:
+    """``path`` in the style the user named ``directory``: relative to the
+    working directory when they gave a relative path."""
+    if Path(shown).is_absolute():
+        return str(path.resolve())
+    return os.path.relpath(path.resolve(), Path.cwd())
+
+
+def _first_line(text: str) -> str:
+    return next((line.strip() for line in text.splitlines() if line.strip()), "")
+
+
+# --- Helm -------------------------------------------------------------------------
+
+
+def render_helm_chart(chart: Path, values: Sequence[Path]) -> ReadResult:
+    result = ReadResult()
+    helm = shutil.which("helm")
+    if helm is None:
+        result.errors.append(
+            InputError(str(chart), None, "--helm-chart needs `helm` on PATH to render the chart")
+        )
+        return result
+    command = [helm, "template", chart.resolve().name or "release", str(chart)]
+    for v in values:
+        command += ["--values", str(v)]
+    try:
+        proc = subprocess.run(
+            command, capture_output=True, text=True, timeout=_TIMEOUT, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        result.errors.append(InputError(str(chart), None, f"helm template failed: {exc}"))
+        return result
+    if proc.returncode != 0:
+        problem = _first_line(proc.stderr) or f"exit status {proc.returncode}"
+        result.errors.append(InputError(str(chart), None, f"helm template failed: {problem}"))
+        return result
+    result.files += 1
+    for source, text in _helm_documents(proc.stdout):
+        file = chart / source.split("/", 1)[1] if "/" in source else chart
+        part = ReadResult()
+        read_text(text, str(file), part)
+        result.errors.extend(part.errors)
+        result.bare.extend(part.bare)
+        single = len(part.documents) == 1
+        for d in part.documents:
+            lines = _template_lines(file, d) if single else {}
+            result.documents.append(Document(obj=d.obj, file=d.file, line=1, lines=lines))
+    return result
+
+
+def _template_lines(template: Path, doc: Document) -> dict[str, int]:
+    """Lines in the template for fields whose key occurs exactly once in it:
+    the rendered object's lines say nothing about the template's. Fields
+    written by helpers or loops fall back to the nearest such ancestor, or 1."""
+    try:
+        text = template.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return {}
+    rows = text.splitlines()
+    lines: dict[str, int] = {}
+    for pointer in doc.lines:
+        key = pointer.rsplit("/", 1)[-1].replace("~1", "/").replace("~0", "~")
+        if not key or key.isdigit():
+            continue
+        hits = [i for i, row in enumerate(rows, 1) if f"{key}:" in row]
+        if len(hits) == 1:
+            lines[pointer] = hits[0]
+    return lines
+
+
+def _helm_documents(stream: str) -> list[tuple[str, str]]:
+    """(template path, YAML text) per `# Source:` block of `helm template` output."""
+    blocks: list[tuple[str, list[str]]] = []
+    for line in stream.splitlines():
+        if line.startswith("# Source: "):
+            blocks.append((line[len("# Source: ") :].strip(), []))
+        elif blocks:
+            blocks[-1][1].append(line)
+    return [(source, "\n".join(lines)) for source, lines in blocks]
