@@ -25,6 +25,7 @@ Generated inputs and outputs go to bench/out/ (ignored by git).
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import platform
@@ -155,9 +156,7 @@ def manifests(args: argparse.Namespace, work: Path, checkov: str | None) -> Resu
     m = manifest_case("repo", [repo], work / "repo", checkov, args.repeat, True)
     size = f"{args.files:,} files"
     check, floor = m["check"], m["floor"]
-    rows.append(
-        row("manifest repo", "gpuaudit check", size, check, per_second(args.files, check, "files"))
-    )
+    rows.append(row("manifest repo", "gpuaudit check", size, check, per_second(args.files, check, "files")))
     rows.append(
         row(
             "manifest repo",
@@ -301,9 +300,7 @@ def telemetry(args: argparse.Namespace, work: Path) -> Results:
     if len(counts) > 1:
         values = sorted(set(counts.values()))
         shown = " / ".join(f"{counts[p]} at {p:,} pods" for p in counts)
-        targets.append(
-            Target("PromQL queries the same at every pod count", shown, len(values) == 1)
-        )
+        targets.append(Target("PromQL queries the same at every pod count", shown, len(values) == 1))
     return Results(rows, targets)
 
 
@@ -311,9 +308,7 @@ def _prometheus_api_requests(url: str) -> float:
     """Requests Prometheus has answered on its query API (its own counter)."""
     with urllib.request.urlopen(f"{url}/metrics", timeout=10) as resp:
         text = resp.read().decode()
-    pattern = re.compile(
-        r'^prometheus_http_requests_total\{[^}]*handler="/api/v1/[^"]*"[^}]*\} (\S+)$'
-    )
+    pattern = re.compile(r'^prometheus_http_requests_total\{[^}]*handler="/api/v1/[^"]*"[^}]*\} (\S+)$')
     return sum(float(m.group(1)) for line in text.splitlines() if (m := pattern.match(line)))
 
 
@@ -330,9 +325,8 @@ def cluster(args: argparse.Namespace, work: Path) -> Results:
         ]
         target = Target(f"cluster of {size} audited in < 60 s and < 2 GB", "not run", None)
         return Results(rows, [target])
+    recorded = _cached_cluster(work, args.nodes, args.pods_cluster, args.seed)
     dest = _fresh(work / "cluster")
-    recorded = dest / "cluster.json"
-    _generate_cluster(recorded, args.nodes, args.pods_cluster, args.seed)
     rows: list[Row] = []
     env = child_env()
     with _api_server(recorded, dest / "kubeconfig") as kubeconfig:
@@ -405,19 +399,27 @@ def _cluster_prerequisites() -> str | None:
 
 def _has_command(name: str, option: str) -> bool:
     """Whether `gpuaudit NAME --help` lists ``option``."""
-    help_text = subprocess.run(
-        [GPUAUDIT, name, "--help"], capture_output=True, text=True, check=False
-    ).stdout
+    help_text = subprocess.run([GPUAUDIT, name, "--help"], capture_output=True, text=True, check=False).stdout
     return option in help_text
+
+
+def _cached_cluster(work: Path, nodes: int, pods: int, seed: int) -> Path:
+    """The recorded cluster for this size and seed, generated once (half a
+    minute at 50,000 pods) and again whenever bench/gen_cluster.py changes."""
+    digest = hashlib.sha256((BENCH / "gen_cluster.py").read_bytes()).hexdigest()[:12]
+    path = work / f"cluster-{nodes}n-{pods}p-seed{seed}-{digest}.json"
+    if not path.exists():
+        partial = path.with_name(path.name + ".partial.json")
+        _generate_cluster(partial, nodes, pods, seed)
+        partial.rename(path)
+    return path
 
 
 def _generate_cluster(out: Path, nodes: int, pods: int, seed: int) -> None:
     """bench/gen_cluster.py writes a recorded cluster (the JSON tests/apiserver.py
     serves). Its output is named by whichever option its --help shows."""
     script = str(BENCH / "gen_cluster.py")
-    help_text = subprocess.run(
-        [PYTHON, script, "--help"], capture_output=True, text=True, check=False
-    ).stdout
+    help_text = subprocess.run([PYTHON, script, "--help"], capture_output=True, text=True, check=False).stdout
     where = ["--output", str(out)] if "--output" in help_text else None
     if where is None:
         where = ["-o", str(out)] if re.search(r"(^|\s)-o\b", help_text) else [str(out)]
@@ -551,6 +553,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     rows: list[Row] = []
     targets: list[Target] = []
+    load_before = os.getloadavg()[0]
     for name, section in sections.items():
         if args.only and name != args.only:
             continue
@@ -559,7 +562,9 @@ def main(argv: list[str] | None = None) -> int:
         rows += result.rows
         targets += result.targets
     stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    print(f"gpuaudit benchmarks, {stamp}\n{machine()}\n")
+    # Other work on the machine shows up in every wall time: say how busy it was.
+    load = f"load average {load_before:.2f} at the start, {os.getloadavg()[0]:.2f} at the end"
+    print(f"gpuaudit benchmarks, {stamp}\n{machine()}\n{load}\n")
     print(table(rows))
     print()
     print(verdicts(targets))

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from gpuaudit.config import Config
 from gpuaudit.engine.evaluate import evaluate
@@ -37,6 +38,10 @@ class AuditResult:
     telemetry: dict | None = None
     # Cluster totals of a cluster audit: GPUs, allocation, pending demand.
     cluster: dict | None = None
+    # What a cluster audit judged (the ClusterState and its subjects), kept
+    # for `gpuaudit report` so it need not build them again; never output.
+    state: Any = field(default=None, repr=False, compare=False)
+    subjects: list[Subject] = field(default_factory=list, repr=False, compare=False)
 
     def exit_code(self, fail_on: str) -> int:
         """2 on input errors, else 1 when a finding is at or above ``fail_on``."""
@@ -162,6 +167,8 @@ def audit_cluster(
         resources=len(state.pods) + len(state.nodes),
         gpu_workloads=len({(p.owner.kind, p.namespace, p.owner.name) for p in gpu_pods}),
         telemetry=telemetry,
+        state=state,
+        subjects=subjects,
         cluster={
             key: totals[key]
             for key in (

@@ -8,7 +8,6 @@ through a generated kubeconfig, from a real `gpuaudit` process.
 from __future__ import annotations
 
 import json
-from collections import Counter
 from pathlib import Path
 
 import pytest

@@ -123,8 +123,24 @@ def test_rules_validate_rejects_an_id_used_twice(run_cli, tmp_path):
     assert proc.returncode == 2 and "already used" in proc.stderr
 
 
-def git(repo: Path, *args: str) -> None:
-    subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True)
+def git(repo: Path, *args: str) -> str:
+    return subprocess.run(
+        ["git", "-C", str(repo), *args], check=True, capture_output=True, text=True
+    ).stdout
+
+
+def hook_source(tmp_path: Path) -> Path:
+    """This working tree as a committed repository, as pre-commit would clone
+    it (try-repo on the live tree leaves out files not yet committed)."""
+    source = tmp_path / "gpuaudit"
+    for name in git(ROOT, "ls-files", "-co", "--exclude-standard").splitlines():
+        if (ROOT / name).is_file():
+            (source / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / name, source / name)
+    git(source, "init", "-q")
+    git(source, "add", ".")
+    git(source, "-c", "user.name=t", "-c", "user.email=t@example.com", "commit", "-qm", "hooks")
+    return source
 
 
 def test_policies_hook_under_pre_commit(tmp_path):
@@ -137,10 +153,11 @@ def test_policies_hook_under_pre_commit(tmp_path):
     (repo / "README.md").write_text("rules for our GPU clusters\n")
     git(repo, "add", ".")
     env = {**os.environ, "PRE_COMMIT_HOME": str(tmp_path / "home"), "NO_COLOR": "1"}
+    source = hook_source(tmp_path)
 
     def hook(*files: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            ["pre-commit", "try-repo", str(ROOT), "gpuaudit-policies", "--files", *files],
+            ["pre-commit", "try-repo", str(source), "gpuaudit-policies", "--files", *files],
             cwd=repo,
             env=env,
             capture_output=True,

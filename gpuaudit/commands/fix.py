@@ -20,7 +20,8 @@ from gpuaudit.audit import check_manifests, load_policy, locators_for
 from gpuaudit.cli import load_config_or_exit, policy_options, split_names
 from gpuaudit.config import Config
 from gpuaudit.engine.rules import Rule
-from gpuaudit.model import Finding, InputError
+from gpuaudit.facts.context import Site, build_context
+from gpuaudit.model import Document, Finding, InputError
 from gpuaudit.output.files import UnsafePathError, inside, write_atomic
 from gpuaudit.remediate import kustomize, overlay, review, verify
 from gpuaudit.remediate.plan import (
@@ -46,6 +47,13 @@ class Inputs:
     errors: list[InputError] = field(default_factory=list)
     files: set[Path] = field(default_factory=set)  # every input file, resolved
     labels: dict[int, str] = field(default_factory=dict)  # id(document) -> display name
+    documents: list[Document] = field(default_factory=list)  # every object read
+    bare: list[Document] = field(default_factory=list)  # non-Kubernetes YAML (bare configs)
+
+    def shared_names(self, config: Config) -> frozenset[str] | None:
+        """The `.shared` names the input's device-plugin configs (or the site) advertise."""
+        site = Site.from_config(config.site)
+        return build_context(site, self.documents, [], self.bare).shared_names
 
 
 def read_inputs(paths: Sequence[str], config: Config, rules: Sequence[Rule]) -> Inputs:
@@ -58,6 +66,9 @@ def read_inputs(paths: Sequence[str], config: Config, rules: Sequence[Rule]) -> 
         else:
             plain.append(path)
     if plain:
+        read = read_paths(plain)
+        inputs.documents.extend(read.documents)
+        inputs.bare.extend(read.bare)
         result = check_manifests(plain, config, rules)
         inputs.errors.extend(result.errors)
         sources: dict[str, Source] = {}
@@ -68,10 +79,10 @@ def read_inputs(paths: Sequence[str], config: Config, rules: Sequence[Rule]) -> 
                 sources[file] = _file_source(Path(file))
             inputs.items.append((finding, sources[file]))
             inputs.findings.append(finding)
-        for source in sources.values():
-            if source.problem is None:
-                for doc in read_paths([str(source.path)]).documents:
-                    inputs.originals[object_id(doc.obj)] = dict(doc.obj)
+        for doc in read.documents:
+            source = sources.get(doc.file)
+            if source is not None and source.problem is None:
+                inputs.originals[object_id(doc.obj)] = dict(doc.obj)
         for path in plain:
             p = Path(path)
             if p.is_file():
@@ -100,15 +111,16 @@ def _read_package(path: Path, config: Config, rules: Sequence[Rule], inputs: Inp
     ids, problem = describe_manifests(text)
     source = Source(label, path, "kustomize", ids, problem, unrestricted)
     result = check_manifests(["-"], config, rules, stdin_text=text)
-    inputs.errors.extend(
-        InputError(label, e.line, e.message, e.level) for e in result.errors if e.level == "error"
-    )
+    inputs.errors.extend(InputError(label, e.line, e.message, e.level) for e in result.errors if e.level == "error")
     for finding in result.findings:
         inputs.items.append((finding, source))
         inputs.findings.append(finding)
         if finding.subject is not None and finding.subject.document is not None:
             inputs.labels[id(finding.subject.document)] = label
-    for doc in read_paths(["-"], stdin_text=text).documents:
+    read = read_paths(["-"], stdin_text=text)
+    inputs.documents.extend(read.documents)
+    inputs.bare.extend(read.bare)
+    for doc in read.documents:
         inputs.originals[object_id(doc.obj)] = dict(doc.obj)
     inputs.files.update(path.resolve() / n for n in kustomize.KUSTOMIZATION_FILES)
 
@@ -135,9 +147,7 @@ def parse_settings(values: Sequence[str]) -> dict[str, Any]:
     help="Folder for the overlay (created; must be empty unless --force).",
 )
 @click.option("--force", is_flag=True, help="Write into a folder that is not empty.")
-@click.option(
-    "--diff", "show_diff", is_flag=True, help="Print the rendered before/after; write nothing."
-)
+@click.option("--diff", "show_diff", is_flag=True, help="Print the rendered before/after; write nothing.")
 @click.option(
     "--verify",
     "check_build",
@@ -174,9 +184,7 @@ def fix(
     if out_dir is None and not show_diff:
         raise click.UsageError("--out DIR is required (or --diff to print the changes)")
     config = load_config_or_exit(config_path)
-    rules, rule_errors = load_policy(
-        config, policy_dirs, split_names(include), split_names(exclude)
-    )
+    rules, rule_errors = load_policy(config, policy_dirs, split_names(include), split_names(exclude))
     inputs = read_inputs(paths, config, rules)
     errors = [*config.warnings, *rule_errors, *inputs.errors]
     for e in errors:
@@ -188,6 +196,7 @@ def fix(
         inputs.items,
         locators_for(config),
         Settings(site=dict(config.site), overrides=parse_settings(settings)),
+        inputs.shared_names(config),
     )
     if show_diff:
         _print_diff(plan, inputs)

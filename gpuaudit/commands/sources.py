@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 import sys
+from datetime import datetime, timezone
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -73,8 +74,12 @@ def telemetry_options(func: Callable[..., Any]) -> Callable[..., Any]:
             "prometheus_url",
             help="Prometheus-compatible URL with DCGM exporter series.",
         ),
+        click.option("--window", default="7d", show_default=True, help="Telemetry window (e.g. 24h, 7d)."),
+        click.option("--step", default="60s", show_default=True, help="Resolution of the telemetry aggregation."),
         click.option(
-            "--window", default="7d", show_default=True, help="Telemetry window (e.g. 24h, 7d)."
+            "--until",
+            type=click.DateTime(["%Y-%m-%dT%H:%M:%S", "%Y-%m-%dT%H:%M:%SZ", "%Y-%m-%d"]),
+            help="End of the telemetry window, UTC (default: now).",
         ),
         click.option(
             "--prometheus-token-file",
@@ -85,12 +90,8 @@ def telemetry_options(func: Callable[..., Any]) -> Callable[..., Any]:
             "--prometheus-user",
             help="Basic-auth user (password from $GPUAUDIT_PROMETHEUS_PASSWORD).",
         ),
-        click.option(
-            "--prometheus-ca", type=click.Path(exists=True, dir_okay=False), help="CA bundle."
-        ),
-        click.option(
-            "--prometheus-header", multiple=True, help="Extra header NAME=VALUE (repeatable)."
-        ),
+        click.option("--prometheus-ca", type=click.Path(exists=True, dir_okay=False), help="CA bundle."),
+        click.option("--prometheus-header", multiple=True, help="Extra header NAME=VALUE (repeatable)."),
         click.option(
             "--samples",
             "sample_files",
@@ -116,6 +117,8 @@ CLUSTER_PARAMS = (
 TELEMETRY_PARAMS = (
     "prometheus_url",
     "window",
+    "step",
+    "until",
     "prometheus_token_file",
     "prometheus_user",
     "prometheus_ca",
@@ -181,6 +184,8 @@ def load_telemetry(
     *,
     prometheus_url: str | None,
     window: str,
+    step: str,
+    until: datetime | None,
     prometheus_token_file: str | None,
     prometheus_user: str | None,
     prometheus_ca: str | None,
@@ -201,9 +206,7 @@ def load_telemetry(
         from gpuaudit.sources.samples import aggregate_samples
 
         try:
-            snapshot["telemetry"] = aggregate_samples(
-                list(sample_files), params=settings.get("params")
-            )
+            snapshot["telemetry"] = aggregate_samples(list(sample_files), params=settings.get("params"))
         except (OSError, ValueError, TelemetryUnavailable) as exc:
             return f"cannot use samples: {exc}"
         return None
@@ -219,6 +222,8 @@ def load_telemetry(
         snapshot["telemetry"] = query_telemetry(
             url,
             window_seconds=parse_duration(window),
+            step_seconds=parse_duration(step),
+            end=until.replace(tzinfo=timezone.utc) if until else None,
             params=settings.get("params"),
             queries=settings.get("queries"),
             bearer_token=token,

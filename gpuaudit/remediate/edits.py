@@ -65,8 +65,7 @@ def parse_edits(data: Any, source: str) -> list[Edit]:
             raise EditError(f"{source}: edit {i}: append values must be lists")
         remove = item.get("remove") or {}
         if not isinstance(remove, dict) or not all(
-            isinstance(v, list) and all(isinstance(m, dict) and m for m in v)
-            for v in remove.values()
+            isinstance(v, list) and all(isinstance(m, dict) and m for m in v) for v in remove.values()
         ):
             raise EditError(f"{source}: edit {i}: remove maps a list field to match mappings")
         pointers.tokens(item["at"])  # raises on a malformed pointer

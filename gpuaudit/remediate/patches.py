@@ -126,9 +126,7 @@ def _smp_map(before: Mapping[str, Any], after: Mapping[str, Any], lists: bool) -
 def _smp_keyed(before: list[Any], after: list[Any], key: str) -> list[Any]:
     old = {item[key]: item for item in before}
     new_keys = {item[key] for item in after}
-    items: list[Any] = [
-        {key: item[key], "$patch": "delete"} for item in before if item[key] not in new_keys
-    ]
+    items: list[Any] = [{key: item[key], "$patch": "delete"} for item in before if item[key] not in new_keys]
     for item in after:
         previous = old.get(item[key])
         if previous is None:
@@ -141,9 +139,7 @@ def _smp_keyed(before: list[Any], after: list[Any], key: str) -> list[Any]:
 def _keyed(items: list[Any], key: str) -> bool:
     values = [i.get(key) for i in items if isinstance(i, dict)]
     return (
-        len(values) == len(items)
-        and all(isinstance(v, (str, int)) for v in values)
-        and len(set(values)) == len(values)
+        len(values) == len(items) and all(isinstance(v, (str, int)) for v in values) and len(set(values)) == len(values)
     )
 
 
@@ -166,9 +162,7 @@ def json6902(
     if annotation is not None:
         key, value = annotation
         if original_annotations:
-            ops.append(
-                {"op": "add", "path": pointers.join("/metadata/annotations", key), "value": value}
-            )
+            ops.append({"op": "add", "path": pointers.join("/metadata/annotations", key), "value": value})
         else:
             ops.append({"op": "add", "path": "/metadata/annotations", "value": {key: value}})
     guards = [{"op": "test", "path": p, "value": v} for p, v in tests.items()]

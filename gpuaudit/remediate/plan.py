@@ -127,12 +127,7 @@ def describe_manifests(text: str) -> tuple[tuple[ObjectId, ...], str | None]:
 def ambiguous(a: ObjectId, b: ObjectId) -> bool:
     """Whether one kustomize patch target could match both objects (targets
     leave out the namespace of objects that have none)."""
-    return (
-        group_of(a[0]) == group_of(b[0])
-        and a[1] == b[1]
-        and a[3] == b[3]
-        and (a[2] == b[2] or not a[2] or not b[2])
-    )
+    return group_of(a[0]) == group_of(b[0]) and a[1] == b[1] and a[3] == b[3] and (a[2] == b[2] or not a[2] or not b[2])
 
 
 @dataclass(frozen=True)
@@ -158,9 +153,12 @@ def plan_fixes(
     items: Sequence[tuple[Finding, Source]],
     locators: Mapping[tuple[str, str], KindLocator],
     settings: Settings,
+    shared_names: frozenset[str] | None = None,
 ) -> Plan:
+    """``shared_names``: the `.shared` resource names the whole input (or the
+    site) advertises, None when nothing says (facts.context.Context)."""
     plan = Plan()
-    run = RunState()
+    run = RunState(shared_names=shared_names)
     working: dict[ObjectId, dict[str, Any]] = {}
     original: dict[ObjectId, dict[str, Any]] = {}
     included: dict[str, Source] = {}
@@ -200,9 +198,7 @@ def plan_fixes(
             by_scope[key].findings.append(finding)
             continue
         try:
-            rendered = templates.render(
-                remediation, proposal.variant, {**ctx.params, **proposal.params}
-            )
+            rendered = templates.render(remediation, proposal.variant, {**ctx.params, **proposal.params})
             after = apply_edits(current, rendered.edits)
         except (templates.TemplateError, EditError) as exc:
             plan.skipped.append(Skip(finding, f"remediation {remediation} failed: {exc}"))
@@ -241,8 +237,8 @@ def _unplannable(finding: Finding, source: Source) -> str | None:
     if not finding.remediation:
         return f"rule {finding.rule} has no remediation yet"
     remediation = str(finding.remediation.get("id"))
-    if remediation not in PLANNERS or not templates.available(remediation):
-        return f"no template for remediation {remediation!r} in remediations/"
+    if remediation not in PLANNERS:
+        return f"no template for remediation {remediation!r} in remediations/ yet"
     subject = finding.subject
     if subject is None or subject.document is None:
         return "found in live cluster state: fix it with --snapshot"
@@ -267,9 +263,7 @@ def _conflict(source: Source, included: Mapping[str, Source]) -> str | None:
     return None
 
 
-def _new_object_clash(
-    objects: Sequence[Mapping[str, Any]], included: Mapping[str, Source], plan: Plan
-) -> str | None:
+def _new_object_clash(objects: Sequence[Mapping[str, Any]], included: Mapping[str, Source], plan: Plan) -> str | None:
     taken = [i for s in included.values() for i in s.ids]
     taken += [object_id(o) for c in plan.changes for o in c.new_objects]
     for obj in objects:

@@ -86,10 +86,7 @@ def render(
         out.append("| # | change | fixes | confidence |")
         out.append("|---|---|---|---|")
         for c in plan.changes:
-            out.append(
-                f"| {c.number} | {md(c.rendered.summary)} | {', '.join(c.rules)} "
-                f"| {c.proposal.confidence} |"
-            )
+            out.append(f"| {c.number} | {md(c.rendered.summary)} | {', '.join(c.rules)} | {c.proposal.confidence} |")
         out.append("")
     for change in plan.changes:
         out.extend(_change_section(change, overlay, labels))
@@ -100,10 +97,7 @@ def render(
         for skip in plan.skipped:
             r = skip.finding.resource
             obj = f"{r.kind} {r.namespace + '/' if r.namespace else ''}{r.name}"
-            out.append(
-                f"| {skip.finding.rule} | {md(obj)} | {md(_where(skip.finding, labels))} "
-                f"| {md(skip.reason)} |"
-            )
+            out.append(f"| {skip.finding.rule} | {md(obj)} | {md(_where(skip.finding, labels))} | {md(skip.reason)} |")
         out.append("")
     return "\n".join(out)
 
@@ -112,10 +106,7 @@ def _change_section(change: Change, overlay: Overlay, labels: dict[int, str]) ->
     assert change.patch is not None
     fmt = "strategic merge" if change.patch.format == "strategic-merge" else "JSON 6902"
     lines = [f"## {change.number}. {md(change.rendered.summary)}\n"]
-    lines.append(
-        f"- **Patch**: `{overlay.patch_paths[change.number]}` ({fmt}) on "
-        f"{code(_object(change.target))}"
-    )
+    lines.append(f"- **Patch**: `{overlay.patch_paths[change.number]}` ({fmt}) on {code(_object(change.target))}")
     for path in overlay.resource_paths.get(change.number, []):
         lines.append(f"- **Adds**: `{path}`")
     for finding in change.findings:
@@ -123,9 +114,7 @@ def _change_section(change: Change, overlay: Overlay, labels: dict[int, str]) ->
             f"- **Finding**: {finding.rule} ({finding.severity}) at "
             f"{code(_where(finding, labels))}: {md(finding.message)}"
         )
-        evidence = ", ".join(
-            f"{code(k)} = {_value(v)}" for k, v in finding.evidence.items() if k != "params"
-        )
+        evidence = ", ".join(f"{code(k)} = {_value(v)}" for k, v in finding.evidence.items() if k != "params")
         if evidence:
             lines.append(f"  - evidence: {evidence}")
     lines.append(f"- **Sized from** ({change.proposal.confidence}): {md(change.proposal.basis)}")

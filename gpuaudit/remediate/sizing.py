@@ -73,9 +73,7 @@ def cpu_cores_for(gpus: float, cores_per_gpu: float) -> int:
     return max(1, math.ceil(gpus * cores_per_gpu - 1e-9))
 
 
-def shm_size_bytes(
-    wanted: float, memory_limits: Sequence[float], fraction_of_limit: float
-) -> tuple[float, bool]:
+def shm_size_bytes(wanted: float, memory_limits: Sequence[float], fraction_of_limit: float) -> tuple[float, bool]:
     """The /dev/shm size: ``wanted``, capped at a share of the smallest memory
     limit (a memory-backed emptyDir is charged to the container's memory).
     Returns (bytes rounded down to MiB, whether the cap applied)."""

@@ -60,13 +60,6 @@ def template_name(remediation: str, variant: str | None = None) -> str:
     return f"{remediation}.{variant}.yaml.j2" if variant else f"{remediation}.yaml.j2"
 
 
-def available(remediation: str, variant: str | None = None) -> bool:
-    try:
-        return (templates_dir() / template_name(remediation, variant)).is_file()
-    except TemplateError:
-        return False
-
-
 @cache
 def param_defaults() -> Mapping[str, Mapping[str, Any]]:
     """remediations/params.yaml: id -> {param: {default, description}}."""
@@ -137,8 +130,7 @@ def render(remediation: str, variant: str | None, params: Mapping[str, Any]) -> 
         raise TemplateError(str(exc)) from None
     new_objects = data.get("resources") or []
     if not isinstance(new_objects, list) or not all(
-        isinstance(o, dict) and o.get("kind") and (o.get("metadata") or {}).get("name")
-        for o in new_objects
+        isinstance(o, dict) and o.get("kind") and (o.get("metadata") or {}).get("name") for o in new_objects
     ):
         raise TemplateError(f"{name}: resources must be Kubernetes objects with a name")
     steps = data.get("steps") or []

@@ -28,11 +28,16 @@ class Verification:
 
 def finding_key(finding: Finding) -> tuple[Any, ...]:
     """A finding's identity across a rebuild: rule, object, container and the
-    field it points at (relative to the object, since kustomize flattens Lists)."""
-    doc = finding.subject.document if finding.subject is not None else None
-    pointer = pointers.relative(finding.location.pointer, doc.base if doc is not None else "")
+    subject it judged (the pod template or container, by its pointer into the
+    object). Not the field it points at: a patch that adds a GPU limit moves
+    the pointer of a finding about that GPU without making it another one."""
+    facts = finding.subject.facts if finding.subject is not None else {}
+    subject = facts.get("pointer") if isinstance(facts.get("pointer"), str) else None
+    if subject is None:
+        doc = finding.subject.document if finding.subject is not None else None
+        subject = pointers.relative(finding.location.pointer, doc.base if doc else "")
     r = finding.resource
-    return (finding.rule, r.api_version, r.kind, r.namespace, r.name, r.container, pointer)
+    return (finding.rule, r.api_version, r.kind, r.namespace, r.name, r.container, subject)
 
 
 def verify(

@@ -22,7 +22,7 @@ from gpuaudit.report import gate, summary
 from gpuaudit.report.history import RunSummary
 from gpuaudit.report.holders import Inventory, Thresholds, collect, pod_fact_index
 from gpuaudit.report.period import Period, integrate, trend
-from gpuaudit.report.prices import Prices
+from gpuaudit.report.prices import Prices, parse_prices
 from gpuaudit.report.whatif import WhatIfSettings, simulate
 
 VERSION = 1
@@ -37,6 +37,28 @@ class ReportSettings:
     cluster_name: str | None = None
     currency: str = "USD"
     whatif: WhatIfSettings = field(default_factory=WhatIfSettings)
+
+
+def settings_from_config(
+    report: Mapping[str, Any],
+    *,
+    price_overrides: Sequence[str] = (),
+    time_slicing_replicas: int | None = None,
+) -> ReportSettings:
+    """Settings from config ``report:`` and the command line (which wins).
+    Raises ValueError (PriceError) for a price that is not a number."""
+    replicas = time_slicing_replicas or int(report.get("time_slicing_replicas") or 4)
+    return ReportSettings(
+        prices=parse_prices(report.get("gpu_hour_price"), price_overrides),
+        team_label=report.get("team_label") or None,
+        pool_label=report.get("pool_label") or None,
+        cluster_name=report.get("cluster_name") or None,
+        currency=str(report.get("currency") or "USD"),
+        whatif=WhatIfSettings(
+            time_slicing_replicas=replicas,
+            vram_headroom=float(report.get("vram_headroom", 0.2)),
+        ),
+    )
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ import sys
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import yaml
 
@@ -35,7 +35,7 @@ class _Loader(_BaseLoader):  # type: ignore[misc, valid-type]
     path resolvers), so the cache is exact.
     """
 
-    _plain_tags: dict[str, str] = {}
+    _plain_tags: ClassVar[dict[str, str]] = {}
 
     def resolve(self, kind: Any, value: Any, implicit: Any) -> Any:
         if kind is not yaml.ScalarNode or not implicit[0]:

@@ -36,9 +36,12 @@ class SharePlan:
 
 @dataclass
 class RunState:
-    """What planners learn from each other within one run."""
+    """What planners learn from the whole input, and from each other."""
 
     sharers: list[SharePlan] = field(default_factory=list)
+    # `.shared` names the input's device-plugin configs (or the site) advertise;
+    # None when nothing in the input or the site says.
+    shared_names: frozenset[str] | None = None
 
 
 @dataclass(frozen=True)
@@ -90,6 +93,25 @@ def identity(ctx: Context) -> dict[str, Any]:
     }
 
 
+def same_type(original: Any, value: Any) -> Any:
+    """``value`` written like ``original`` (a string stays a string, a number a
+    number): kustomize keeps the quoting of the field a strategic merge
+    replaces, so this is what the built object will hold either way."""
+    if isinstance(original, bool) or original is None:
+        return value
+    if isinstance(original, str):
+        if isinstance(value, float) and value.is_integer():
+            return str(int(value))
+        return str(value)
+    if isinstance(original, (int, float)) and isinstance(value, str):
+        try:
+            number = float(value)
+        except ValueError:
+            return value
+        return int(number) if number.is_integer() else number
+    return value
+
+
 def needs_template(ctx: Context) -> PodTemplate | Declined:
     if ctx.template is None:
         return Declined("the finding names no pod template of this object")
@@ -101,8 +123,9 @@ from gpuaudit.remediate.planners import (  # noqa: E402
     allocation,
     application,
     batch,
+    declined,
     placement,
     sharing,
 )
 
-__all__ = ["PLANNERS", "allocation", "application", "batch", "placement", "sharing"]
+__all__ = ["PLANNERS", "allocation", "application", "batch", "declined", "placement", "sharing"]

@@ -16,6 +16,7 @@ from gpuaudit.remediate.planners import (
     identity,
     needs_template,
     planner,
+    same_type,
 )
 
 # --- allocation: whole GPU -> a share ------------------------------------------------
@@ -67,6 +68,7 @@ def move_to_shared_gpu(ctx: Context) -> Proposal | Declined:
         )
     telemetry = ctx.facts.get("telemetry") or {}
     peak = telemetry.get("fb_used_max_mib")
+    unadvertised = _unadvertised(ctx)
     headroom = float(ctx.params["headroom"])
     model, model_source = _gpu_model(ctx)
     pods = int(ctx.facts.get("replicas") or 1)
@@ -83,8 +85,7 @@ def move_to_shared_gpu(ctx: Context) -> Proposal | Declined:
             choice = sizing.smallest_mig_profile(model, need)
             if choice is None or choice.whole_gpu:
                 return Declined(
-                    f"{seen} + {headroom:.0%} headroom needs the whole {model.model}: "
-                    "no smaller share fits"
+                    f"{seen} + {headroom:.0%} headroom needs the whole {model.model}: no smaller share fits"
                 )
             resource = f"nvidia.com/mig-{choice.profile}"
             basis = (
@@ -101,12 +102,13 @@ def move_to_shared_gpu(ctx: Context) -> Proposal | Declined:
                 template.pointer,
                 share,
             )
+        if unadvertised:
+            return Declined(unadvertised)
         if model is not None:
             fit = sizing.replicas_that_fit(sizing.model_memory_mib(model), [need])
             if fit < 2:
                 return Declined(
-                    f"{seen} + {headroom:.0%} headroom leaves no room for a second "
-                    f"workload on a {model.model}"
+                    f"{seen} + {headroom:.0%} headroom leaves no room for a second workload on a {model.model}"
                 )
             basis = (
                 f"Telemetry: {seen}; with {headroom:.0%} headroom {need:,.0f} MiB, so {fit} "
@@ -122,6 +124,8 @@ def move_to_shared_gpu(ctx: Context) -> Proposal | Declined:
             confidence = "needs confirmation"
         share = SharePlan(pods, shared, need, model, None)
     else:
+        if unadvertised:
+            return Declined(unadvertised)
         basis = (
             "No GPU telemetry for this workload: a static suggestion that needs "
             "confirmation. Check its peak GPU memory (gpuaudit audit --prometheus URL) "
@@ -137,6 +141,21 @@ def move_to_shared_gpu(ctx: Context) -> Proposal | Declined:
         confidence,
         template.pointer,
         share,
+    )
+
+
+def _unadvertised(ctx: Context) -> str | None:
+    """Why the shared resource cannot be requested: the input's device-plugin
+    configs (or the site) say which `.shared` names exist, and it is not one."""
+    shared = str(ctx.params["shared_resource"])
+    known = ctx.run.shared_names
+    if known is None or shared in known:
+        return None
+    said = ", ".join(sorted(known)) if known else "no .shared name (they keep nvidia.com/gpu)"
+    return (
+        f"the device-plugin configs in this input advertise {said}, not {shared}: on nodes "
+        "with a time-slicing config this workload shares already; point it at those nodes, "
+        "or set --set shared_resource=NAME to what the nodes advertise"
     )
 
 
@@ -161,7 +180,10 @@ def gpu_requests_equal_limits(ctx: Context) -> Proposal | Declined:
     c = ctx.container
     assert c is not None
     fixes = [
-        {"name": r.resource, "value": _gpu_raw(ctx, "limits", r.resource)}
+        {
+            "name": r.resource,
+            "value": same_type(_gpu_raw(ctx, "requests", r.resource), _gpu_raw(ctx, "limits", r.resource)),
+        }
         for r in c.gpus
         if r.request is not None and r.limit is not None and r.request != r.limit
     ]
@@ -208,14 +230,15 @@ def whole_gpu_quantity(ctx: Context) -> Proposal | Declined:
         return missing
     c = ctx.container
     assert c is not None
-    fractional = [
-        r for r in c.gpus if r.mode == "whole" and r.count is not None and r.count != int(r.count)
-    ]
+    fractional = [r for r in c.gpus if r.mode == "whole" and r.count is not None and r.count != int(r.count)]
     if not fractional:
         return Declined("no fractional whole-GPU count")
     if any(r.resource != NVIDIA_GPU for r in fractional):
         return Declined("only nvidia.com/gpu has a known shared resource")
     shared = str(ctx.params["shared_resource"])
+    unadvertised = _unadvertised(ctx)
+    if unadvertised:
+        return Declined(unadvertised)
     request = next(r for r in fractional)
     params = {
         **identity(ctx),
@@ -243,13 +266,17 @@ def drop_init_container_gpus(ctx: Context) -> Proposal | Declined:
             if r.mode == "dra" or r.count is None or r.count <= main:
                 continue
             value = int(main) if main else None
+            raw = {
+                section: pointers.get(ctx.document.obj, pointers.join(c.resources_pointer, section, r.resource))
+                for section in ("limits", "requests")
+            }
             changes.append(
                 {
                     "name": c.name,
                     "resources_pointer": c.resources_pointer,
                     "resource": r.resource,
-                    "limit": value if r.limit is not None else None,
-                    "request": value if r.request is not None else None,
+                    "limit": same_type(raw["limits"], value) if r.limit is not None else None,
+                    "request": same_type(raw["requests"], value) if r.request is not None else None,
                 }
             )
     if not changes:
@@ -283,8 +310,8 @@ def match_gpus_to_parallelism(ctx: Context) -> Proposal | Declined:
         "resources_pointer": c.resources_pointer,
         "resource": r.resource,
         "count": int(total),
-        "limit": int(total) if r.limit is not None else None,
-        "request": int(total) if r.request is not None else None,
+        "limit": same_type(_gpu_raw(ctx, "limits", r.resource), int(total)) if r.limit is not None else None,
+        "request": same_type(_gpu_raw(ctx, "requests", r.resource), int(total)) if r.request is not None else None,
     }
     basis = (
         f"The container's arguments declare parallelism {int(total)} (tensor "
@@ -293,3 +320,24 @@ def match_gpus_to_parallelism(ctx: Context) -> Proposal | Declined:
         f"{r.count:g} GPUs."
     )
     return Proposal(None, params, basis, "static", f"{c.pointer}#gpu-count")
+
+
+@planner("drop-visible-devices-env")
+def drop_visible_devices_env(ctx: Context) -> Proposal | Declined:
+    missing = _container_or_declined(ctx)
+    if missing:
+        return missing
+    c = ctx.container
+    assert c is not None
+    if "NVIDIA_VISIBLE_DEVICES" not in c.env:
+        return Declined("the container no longer sets NVIDIA_VISIBLE_DEVICES")
+    params = {
+        **identity(ctx),
+        "container_pointer": c.pointer,
+        "value": c.env["NVIDIA_VISIBLE_DEVICES"],
+    }
+    basis = (
+        f"NVIDIA_VISIBLE_DEVICES={c.env['NVIDIA_VISIBLE_DEVICES']} set by hand; the device "
+        "plugin sets it to the GPUs the pod was allocated."
+    )
+    return Proposal(None, params, basis, "static", f"{c.pointer}#visible-devices")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from gpuaudit.remediate import sizing
+from gpuaudit.remediate import pointers, sizing
 from gpuaudit.remediate.planners import (
     Context,
     Declined,
@@ -12,6 +12,7 @@ from gpuaudit.remediate.planners import (
     identity,
     needs_template,
     planner,
+    same_type,
 )
 
 # --- application -----------------------------------------------------------------------
@@ -27,17 +28,17 @@ def cpu_request_per_gpu(ctx: Context) -> Proposal | Declined:
         return Declined("the GPU count is unknown")
     per_gpu = float(ctx.params["min_cpu_per_gpu"])
     cores = sizing.cpu_cores_for(gpu_count, per_gpu)
+    current = pointers.get(ctx.document.obj, pointers.join(c.resources_pointer, "requests", "cpu"))
+    limit = pointers.get(ctx.document.obj, pointers.join(c.resources_pointer, "limits", "cpu"))
     params = {
         **identity(ctx),
         "resources_pointer": c.resources_pointer,
-        "cpu": str(cores),
+        "cpu": same_type(current, str(cores)),
+        "cpu_limit": same_type(limit, str(cores)),
         "cores": cores,
     }
     now = f"{c.cpu_request:g} requested now" if c.cpu_request else "no CPU request now"
-    basis = (
-        f"{gpu_count:g} GPU(s) x {per_gpu:g} cores per GPU (rule param min_cpu_per_gpu) "
-        f"= {cores} cores; {now}."
-    )
+    basis = f"{gpu_count:g} GPU(s) x {per_gpu:g} cores per GPU (rule param min_cpu_per_gpu) = {cores} cores; {now}."
     variant = None
     if c.cpu_limit is not None and c.cpu_limit < cores:
         variant = "with-limit"
@@ -78,9 +79,7 @@ def add_dev_shm(ctx: Context) -> Proposal | Declined:
     ]
     if mounted:
         name = mounted[0][1]
-        index = next(
-            (i for i, v in enumerate(spec.get("volumes") or []) if v.get("name") == name), None
-        )
+        index = next((i for i, v in enumerate(spec.get("volumes") or []) if v.get("name") == name), None)
         volume = volumes.get(name) or {}
         if index is None or "emptyDir" not in volume:
             kinds = ", ".join(k for k in volume if k != "name") or "no volume"
@@ -135,10 +134,11 @@ def raise_cpu_limit(ctx: Context) -> Proposal | Declined:
         return Declined("the GPU count is unknown")
     per_gpu = float(ctx.params["min_cpu_limit_per_gpu"])
     cores = sizing.cpu_cores_for(gpu_count, per_gpu)
+    limit = pointers.get(ctx.document.obj, pointers.join(c.resources_pointer, "limits", "cpu"))
     params = {
         **identity(ctx),
         "resources_pointer": c.resources_pointer,
-        "cpu": str(cores),
+        "cpu": same_type(limit, str(cores)),
         "cores": cores,
     }
     basis = (

@@ -25,9 +25,7 @@ def _remaining_required(spec: Mapping[str, Any], drop: Callable[[Mapping[str, An
     mapping to write, or None when nothing is left (a term that loses all its
     expressions admits every node, and terms are ORed, so the whole
     requirement goes)."""
-    required = pointers.get(
-        spec, "/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution"
-    )
+    required = pointers.get(spec, "/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution")
     terms = (required or {}).get("nodeSelectorTerms") or []
     kept_terms = []
     for term in terms:
@@ -46,9 +44,7 @@ def _preferred(label: str, values: Sequence[str], weight: int) -> list[dict[str,
     return [
         {
             "weight": int(weight),
-            "preference": {
-                "matchExpressions": [{"key": label, "operator": "In", "values": list(values)}]
-            },
+            "preference": {"matchExpressions": [{"key": label, "operator": "In", "values": list(values)}]},
         }
     ]
 
@@ -74,12 +70,9 @@ def drop_hostname_pin(ctx: Context) -> Proposal | Declined:
     }
     variant = {"nodeName": "node-name", "nodeSelector": None, "affinity": "affinity"}[by]
     if by == "affinity":
-        params["required"] = _remaining_required(
-            template.spec, lambda e: e.get("key") == HOSTNAME_LABEL
-        )
+        params["required"] = _remaining_required(template.spec, lambda e: e.get("key") == HOSTNAME_LABEL)
     basis = f"Pinned to {node} by {by}." + (
-        f" A preferred affinity (weight {ctx.params['weight']}) keeps it on {node} "
-        "when that node has room."
+        f" A preferred affinity (weight {ctx.params['weight']}) keeps it on {node} when that node has room."
         if keep
         else ""
     )
@@ -108,10 +101,8 @@ def prefer_product_affinity(ctx: Context) -> Proposal | Declined:
     if by == "affinity":
         params["required"] = _remaining_required(template.spec, lambda e: e.get("key") == label)
     memory = product.get("memory_gib")
-    basis = (
-        f"Required {label} in {list(values)} becomes a preference (weight "
-        f"{ctx.params['weight']})."
-        + (f" The pinned GPU has {memory:g} GiB; smaller GPUs become eligible." if memory else "")
+    basis = f"Required {label} in {list(values)} becomes a preference (weight {ctx.params['weight']})." + (
+        f" The pinned GPU has {memory:g} GiB; smaller GPUs become eligible." if memory else ""
     )
     variant = None if by == "nodeSelector" else "affinity"
     return Proposal(variant, params, basis, "static", f"{spec_ptr}#product")
@@ -139,9 +130,7 @@ def tolerated(tolerations: Sequence[Mapping[str, Any]], taint: Mapping[str, Any]
             continue
         if t["key"] != taint.get("key"):
             continue
-        if t.get("operator") == "Exists" or str(t.get("value", "")) == str(
-            taint.get("value") or ""
-        ):
+        if t.get("operator") == "Exists" or str(t.get("value", "")) == str(taint.get("value") or ""):
             return True
     return False
 
@@ -157,8 +146,7 @@ def add_gpu_toleration(ctx: Context) -> Proposal | Declined:
     if not missing:
         return Declined("the pod already tolerates the site's GPU taints")
     shown = ", ".join(
-        f"{t['key']}{'=' + str(t['value']) if t.get('value') else ''}:{t.get('effect', '*')}"
-        for t in taints
+        f"{t['key']}{'=' + str(t['value']) if t.get('value') else ''}:{t.get('effect', '*')}" for t in taints
     )
     params = {**identity(ctx), "spec_pointer": template.pointer, "tolerations": missing}
     basis = f"GPU node taints: {shown} (site setting gpu_taints)."

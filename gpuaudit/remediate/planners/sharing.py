@@ -68,9 +68,7 @@ def enable_time_slicing(ctx: Context) -> Proposal | Declined:
         "config_map": ctx.params["config_map"],
         "namespace": ctx.params["namespace"],
         "shared_key": ctx.params["config_key"],
-        "default_key": ctx.params["config_key"]
-        if ctx.params["all_nodes"]
-        else ctx.params["no_sharing_key"],
+        "default_key": ctx.params["config_key"] if ctx.params["all_nodes"] else ctx.params["no_sharing_key"],
         "no_sharing_key": ctx.params["no_sharing_key"],
         "rename_by_default": rename,
         "resource": NVIDIA_GPU,
@@ -171,9 +169,7 @@ def time_slicing_replicas(ctx: Context) -> Proposal | Declined:
     def set_replicas(config: dict[str, Any]) -> str | None:
         touched = 0
         for section in ("timeSlicing", "mps"):
-            for resource in ((config.get("sharing") or {}).get(section) or {}).get(
-                "resources"
-            ) or []:
+            for resource in ((config.get("sharing") or {}).get(section) or {}).get("resources") or []:
                 if isinstance(resource, dict):
                     resource["replicas"] = replicas
                     touched += 1

@@ -1,0 +1,155 @@
+"""Kustomize directories and Helm charts, rendered by the real tools
+(kubectl's kustomize and helm, from .tools/bin on PATH)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from .conftest import ROOT, shared_or_skip
+
+TOOLS = ROOT / ".tools" / "bin"
+NF4 = "GoogleCloudPlatform__kubernetes-engine-samples__ai-ml__llm-serving-gemma__tgi__tgi-7b-bitsandbytes-nf4"
+
+
+@pytest.fixture
+def tools_path():
+    """PATH with kubectl and helm (scripts/test.sh puts .tools/bin there too)."""
+    path = os.pathsep.join([str(TOOLS), os.environ.get("PATH", "")])
+    if shutil.which("kubectl", path=path) is None:
+        pytest.skip("kubectl is not installed (scripts/install-kube-tools.py)")
+    return path
+
+
+def report(proc) -> dict:
+    assert "Traceback" not in proc.stderr, proc.stderr
+    return json.loads(proc.stdout)
+
+
+def test_a_kustomize_overlay_is_audited_as_rendered_and_points_at_its_base(run_cli, tools_path, tmp_path):
+    package = shared_or_skip("corpus", "kustomize", NF4)
+    copy = tmp_path / "pkg"
+    shutil.copytree(package, copy)
+    tgi = Path("pkg/ai-ml/llm-serving-gemma/tgi")
+    overlay = tgi / "tgi-7b-bitsandbytes-nf4"
+    proc = run_cli("check", str(overlay), "--format", "json", env={"PATH": tools_path})
+    result = report(proc)
+    assert result["errors"] == []
+    # The patch quantises to 4 bits: only the rendered object shows a 7B model
+    # fitting one of the two GPUs it holds.
+    [model] = [f for f in result["findings"] if f["rule"] == "GPA-AL-002"]
+    assert model["evidence"]["model.dtype"] == "int4"
+    assert model["location"]["file"] == str(tgi / "tgi-7b.yaml")
+    base_lines = (tmp_path / tgi / "tgi-7b.yaml").read_text().splitlines()
+    assert "nvidia.com/gpu: 2" in base_lines[model["location"]["line"] - 1]
+    # The base file alone, read as it is, has no such finding.
+    plain = report(run_cli("check", str(tgi / "tgi-7b.yaml"), "--format", "json"))
+    assert not [f for f in plain["findings"] if f["rule"] == "GPA-AL-002"]
+
+
+def test_walking_a_tree_renders_each_kustomization_and_skips_the_files_it_used(run_cli, tools_path):
+    corpus = shared_or_skip("corpus", "kustomize")
+    result = report(run_cli("check", str(corpus), "--format", "json", env={"PATH": tools_path}))
+    files = {f["location"]["file"] for f in result["findings"]}
+    assert not any(name.endswith("patch.yaml") for name in files)  # fragments are not objects
+    assert any(name.endswith("vllm/vllm-7b.yaml") for name in files)  # bases outside the dir
+    remote = [e for e in result["errors"] if "kustomize build failed" in e["message"]]
+    assert len(remote) == 1 and "kueue" in remote[0]["file"]  # pulls a URL: cannot build here
+    assert remote[0]["level"] == "error"
+    rendered = [f for f in result["findings"] if "NVIDIA__gpu-operator__config" in f["location"]["file"]]
+    assert {f["rule"] for f in rendered} == {"GPA-SH-001"}
+
+
+def test_without_kubectl_or_kustomize_it_says_so_and_reads_the_files(run_cli, tmp_path):
+    overlay = tmp_path / "overlay"
+    overlay.mkdir()
+    (overlay / "kustomization.yaml").write_text("resources: [pod.yaml]\n")
+    (overlay / "pod.yaml").write_text(
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec:\n  nodeName: n1\n"
+        "  containers:\n  - name: c\n    resources: {limits: {nvidia.com/gpu: 1}}\n"
+    )
+    bare = tmp_path / "bin"
+    bare.mkdir()
+    proc = run_cli("check", "overlay", "--format", "json", env={"PATH": str(bare)})
+    result = report(proc)
+    [warning] = [e for e in result["errors"] if "not rendered" in e["message"]]
+    assert warning["level"] == "warning" and "neither kubectl nor kustomize" in warning["message"]
+    assert "GPA-PL-001" in {f["rule"] for f in result["findings"]}
+
+
+def test_no_kustomize_reads_the_directory_as_plain_files(run_cli, tools_path, tmp_path):
+    overlay = tmp_path / "overlay"
+    overlay.mkdir()
+    (overlay / "kustomization.yaml").write_text("resources: [pod.yaml]\nnamePrefix: prod-\nnamespace: ml\n")
+    (overlay / "pod.yaml").write_text(
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec:\n  nodeName: n1\n"
+        "  containers:\n  - name: c\n    resources: {limits: {nvidia.com/gpu: 1}}\n"
+    )
+    rendered = report(run_cli("check", "overlay", "--format", "json", env={"PATH": tools_path}))
+    pin = next(f for f in rendered["findings"] if f["rule"] == "GPA-PL-001")
+    assert (pin["resource"]["namespace"], pin["resource"]["name"]) == ("ml", "prod-p")
+    assert pin["location"] == {"file": "overlay/pod.yaml", "line": 5, "pointer": "/spec/nodeName"}
+    plain = report(run_cli("check", "overlay", "--no-kustomize", "--format", "json", env={"PATH": tools_path}))
+    pin = next(f for f in plain["findings"] if f["rule"] == "GPA-PL-001")
+    assert (pin["resource"]["namespace"], pin["resource"]["name"]) == ("", "p")
+
+
+CHART = {
+    "Chart.yaml": "apiVersion: v2\nname: llm\nversion: 0.1.0\n",
+    "values.yaml": "gpus: 1\nnode: ''\n",
+    "templates/deployment.yaml": """\
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: {{ .Release.Name }}-server
+spec:
+  template:
+    spec:
+      {{- if .Values.node }}
+      nodeName: {{ .Values.node }}
+      {{- end }}
+      containers:
+      - name: server
+        resources:
+          requests: {cpu: "8", memory: 32Gi}
+          limits: {nvidia.com/gpu: {{ .Values.gpus }}}
+""",
+}
+
+
+def test_a_helm_chart_is_rendered_with_its_values(run_cli, tools_path, tmp_path):
+    if shutil.which("helm", path=tools_path) is None:
+        pytest.skip("helm is not installed")
+    for name, text in CHART.items():
+        (tmp_path / "chart" / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "chart" / name).write_text(text)
+    (tmp_path / "pin.yaml").write_text("node: gpu-node-3\ngpus: 0.5\n")
+    default = report(run_cli("check", "--helm-chart", "chart", "--format", "json", env={"PATH": tools_path}))
+    assert "GPA-PL-001" not in {f["rule"] for f in default["findings"]}
+    proc = run_cli(
+        "check",
+        "--helm-chart",
+        "chart",
+        "--values",
+        "pin.yaml",
+        "--format",
+        "json",
+        env={"PATH": tools_path},
+    )
+    assert proc.returncode == 1
+    by_rule = {f["rule"]: f for f in report(proc)["findings"]}
+    assert by_rule["GPA-PL-001"]["location"]["file"] == "chart/templates/deployment.yaml"
+    assert by_rule["GPA-PL-001"]["location"]["line"] == 9  # the nodeName line of the template
+    assert by_rule["GPA-AL-005"]["location"]["line"] == 15  # 0.5 of a whole GPU
+
+
+def test_helm_chart_without_helm_is_an_input_error(run_cli, tmp_path):
+    (tmp_path / "chart").mkdir()
+    (tmp_path / "bin").mkdir()
+    proc = run_cli("check", "--helm-chart", "chart", env={"PATH": str(tmp_path / "bin")})
+    assert proc.returncode == 2
+    assert "needs `helm` on PATH" in proc.stdout
