@@ -381,14 +381,11 @@ def _telemetry_index(telemetry: Mapping[str, Any] | None) -> dict[tuple[str, str
         facts["signal"] = signal
         facts["window_seconds"] = seconds
         compute = row.get("compute_mean")
-        idle = (telemetry.get("params") or {}).get("idle_compute")
+        # Capacity held but not used: GPUs x hours with data x the share of
+        # that time the GPU did not compute.
         facts["idle_gpu_hours"] = (
-            round(row["gpus"] * seconds / 3600 * (row.get("coverage") or 0), 2)
-            if row.get("gpus")
-            and seconds
-            and compute is not None
-            and idle is not None
-            and compute < idle
+            round(row["gpus"] * seconds / 3600 * (row.get("coverage") or 0) * (1 - compute), 2)
+            if row.get("gpus") and seconds and compute is not None
             else None
         )
         tx, rx = row.get("pcie_tx_mean_bps"), row.get("pcie_rx_mean_bps")
