@@ -4,7 +4,6 @@ sharing configuration, claims and queued work. Pure: no API calls here."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -13,11 +12,8 @@ from typing import Any
 from gpuaudit import gpus
 from gpuaudit.model import Document, InputError, Workload
 from gpuaudit.quantity import QuantityError, parse_quantity
-from gpuaudit.workloads import KindLocator, build_workloads, builtin_locators, group_of
+from gpuaudit.workloads import GPU_RESOURCE, KindLocator, build_workloads, builtin_locators, group_of
 
-GPU_RESOURCE = re.compile(
-    r"^(?:nvidia\.com/(?:gpu(?:\.shared)?|mig-[\w.+-]+)|amd\.com/gpu|gpu\.intel\.com/\w+)$"
-)
 # Waiting reasons that mean a container will not start soon; the pod still
 # holds the GPUs of the node it is bound to.
 STUCK_REASONS = (

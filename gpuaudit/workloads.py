@@ -21,7 +21,7 @@ from gpuaudit.model import Container, Document, GpuRequest, InputError, PodTempl
 from gpuaudit.quantity import QuantityError, parse_quantity
 
 # Device-plugin resources that are GPUs (or slices of one).
-_GPU_RESOURCE = re.compile(
+GPU_RESOURCE = re.compile(
     r"^(?:nvidia\.com/(?:gpu(?:\.shared)?|mig-[\w.+-]+)|amd\.com/gpu|gpu\.intel\.com/\w+)$"
 )
 _MIG_RESOURCE = re.compile(r"^nvidia\.com/mig-(\d+g\.\d+gb(?:\+me)?)(\.shared)?$")
@@ -308,7 +308,7 @@ class _TemplateBuilder:
         hami = any(m in requests or m in limits for m in _HAMI_MODIFIERS)
         for name in dict.fromkeys([*limits, *requests]):
             name = str(name)
-            if not _GPU_RESOURCE.match(name):
+            if not GPU_RESOURCE.match(name):
                 continue
             request = self._gpu_count(requests, res_ptr, "requests", name)
             limit = self._gpu_count(limits, res_ptr, "limits", name)

@@ -137,14 +137,14 @@ def _node(name: str, labels: dict, spec: dict, capacity: dict) -> dict[str, Any]
     return {
         "apiVersion": "v1",
         "kind": "Node",
-        "metadata": {"name": name, "uid": _uid("node", name), "creationTimestamp": created,
-                     "labels": labels},
+        "metadata": {"name": name, "uid": _uid("node", name), "creationTimestamp": created, "labels": labels},
         "spec": spec,
         "status": {
             "capacity": capacity,
             "allocatable": dict(capacity),
-            "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
-                            "lastTransitionTime": created}],
+            "conditions": [
+                {"type": "Ready", "status": "True", "reason": "KubeletReady", "lastTransitionTime": created}
+            ],
             "nodeInfo": {"kubeletVersion": "v1.34.2", "architecture": "amd64"},
         },
     }
@@ -189,7 +189,9 @@ class Cluster:
                 "apiVersion": "apps/v1",
                 "kind": "ReplicaSet",
                 "metadata": {
-                    "name": rs, "namespace": namespace, "uid": _uid("rs", namespace, rs),
+                    "name": rs,
+                    "namespace": namespace,
+                    "uid": _uid("rs", namespace, rs),
                     "labels": {"app": name, "team": team},
                     "ownerReferences": [_ref("apps/v1", "Deployment", name)],
                 },
@@ -203,8 +205,12 @@ class Cluster:
             {
                 "apiVersion": "batch/v1",
                 "kind": "Job",
-                "metadata": {"name": name, "namespace": namespace, "uid": _uid("job", namespace, name),
-                             "labels": {"team": team}},
+                "metadata": {
+                    "name": name,
+                    "namespace": namespace,
+                    "uid": _uid("job", namespace, name),
+                    "labels": {"team": team},
+                },
                 "spec": {"completions": 1},
             }
         )
@@ -271,13 +277,22 @@ class Cluster:
                 if message is None:
                     raise AssertionError(f"{namespace}/{name} would fit; the demo expects it pending")
                 pod["status"]["conditions"] = [
-                    {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
-                     "message": message, "lastTransitionTime": _time(start)}
+                    {
+                        "type": "PodScheduled",
+                        "status": "False",
+                        "reason": "Unschedulable",
+                        "message": message,
+                        "lastTransitionTime": _time(start),
+                    }
                 ]
                 self.events.append(
-                    failed_scheduling_event(pod, message, first=_time(start),
-                                            last=_time(COLLECTED - timedelta(minutes=2)),
-                                            count=self.rng.randint(20, 400))
+                    failed_scheduling_event(
+                        pod,
+                        message,
+                        first=_time(start),
+                        last=_time(COLLECTED - timedelta(minutes=2)),
+                        count=self.rng.randint(20, 400),
+                    )
                 )
             return pod
         spec["nodeName"] = node
@@ -310,13 +325,21 @@ def _running(start: datetime, waiting: str | None) -> dict[str, Any]:
         "phase": "Running",
         "startTime": _time(start),
         "conditions": [
-            {"type": "Ready", "status": ready,
-             "lastTransitionTime": _time(start if ready == "True" else COLLECTED - timedelta(hours=30))},
+            {
+                "type": "Ready",
+                "status": ready,
+                "lastTransitionTime": _time(start if ready == "True" else COLLECTED - timedelta(hours=30)),
+            },
             {"type": "PodScheduled", "status": "True", "lastTransitionTime": _time(start)},
         ],
         "containerStatuses": [
-            {"name": "main", "ready": ready == "True", "restartCount": 41 if waiting else 0,
-             "state": state, "image": "registry.example/ml/server:2.4"}
+            {
+                "name": "main",
+                "ready": ready == "True",
+                "restartCount": 41 if waiting else 0,
+                "state": state,
+                "image": "registry.example/ml/server:2.4",
+            }
         ],
     }
 
@@ -340,8 +363,9 @@ def sd_behaviour(rng: random.Random) -> dict[str, Any]:
     }
 
 
-def steady(rng: random.Random, compute: tuple[float, float], fb_gib: tuple[float, float],
-           resident_idle: float = 0.0) -> dict[str, Any]:
+def steady(
+    rng: random.Random, compute: tuple[float, float], fb_gib: tuple[float, float], resident_idle: float = 0.0
+) -> dict[str, Any]:
     mean = _between(rng, *compute)
     fb = _between(rng, *fb_gib) * GIB
     return {
@@ -359,16 +383,37 @@ def build_workloads(c: Cluster) -> None:
     rng = c.rng
     # research: busy 8-GPU trainers on H100 and A100
     for i, node in enumerate(("h100-00", "h100-01")):
-        c.pod("research", f"pretrain-moe-{i}", "research", c.job("research", f"pretrain-moe-{i}", "research"),
-              8, node=node, behaviour=steady(rng, (0.84, 0.92), (76, 79)))
+        c.pod(
+            "research",
+            f"pretrain-moe-{i}",
+            "research",
+            c.job("research", f"pretrain-moe-{i}", "research"),
+            8,
+            node=node,
+            behaviour=steady(rng, (0.84, 0.92), (76, 79)),
+        )
     for i, node in enumerate(("a100-00", "a100-01")):
-        c.pod("research", f"finetune-llama-{i}", "research", c.job("research", f"finetune-llama-{i}", "research"),
-              8, node=node, behaviour=steady(rng, (0.62, 0.75), (68, 74)))
+        c.pod(
+            "research",
+            f"finetune-llama-{i}",
+            "research",
+            c.job("research", f"finetune-llama-{i}", "research"),
+            8,
+            node=node,
+            behaviour=steady(rng, (0.62, 0.75), (68, 74)),
+        )
     # llm: tensor-parallel chat on 4 H100s per replica
     owner = c.deployment("llm", "chat-70b", "llm")
     for i, node in enumerate(("h100-02", "h100-02", "h100-03", "h100-03")):
-        c.pod("llm", f"chat-70b-{_suffix('chat', i)}", "llm", owner, 4, node=node,
-              behaviour=steady(rng, (0.45, 0.62), (73, 76), 0.04))
+        c.pod(
+            "llm",
+            f"chat-70b-{_suffix('chat', i)}",
+            "llm",
+            owner,
+            4,
+            node=node,
+            behaviour=steady(rng, (0.45, 0.62), (73, 76), 0.04),
+        )
     # genai: 24 Stable Diffusion replicas, six per A100 node (two GPUs left free on each)
     owner = c.deployment("genai", "sd-serving", "genai")
     for i in range(24):
@@ -378,19 +423,43 @@ def build_workloads(c: Cluster) -> None:
         if i == 23:  # restarted two days ago: too little of the window to judge
             started = COLLECTED - timedelta(days=2)
             behaviour["coverage"] = 0.28
-        c.pod("genai", f"sd-serving-{_suffix('sd', i)}", "genai", owner, 1, node=node,
-              behaviour=behaviour, started=started)
+        c.pod(
+            "genai",
+            f"sd-serving-{_suffix('sd', i)}",
+            "genai",
+            owner,
+            1,
+            node=node,
+            behaviour=behaviour,
+            started=started,
+        )
     # llm: small embedding services holding whole L40S GPUs
     owner = c.deployment("llm", "embed-small", "llm")
     for i in range(6):
-        c.pod("llm", f"embed-small-{_suffix('embed', i)}", "llm", owner, 1, node=f"l40s-{i // 4:02d}",
-              behaviour=steady(rng, (0.05, 0.09), (2.8, 3.6), 0.35))
+        c.pod(
+            "llm",
+            f"embed-small-{_suffix('embed', i)}",
+            "llm",
+            owner,
+            1,
+            node=f"l40s-{i // 4:02d}",
+            behaviour=steady(rng, (0.05, 0.09), (2.8, 3.6), 0.35),
+        )
     # recsys: a ranker on MIG slices
     owner = c.deployment("recsys", "ranker", "recsys")
     for i in range(20):
-        c.pod("recsys", f"ranker-{_suffix('ranker', i)}", "recsys", owner, 1, node="a100-mig-00",
-              resource=f"nvidia.com/mig-{MIG_PROFILE}",
-              behaviour=steady(rng, (0.25, 0.45), (5.0, 7.5), 0.08), cpu="2", memory="16Gi")
+        c.pod(
+            "recsys",
+            f"ranker-{_suffix('ranker', i)}",
+            "recsys",
+            owner,
+            1,
+            node="a100-mig-00",
+            resource=f"nvidia.com/mig-{MIG_PROFILE}",
+            behaviour=steady(rng, (0.25, 0.45), (5.0, 7.5), 0.08),
+            cpu="2",
+            memory="16Gi",
+        )
     # notebooks on L40S and L4, StatefulSets of one
     notebooks = [
         ("alice", "l40s-01", (0.005, 0.02), (6, 9), 0.93),
@@ -402,46 +471,122 @@ def build_workloads(c: Cluster) -> None:
         ("grace", "l4-05", (0.0, 0.02), (5, 7), 0.9),
     ]
     for user, node, compute, fb, idle in notebooks:
-        c.pod("notebooks", f"notebook-{user}-0", "notebooks",
-              _ref("apps/v1", "StatefulSet", f"notebook-{user}"), 1, node=node,
-              behaviour=steady(rng, compute, fb, idle), cpu="4", memory="32Gi")
+        c.pod(
+            "notebooks",
+            f"notebook-{user}-0",
+            "notebooks",
+            _ref("apps/v1", "StatefulSet", f"notebook-{user}"),
+            1,
+            node=node,
+            behaviour=steady(rng, compute, fb, idle),
+            cpu="4",
+            memory="32Gi",
+        )
     # vision: a batch Job on L4, and a canary that crash-loops on its GPU
     for i, node in enumerate(("l4-02", "l4-06", "l4-07")):
-        c.pod("vision", f"batch-embed-{_suffix('be', i)}", "vision", c.job("vision", "batch-embed", "vision"),
-              1, node=node, behaviour=steady(rng, (0.6, 0.7), (12, 15)), cpu="4")
-    c.pod("vision", "detector-canary-7c9f-x2x4p", "vision", c.deployment("vision", "detector-canary", "vision"),
-          1, node="l40s-02", waiting="CrashLoopBackOff",
-          behaviour={"compute_mean": 0.0, "compute_p95": 0.0, "compute_max": 0.0,
-                     "fb_used_mean_mib": 0.0, "fb_used_max_mib": 0.0,
-                     "resident_fraction": 0.0, "resident_idle_fraction": 0.0})
+        c.pod(
+            "vision",
+            f"batch-embed-{_suffix('be', i)}",
+            "vision",
+            c.job("vision", "batch-embed", "vision"),
+            1,
+            node=node,
+            behaviour=steady(rng, (0.6, 0.7), (12, 15)),
+            cpu="4",
+        )
+    c.pod(
+        "vision",
+        "detector-canary-7c9f-x2x4p",
+        "vision",
+        c.deployment("vision", "detector-canary", "vision"),
+        1,
+        node="l40s-02",
+        waiting="CrashLoopBackOff",
+        behaviour={
+            "compute_mean": 0.0,
+            "compute_p95": 0.0,
+            "compute_max": 0.0,
+            "fb_used_mean_mib": 0.0,
+            "fb_used_max_mib": 0.0,
+            "resident_fraction": 0.0,
+            "resident_idle_fraction": 0.0,
+        },
+    )
 
 
 def build_pending(c: Cluster) -> None:
-    c.pod("research", "finetune-llama-2", "research", c.job("research", "finetune-llama-2", "research"),
-          8, node=None, selector={"nvidia.com/gpu.product": POOLS["a100"][0]},
-          started=COLLECTED - timedelta(hours=14))
-    c.pod("llm", f"chat-70b-{_suffix('chat', 9)}", "llm", c.deployment("llm", "chat-70b", "llm"),
-          4, node=None, selector={"nvidia.com/gpu.product": POOLS["h100"][0]},
-          started=COLLECTED - timedelta(hours=6))
-    c.pod("vision", "seg-train-0", "vision", c.job("vision", "seg-train", "vision"), 1, node=None,
-          selector={"nvidia.com/gpu.product": "NVIDIA-A10G"}, started=COLLECTED - timedelta(days=3))
-    c.pod("notebooks", "notebook-heidi-0", "notebooks", _ref("apps/v1", "StatefulSet", "notebook-heidi"),
-          1, node=None, tolerate=False, selector={"pool": "h100"}, started=COLLECTED - timedelta(hours=20),
-          cpu="4", memory="32Gi")
+    c.pod(
+        "research",
+        "finetune-llama-2",
+        "research",
+        c.job("research", "finetune-llama-2", "research"),
+        8,
+        node=None,
+        selector={"nvidia.com/gpu.product": POOLS["a100"][0]},
+        started=COLLECTED - timedelta(hours=14),
+    )
+    c.pod(
+        "llm",
+        f"chat-70b-{_suffix('chat', 9)}",
+        "llm",
+        c.deployment("llm", "chat-70b", "llm"),
+        4,
+        node=None,
+        selector={"nvidia.com/gpu.product": POOLS["h100"][0]},
+        started=COLLECTED - timedelta(hours=6),
+    )
+    c.pod(
+        "vision",
+        "seg-train-0",
+        "vision",
+        c.job("vision", "seg-train", "vision"),
+        1,
+        node=None,
+        selector={"nvidia.com/gpu.product": "NVIDIA-A10G"},
+        started=COLLECTED - timedelta(days=3),
+    )
+    c.pod(
+        "notebooks",
+        "notebook-heidi-0",
+        "notebooks",
+        _ref("apps/v1", "StatefulSet", "notebook-heidi"),
+        1,
+        node=None,
+        tolerate=False,
+        selector={"pool": "h100"},
+        started=COLLECTED - timedelta(hours=20),
+        cpu="4",
+        memory="32Gi",
+    )
     for i in range(4):
         name = f"sweep-lr-{i}"
-        c.pod("research", name, "research", c.job("research", name, "research"), 2, node=None,
-              gates=(KUEUE_GATE,), started=COLLECTED - timedelta(hours=9))
+        c.pod(
+            "research",
+            name,
+            "research",
+            c.job("research", name, "research"),
+            2,
+            node=None,
+            gates=(KUEUE_GATE,),
+            started=COLLECTED - timedelta(hours=9),
+        )
         c.kueue.append(
             {
                 "apiVersion": "kueue.x-k8s.io/v1beta1",
                 "kind": "Workload",
                 "metadata": {"name": f"job-{name}-{_suffix(name)}", "namespace": "research"},
                 "spec": {"queueName": "research-gpu"},
-                "status": {"conditions": [{
-                    "type": "QuotaReserved", "status": "False", "reason": "Pending",
-                    "message": "couldn't assign flavors to pod set main: insufficient unused quota "
-                               "for nvidia.com/gpu in flavor h100, 2 more needed"}]},
+                "status": {
+                    "conditions": [
+                        {
+                            "type": "QuotaReserved",
+                            "status": "False",
+                            "reason": "Pending",
+                            "message": "couldn't assign flavors to pod set main: insufficient unused quota "
+                            "for nvidia.com/gpu in flavor h100, 2 more needed",
+                        }
+                    ]
+                },
             }
         )
 
@@ -469,10 +614,15 @@ def telemetry(c: Cluster) -> dict[str, Any]:
             metrics.setdefault("coverage", round(_between(rng, 0.97, 1.0), 3))
             metrics["fb_total_mib"] = MIG_MIB if mig_id is not None else memory
             identity = {
-                "node": node, "gpu": str(gpu), "uuid": f"GPU-{_uid('gpu', node, gpu)}",
+                "node": node,
+                "gpu": str(gpu),
+                "uuid": f"GPU-{_uid('gpu', node, gpu)}",
                 "model": product.replace("-", " "),
                 "mig_profile": MIG_PROFILE if mig_id is not None else None,
-                "mig_id": mig_id, "namespace": key[0], "pod": key[1], "container": "main",
+                "mig_id": mig_id,
+                "namespace": key[0],
+                "pod": key[1],
+                "container": "main",
             }
             rows.append(tm.gpu_row(identity, _rounded(metrics)))
     for name, (product, memory, count, how_many, _, _) in POOLS.items():
@@ -483,18 +633,40 @@ def telemetry(c: Cluster) -> dict[str, Any]:
             for gpu in range(count):
                 if gpu in used.get(node, set()):
                     continue
-                identity = {"node": node, "gpu": str(gpu), "uuid": f"GPU-{_uid('gpu', node, gpu)}",
-                            "model": product.replace("-", " ")}
-                rows.append(tm.gpu_row(identity, {
-                    "compute_mean": 0.0, "compute_p95": 0.0, "compute_max": 0.0,
-                    "fb_used_mean_mib": 0.0, "fb_used_max_mib": 0.0, "fb_total_mib": memory,
-                    "resident_fraction": 0.0, "resident_idle_fraction": 0.0, "coverage": 1.0}))
+                identity = {
+                    "node": node,
+                    "gpu": str(gpu),
+                    "uuid": f"GPU-{_uid('gpu', node, gpu)}",
+                    "model": product.replace("-", " "),
+                }
+                rows.append(
+                    tm.gpu_row(
+                        identity,
+                        {
+                            "compute_mean": 0.0,
+                            "compute_p95": 0.0,
+                            "compute_max": 0.0,
+                            "fb_used_mean_mib": 0.0,
+                            "fb_used_max_mib": 0.0,
+                            "fb_total_mib": memory,
+                            "resident_fraction": 0.0,
+                            "resident_idle_fraction": 0.0,
+                            "coverage": 1.0,
+                        },
+                    )
+                )
     return tm.result(
         source="prometheus",
         endpoint="http://prometheus.monitoring.svc:9090",
         window=tm.window(start, COLLECTED, 60),
-        signals={"compute": "DCGM_FI_PROF_GR_ENGINE_ACTIVE", "memory": "DCGM_FI_DEV_FB_USED",
-                 "occupancy": None, "tensor": None, "pcie": None, "nvlink": None},
+        signals={
+            "compute": "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
+            "memory": "DCGM_FI_DEV_FB_USED",
+            "occupancy": None,
+            "tensor": None,
+            "pcie": None,
+            "nvlink": None,
+        },
         params={"resident_fb_mib": 1024, "idle_compute": 0.05},
         queries=9,
         gpu_rows=rows,
@@ -518,8 +690,11 @@ def build() -> dict[str, Any]:
         "apiVersion": "nvidia.com/v1",
         "kind": "ClusterPolicy",
         "metadata": {"name": "cluster-policy"},
-        "spec": {"mig": {"strategy": "mixed"}, "devicePlugin": {"enabled": True},
-                 "migManager": {"enabled": True, "config": {"default": "all-disabled"}}},
+        "spec": {
+            "mig": {"strategy": "mixed"},
+            "devicePlugin": {"enabled": True},
+            "migManager": {"enabled": True, "config": {"default": "all-disabled"}},
+        },
     }
     return {
         "version": 1,
@@ -559,9 +734,15 @@ def seed_history(path: Path, snapshot: dict[str, Any]) -> None:
                 cluster=SERVER,
                 collected_at=moment,
                 command="demo",
-                gpus={"total": nodes_gpus, "allocated": allocated, "active": active,
-                      "resident_idle": resident, "idle": allocated - active - resident - 4,
-                      "no_data": 4, "free": nodes_gpus - allocated},
+                gpus={
+                    "total": nodes_gpus,
+                    "allocated": allocated,
+                    "active": active,
+                    "resident_idle": resident,
+                    "idle": allocated - active - resident - 4,
+                    "no_data": 4,
+                    "free": nodes_gpus - allocated,
+                },
                 pending_pods=6 + months_back,
                 pending_gpus=10.0 + 2 * months_back,
                 coverage=0.9,
@@ -580,8 +761,11 @@ def main(argv: list[str] | None = None) -> int:
     snapshot = build()
     write_snapshot(snapshot, args.output)
     objects = snapshot["objects"]
-    print(f"wrote {args.output}: {len(objects['nodes'])} nodes, {len(objects['pods'])} pods, "
-          f"{len(snapshot['telemetry']['gpus'])} telemetry GPU rows", file=sys.stderr)
+    print(
+        f"wrote {args.output}: {len(objects['nodes'])} nodes, {len(objects['pods'])} pods, "
+        f"{len(snapshot['telemetry']['gpus'])} telemetry GPU rows",
+        file=sys.stderr,
+    )
     if args.history:
         seed_history(args.history, snapshot)
         print(f"seeded {args.history} with five earlier monthly runs", file=sys.stderr)

@@ -25,7 +25,7 @@ spec:
   containers:
   - name: cuda
     resources:
-      requests: {cpu: "4"}
+      requests: {cpu: "4", memory: 16Gi}
       limits: {nvidia.com/gpu: 1}
 """
 CLEAN = """\
@@ -33,13 +33,14 @@ apiVersion: batch/v1
 kind: Job
 metadata: {name: ok}
 spec:
+  activeDeadlineSeconds: 86400
   template:
     spec:
       restartPolicy: Never
       containers:
       - name: c
         resources:
-          requests: {cpu: "4"}
+          requests: {cpu: "4", memory: 16Gi}
           limits: {nvidia.com/gpu: 1}
 """
 
@@ -189,7 +190,7 @@ def test_rule_selection(run_cli):
             "check", str(EXAMPLES), "--format", "json", "--exclude-rules", "GPA-PL-001,application"
         ).stdout
     )
-    assert {f["category"] for f in report["findings"]} == {"allocation", "sharing"}
+    assert {f["category"] for f in report["findings"]} == {"allocation", "memory", "sharing"}
 
 
 def test_invalid_config_is_a_usage_error(run_cli, tmp_path):

@@ -32,13 +32,9 @@ def stacked_bar(values: Mapping[str, Any], width: float = 1000.0) -> list[dict[s
     return out
 
 
-def group_bars(
-    rows: Sequence[Mapping[str, Any]], width: float = 640.0, row_height: float = 26.0
-) -> dict[str, Any]:
+def group_bars(rows: Sequence[Mapping[str, Any]], width: float = 640.0, row_height: float = 26.0) -> dict[str, Any]:
     """Horizontal stacked bars, one per group, on a common scale (GPUs)."""
-    scale_max = max(
-        (sum(float(r.get(k) or 0.0) for k, _ in SEGMENTS) for r in rows), default=0.0
-    )
+    scale_max = max((sum(float(r.get(k) or 0.0) for k, _ in SEGMENTS) for r in rows), default=0.0)
     bars = []
     for index, row in enumerate(rows):
         x = 0.0
@@ -94,9 +90,7 @@ def line_chart(
     return {"lines": lines, "ticks": ticks, "width": width, "height": height, "max": top}
 
 
-def range_bars(
-    scenarios: Sequence[Mapping[str, Any]], reference: float, width: float = 640.0
-) -> dict[str, Any]:
+def range_bars(scenarios: Sequence[Mapping[str, Any]], reference: float, width: float = 640.0) -> dict[str, Any]:
     """Low..high bars for the what-if scenarios, with a marker at ``reference``
     (pending demand) on the same scale."""
     top = max([float(s["freed"]["high"] or 0.0) for s in scenarios] + [reference, 1.0])

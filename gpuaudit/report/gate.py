@@ -38,9 +38,7 @@ def steps(
         status, evidence = "not_done", "no allocation rule ran"
     else:
         status = "done"
-        evidence = (
-            f"{gpus.get('allocated') or 0:g} allocated GPUs mapped to {workloads} workloads"
-        )
+        evidence = f"{gpus.get('allocated') or 0:g} allocated GPUs mapped to {workloads} workloads"
     out.append(
         _step(
             "allocation",
@@ -62,10 +60,7 @@ def steps(
         evidence = f"telemetry covers {ratio:.0%} of allocated GPUs"
     else:
         status = "partial"
-        evidence = (
-            f"telemetry covers {ratio or 0:.0%} of allocated GPUs "
-            f"(at least {MIN_COVERAGE:.0%} needed)"
-        )
+        evidence = f"telemetry covers {ratio or 0:.0%} of allocated GPUs (at least {MIN_COVERAGE:.0%} needed)"
     out.append(
         _step(
             "residency",
@@ -143,9 +138,7 @@ def steps(
     return out
 
 
-def verdict(
-    flow: Sequence[Mapping[str, str]], pending_gpus: float, freed: Mapping[str, Any]
-) -> dict[str, Any]:
+def verdict(flow: Sequence[Mapping[str, str]], pending_gpus: float, freed: Mapping[str, Any]) -> dict[str, Any]:
     """Whether a purchase can be discussed, and why."""
     missing = [s["title"] for s in flow if s["status"] != "done"]
     low, high = freed.get("low") or 0.0, freed.get("high") or 0.0
@@ -153,9 +146,7 @@ def verdict(
         return {
             "decision": "hold",
             "headline": "No large hardware purchase yet",
-            "reason": f"{len(missing)} of {len(flow)} diagnostic steps are not done: "
-            + ", ".join(missing)
-            + ".",
+            "reason": f"{len(missing)} of {len(flow)} diagnostic steps are not done: " + ", ".join(missing) + ".",
         }
     if not pending_gpus:
         return {
@@ -179,14 +170,10 @@ def verdict(
     }
 
 
-def checklist(
-    flow: Sequence[Mapping[str, str]], causes: Sequence[Mapping[str, Any]]
-) -> list[dict[str, Any]]:
+def checklist(flow: Sequence[Mapping[str, str]], causes: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """The first week: the steps not done, then the biggest causes, then history."""
     items: list[dict[str, Any]] = [
-        {"done": False, "text": s["action"], "step": s["step"]}
-        for s in flow
-        if s["status"] != "done"
+        {"done": False, "text": s["action"], "step": s["step"]} for s in flow if s["status"] != "done"
     ]
     for cause in causes:
         items.append(

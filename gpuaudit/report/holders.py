@@ -41,12 +41,8 @@ class Thresholds:
         resident_rule = params.get("GPA-ME-001", {})
         return cls(
             active_compute=float(idle_rule.get("max_compute", cls.active_compute)),
-            resident_idle=float(
-                resident_rule.get("min_resident_idle_fraction", cls.resident_idle)
-            ),
-            min_coverage=float(
-                resident_rule.get("min_coverage", idle_rule.get("min_coverage", cls.min_coverage))
-            ),
+            resident_idle=float(resident_rule.get("min_resident_idle_fraction", cls.resident_idle)),
+            min_coverage=float(resident_rule.get("min_coverage", idle_rule.get("min_coverage", cls.min_coverage))),
         )
 
 
@@ -162,9 +158,7 @@ def physical_gpus(pod: PodState, node: Node) -> tuple[float, int, tuple[str, ...
     return total, whole, tuple(sorted(set(profiles)))
 
 
-def _container_share(
-    requests: Sequence[Any], node: Node, profiles: list[str]
-) -> tuple[float, int]:
+def _container_share(requests: Sequence[Any], node: Node, profiles: list[str]) -> tuple[float, int]:
     share, whole = 0.0, 0
     for r in requests:
         count = r.count or 0
@@ -274,9 +268,7 @@ def collect(
                 gpus=node.gpus,
                 allocated=held.get(node.name, 0.0),
                 unschedulable=node.unschedulable,
-                mig_capable=capable == "true"
-                if capable
-                else bool(node.model and node.model.mig_capable),
+                mig_capable=capable == "true" if capable else bool(node.model and node.model.mig_capable),
                 memory_mib=node.model.memory_gib * 1024 if node.model else None,
             )
         )

@@ -36,7 +36,7 @@ class PoolPacking:
 
 
 def _size(need: Vector, capacity: Vector) -> tuple[float, float]:
-    shares = [n / c for n, c in zip(need, capacity) if c > 0]
+    shares = [n / c for n, c in zip(need, capacity, strict=True) if c > 0]
     return (max(shares, default=0.0), sum(shares))
 
 
@@ -57,7 +57,7 @@ def pack_pool(demand: Mapping[Vector, int], capacity: Vector) -> PoolPacking:
             continue
         if len(need) != len(capacity) or any(n < 0 for n in need):
             raise ValueError(f"need {need} does not match capacity {capacity}")
-        if any(n > c for n, c in zip(need, capacity)):
+        if any(n > c for n, c in zip(need, capacity, strict=True)):
             unfit += count
         else:
             counts[need] = counts.get(need, 0) + count
@@ -72,11 +72,11 @@ def pack_pool(demand: Mapping[Vector, int], capacity: Vector) -> PoolPacking:
             left = counts.get(need, 0)
             if not left:
                 continue
-            fit = min((r // n for r, n in zip(residual, need) if n > 0), default=left)
+            fit = min((r // n for r, n in zip(residual, need, strict=True) if n > 0), default=left)
             take = min(left, fit)
             if take:
                 pattern[need] = take
-                residual = [r - take * n for r, n in zip(residual, need)]
+                residual = [r - take * n for r, n in zip(residual, need, strict=True)]
         repeat = min(counts[need] // take for need, take in pattern.items())
         gpus += repeat
         for need, take in pattern.items():
@@ -142,9 +142,7 @@ class _Node:
         self.group = space.group
 
 
-def place_on_nodes(
-    nodes: Sequence[NodeSpace], pods: Iterable[PodDemand], *, unit: int = 1000
-) -> Placement:
+def place_on_nodes(nodes: Sequence[NodeSpace], pods: Iterable[PodDemand], *, unit: int = 1000) -> Placement:
     """Place ``pods`` in order, each on the first node that fits it.
 
     A whole-GPU pod takes untouched GPUs; a share goes to the fullest GPU of

@@ -109,9 +109,7 @@ def _charts(report: Mapping[str, Any]) -> dict[str, Any]:
         "overview": charts.stacked_bar(first["gpus"]),
         "pools": charts.group_bars(report["availability"]["by_pool"]),
         "teams": charts.group_bars(report["availability"]["by_team"][:12]),
-        "whatif": charts.range_bars(
-            report["whatif"]["scenarios"], float(report["scheduler"]["gpus"] or 0.0)
-        ),
+        "whatif": charts.range_bars(report["whatif"]["scenarios"], float(report["scheduler"]["gpus"] or 0.0)),
         "trend": charts.line_chart(
             report["trend"],
             [

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from gpuaudit.model import CATEGORIES, Finding
@@ -95,11 +96,7 @@ def availability(inventory: Inventory, cluster: str) -> dict[str, list[dict[str,
     by_pool_holders = _group(holders, lambda h: h.pool)
     # A pending pod belongs to the pool of the model it asks for; without a
     # node pool label the pools are the models.
-    by_pool_waiting = (
-        _group(waiting, lambda w: w.model or "any model")
-        if inventory.pool_label is None
-        else {}
-    )
+    by_pool_waiting = _group(waiting, lambda w: w.model or "any model") if inventory.pool_label is None else {}
     by_pool = []
     for pool in sorted(set(pools) | set(by_pool_holders) | set(by_pool_waiting)):
         nodes = pools.get(pool, [])
@@ -184,12 +181,8 @@ def _activity_values(holders: Sequence[Holder]) -> dict[str, Any]:
         "compute_p95": rounded(_weighted(measured, lambda t: t.get("compute_p95"))),
         "vram_used_ratio": rounded(used / capacity) if capacity else None,
         "vram_used_mib": round(used) if measured and capacity else None,
-        "memory_bandwidth": rounded(
-            _weighted(measured, lambda t: (t.get("extra") or {}).get("dram_active_mean"))
-        ),
-        "pcie_bps_per_gpu": round(sum(h.telemetry["pcie_mean_bps"] for h in pcie) / pcie_gpus)
-        if pcie_gpus
-        else None,
+        "memory_bandwidth": rounded(_weighted(measured, lambda t: (t.get("extra") or {}).get("dram_active_mean"))),
+        "pcie_bps_per_gpu": round(sum(h.telemetry["pcie_mean_bps"] for h in pcie) / pcie_gpus) if pcie_gpus else None,
         "tensor_active": rounded(_weighted(measured, lambda t: t.get("tensor_active_mean"))),
         "occupancy": rounded(_weighted(measured, lambda t: t.get("occupancy_mean"))),
     }
@@ -306,13 +299,37 @@ def pending(inventory: Inventory, kueue: Mapping[str, Any] | None) -> dict[str, 
 # --- root causes from the findings ---------------------------------------------------
 
 
-def finding_gpus(
-    finding: Finding, inventory_index: Mapping[tuple[str, str], float]
-) -> tuple[tuple[str, ...], float]:
-    """(what the finding is about, the GPUs concerned): the GPUs its pod holds
-    (or asks for, when it waits), or its node's; 0 for findings about the
-    cluster or a config. The key lets a category count a pod once however
-    many of its rules fire."""
+@dataclass(frozen=True)
+class Stake:
+    """The GPUs a finding concerns, and how many of them do no work: held
+    idle or with an idle model resident, free on its node, or asked for by a
+    pod the finding keeps waiting. Busy GPUs are concerned but not at stake;
+    GPUs without telemetry are neither (no data is not idle)."""
+
+    gpus: float
+    idle: float
+
+
+def stakes(inventory: Inventory) -> tuple[dict[tuple[str, str], Stake], dict[str, Stake]]:
+    """(by (namespace, pod), by node name)."""
+    not_working = (IDLE, RESIDENT_IDLE)
+    pods = {(w.namespace, w.pod): Stake(w.gpus, w.gpus) for w in inventory.waiting}
+    busy: dict[str, float] = defaultdict(float)
+    for h in inventory.holders:
+        pods[(h.namespace, h.pod)] = Stake(h.gpus, h.gpus if h.state in not_working else 0.0)
+        if h.state in (ACTIVE, NO_DATA):
+            busy[h.node] += h.gpus
+    nodes = {n.name: Stake(n.gpus, max(n.gpus - busy[n.name], 0.0)) for n in inventory.nodes}
+    return pods, nodes
+
+
+def finding_stake(
+    finding: Finding,
+    pods: Mapping[tuple[str, str], Stake],
+    nodes: Mapping[str, Stake],
+) -> tuple[tuple[str, ...], Stake]:
+    """(what the finding is about, its stake). The key lets a category count
+    a pod or node once however many of its rules fire."""
     subject = finding.subject
     facts: Mapping[str, Any] = subject.facts if subject is not None else {}
     target = subject.target if subject is not None else None
@@ -323,39 +340,31 @@ def finding_gpus(
             str(facts.get("namespace") or res.namespace or ""),
             str(facts.get("pod") or evidence.get("pod") or ""),
         )
-        if pod in inventory_index:
-            return ("pod", *pod), inventory_index[pod]
+        if pod in pods:
+            return ("pod", *pod), pods[pod]
         count = (facts.get("gpu") or {}).get("count") if facts else evidence.get("gpu.count")
-        return ("pod", *pod), float(count or 0.0)
+        return ("pod", *pod), Stake(float(count or 0.0), 0.0)
     if target == "node":
-        return ("node", res.name), float(facts.get("gpus") or 0.0)
+        return ("node", res.name), nodes.get(res.name, Stake(float(facts.get("gpus") or 0), 0.0))
     key = (target or "", res.kind, res.namespace, res.name)
     for name in ("gpus_held", "gpu.count"):
         if isinstance(evidence.get(name), (int, float)):
-            return key, float(evidence[name])
-    return key, 0.0
+            return key, Stake(float(evidence[name]), 0.0)
+    return key, Stake(0.0, 0.0)
 
 
-def gpu_index(inventory: Inventory) -> dict[tuple[str, str], float]:
-    """(namespace, pod) -> GPUs it holds, or asks for while it waits."""
-    index = {(w.namespace, w.pod): w.gpus for w in inventory.waiting}
-    index.update({(h.namespace, h.pod): h.gpus for h in inventory.holders})
-    return index
-
-
-def root_causes(
-    findings: Sequence[Finding], rules: Iterable[Any], inventory: Inventory
-) -> list[dict[str, Any]]:
+def root_causes(findings: Sequence[Finding], rules: Iterable[Any], inventory: Inventory) -> list[dict[str, Any]]:
     """Findings by category in diagnostic order, then by rule, with the GPUs
-    they concern and the workloads that weigh most."""
-    index = gpu_index(inventory)
-    titles = {r.id: r for r in rules}
-    by_rule: dict[str, list[tuple[Finding, float]]] = defaultdict(list)
-    keys: dict[str, dict[tuple[str, ...], float]] = defaultdict(dict)
+    they concern, how many of those do no work, and the workloads that weigh
+    most."""
+    pods, nodes = stakes(inventory)
+    known = {r.id: r for r in rules}
+    by_rule: dict[str, list[tuple[Finding, Stake]]] = defaultdict(list)
+    keys: dict[str, dict[tuple[str, ...], Stake]] = defaultdict(dict)
     for f in findings:
-        key, gpus = finding_gpus(f, index)
-        by_rule[f.rule].append((f, gpus))
-        keys[f.category][key] = gpus
+        key, stake = finding_stake(f, pods, nodes)
+        by_rule[f.rule].append((f, stake))
+        keys[f.category][key] = stake
     categories = []
     order = [*CATEGORIES, *sorted({f.category for f in findings} - set(CATEGORIES))]
     for category in order:
@@ -363,10 +372,10 @@ def root_causes(
         for rule_id in sorted(r for r, items in by_rule.items() if items[0][0].category == category):
             items = by_rule[rule_id]
             first = items[0][0]
-            offenders: dict[tuple[str, str, str], list[float]] = defaultdict(list)
-            for f, gpus in items:
+            offenders: dict[tuple[str, str, str], list[Stake]] = defaultdict(list)
+            for f, stake in items:
                 res = f.resource
-                offenders[(res.namespace, res.kind, res.name)].append(gpus)
+                offenders[(res.namespace, res.kind, res.name)].append(stake)
             top = sorted(
                 (
                     {
@@ -374,13 +383,13 @@ def root_causes(
                         "kind": kind,
                         "name": name,
                         "findings": len(v),
-                        "gpus": r1(sum(v)),
+                        "gpus": r1(sum(s.gpus for s in v)),
+                        "gpus_idle": r1(sum(s.idle for s in v)),
                     }
                     for (ns, kind, name), v in offenders.items()
                 ),
-                key=lambda o: (-(o["gpus"] or 0), -o["findings"], o["namespace"], o["name"]),
+                key=lambda o: (-(o["gpus_idle"] or 0), -(o["gpus"] or 0), -o["findings"], o["namespace"], o["name"]),
             )[:TOP]
-            rule = titles.get(rule_id)
             remediation = (first.remediation or {}).get("id")
             rules_here.append(
                 {
@@ -388,26 +397,29 @@ def root_causes(
                     "title": first.title,
                     "severity": first.severity,
                     "findings": len(items),
-                    "gpus": r1(sum(g for _, g in items)),
+                    "gpus": r1(sum(s.gpus for _, s in items)),
+                    "gpus_idle": r1(sum(s.idle for _, s in items)),
                     "workloads": len(offenders),
-                    "namespaces": len({ns for ns, _, _ in offenders}),
+                    "namespaces": len({ns for ns, _, _ in offenders if ns}),
                     "symptom": rule_id in SYMPTOM_RULES,
                     "remediation": remediation,
                     "fix": fix_hint(rule_id, remediation),
                     "docs": f"gpuaudit rules explain {rule_id}",
-                    "requires": list(getattr(rule, "requires", ()) or ()),
+                    "requires": list(getattr(known.get(rule_id), "requires", ()) or ()),
                     "top": top,
                     "examples": [f.message for f, _ in items[:EXAMPLES]],
                 }
             )
         if rules_here:
-            rules_here.sort(key=lambda r: (-(r["gpus"] or 0), -r["findings"], r["rule"]))
+            rules_here.sort(key=lambda r: (-(r["gpus_idle"] or 0), -(r["gpus"] or 0), -r["findings"], r["rule"]))
+            distinct = keys[category].values()
             categories.append(
                 {
                     "category": category,
                     "findings": sum(r["findings"] for r in rules_here),
                     # distinct pods and nodes: several rules may judge the same pod
-                    "gpus": r1(sum(keys[category].values())),
+                    "gpus": r1(sum(s.gpus for s in distinct)),
+                    "gpus_idle": r1(sum(s.idle for s in distinct)),
                     "rules": rules_here,
                 }
             )
@@ -425,20 +437,22 @@ def fix_hint(rule_id: str, remediation: str | None) -> str | None:
 
 
 def biggest_causes(causes: Sequence[Mapping[str, Any]], count: int = 3) -> list[dict[str, Any]]:
-    """The rules concerning the most GPUs (symptoms left out), biggest first."""
+    """The rules whose findings cover the most GPUs doing no work (symptoms
+    left out), biggest first."""
     rules = [
         {**r, "category": c["category"]}
         for c in causes
         for r in c["rules"]
-        if not r["symptom"] and (r["gpus"] or 0) > 0
+        if not r["symptom"] and (r["gpus_idle"] or 0) > 0
     ]
-    rules.sort(key=lambda r: (-(r["gpus"] or 0), -r["findings"], r["rule"]))
+    rules.sort(key=lambda r: (-(r["gpus_idle"] or 0), -(r["gpus"] or 0), -r["findings"], r["rule"]))
     return [
         {
             "rule": r["rule"],
             "title": r["title"],
             "category": r["category"],
             "gpus": r["gpus"],
+            "gpus_idle": r["gpus_idle"],
             "findings": r["findings"],
             "workloads": r["workloads"],
         }

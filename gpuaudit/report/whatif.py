@@ -107,12 +107,7 @@ class MigLayout:
         smallest = min(gb for _, _, gb in parsed)
         memory_slices = max(1, round(model.memory_gib / smallest))
         per_slice = model.memory_gib / memory_slices
-        profiles = tuple(
-            sorted(
-                (name, g, max(1, round(gb / per_slice)), gb * MIB_PER_GB)
-                for name, g, gb in parsed
-            )
-        )
+        profiles = tuple(sorted((name, g, max(1, round(gb / per_slice)), gb * MIB_PER_GB) for name, g, gb in parsed))
         profiles = tuple(sorted(profiles, key=lambda p: (p[1], p[2])))
         return cls(max(g for _, g, _, _ in profiles), memory_slices, profiles)
 
@@ -142,11 +137,7 @@ def _mig(candidates: Sequence[Holder], settings: WhatIfSettings) -> dict[str, An
             whole = 0
             for h in members:
                 need = _needs(h, settings)
-                profile = (
-                    layout.smallest(need.vram_mib[estimate], need.compute[estimate])
-                    if need
-                    else None
-                )
+                profile = layout.smallest(need.vram_mib[estimate], need.compute[estimate]) if need else None
                 if profile is None:
                     whole += 1
                     continue
@@ -183,9 +174,7 @@ def _mig(candidates: Sequence[Holder], settings: WhatIfSettings) -> dict[str, An
 # --- (b) time-slicing --------------------------------------------------------------
 
 
-def _time_slicing(
-    candidates: Sequence[Holder], inventory: Inventory, settings: WhatIfSettings
-) -> dict[str, Any]:
+def _time_slicing(candidates: Sequence[Holder], inventory: Inventory, settings: WhatIfSettings) -> dict[str, Any]:
     replicas = settings.time_slicing_replicas
     memory_of = {n.name: n.memory_mib for n in inventory.nodes}
     rows = []
@@ -298,9 +287,7 @@ def _scenario(
     }
 
 
-def simulate(
-    inventory: Inventory, thresholds: Thresholds, settings: WhatIfSettings
-) -> dict[str, Any]:
+def simulate(inventory: Inventory, thresholds: Thresholds, settings: WhatIfSettings) -> dict[str, Any]:
     candidates, kept = _split(inventory)
     scenarios = [
         _mig(candidates, settings),
