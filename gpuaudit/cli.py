@@ -390,5 +390,13 @@ def rules_test(dirs: tuple[Path, ...], verbose: bool) -> None:
             click.echo(f"note  {label}: no {' or '.join(sorted(missing))} case")
     click.echo(f"{len(outcomes)} rules, {cases} cases, {failed} failed")
     sys.exit(1 if failed else 0)
+
+
+def kubectl_plugin() -> None:
+    """Entry point of `kubectl-gpuaudit`: kubectl runs it for `kubectl gpuaudit ...`,
+    so help and usage messages name the command the user typed."""
+    main(prog_name="kubectl gpuaudit")
+
+
 if __name__ == "__main__":
     main()

@@ -12,6 +12,7 @@ from typing import Any
 from gpuaudit import gpus
 from gpuaudit.model import Document, InputError, Workload
 from gpuaudit.quantity import QuantityError, parse_quantity
+from gpuaudit.sources.telemetry import normalized as normalized_telemetry
 from gpuaudit.workloads import GPU_RESOURCE, KindLocator, build_workloads, builtin_locators, group_of
 
 # Waiting reasons that mean a container will not start soon; the pod still
@@ -99,12 +100,35 @@ class ClusterState:
 
 
 def parse_time(value: Any) -> datetime | None:
+    """An RFC 3339 time, in UTC when it names no zone (so it can be compared
+    with the collection time), or None."""
     if not isinstance(value, str) or not value:
         return None
     try:
-        return datetime.fromisoformat(value.replace("Z", "+00:00"))
+        moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
     except ValueError:
         return None
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=timezone.utc)
+
+
+# Raw objects come from the API server or from a snapshot file that may have
+# been edited: a field of the wrong shape reads as absent, never as a crash.
+
+
+def as_map(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def as_list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def _objects(objects: Mapping[str, Any], key: str) -> list[Mapping[str, Any]]:
+    return [o for o in as_list(objects.get(key)) if isinstance(o, Mapping)]
+
+
+def _count(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
 
 def _gpu_resources(values: Any) -> dict[str, float]:
@@ -120,15 +144,15 @@ def _gpu_resources(values: Any) -> dict[str, float]:
 
 
 def build_node(obj: Mapping[str, Any]) -> Node:
-    meta = obj.get("metadata") or {}
-    spec = obj.get("spec") or {}
-    status = obj.get("status") or {}
-    labels = {str(k): str(v) for k, v in (meta.get("labels") or {}).items()}
+    meta = as_map(obj.get("metadata"))
+    spec = as_map(obj.get("spec"))
+    status = as_map(obj.get("status"))
+    labels = {str(k): str(v) for k, v in as_map(meta.get("labels")).items()}
     product = next((labels[k] for k in gpus.PRODUCT_LABELS if k in labels), None)
     return Node(
         name=str(meta.get("name", "")),
         labels=labels,
-        taints=tuple(t for t in spec.get("taints") or [] if isinstance(t, Mapping)),
+        taints=tuple(t for t in as_list(spec.get("taints")) if isinstance(t, Mapping)),
         unschedulable=spec.get("unschedulable") is True,
         gpu_capacity=_gpu_resources(status.get("capacity")),
         gpu_allocatable=_gpu_resources(status.get("allocatable")),
@@ -145,13 +169,13 @@ def _owner_index(
     index = {}
     for kind, objects in lists.items():
         for obj in objects:
-            meta = obj.get("metadata") or {}
+            meta = as_map(obj.get("metadata"))
             index[(kind, str(meta.get("namespace", "")), str(meta.get("name", "")))] = obj
     return index
 
 
 def _controller(meta: Mapping[str, Any]) -> Mapping[str, Any] | None:
-    refs = [r for r in meta.get("ownerReferences") or [] if isinstance(r, Mapping)]
+    refs = [r for r in as_list(meta.get("ownerReferences")) if isinstance(r, Mapping)]
     return next((r for r in refs if r.get("controller")), refs[0] if refs else None)
 
 
@@ -162,7 +186,7 @@ def resolve_owner(
 ) -> Owner:
     """Follow controller references up to the top workload: Pod -> ReplicaSet
     -> Deployment, Pod -> Job -> CronJob; CRD owners stop the walk."""
-    meta = pod.get("metadata") or {}
+    meta = as_map(pod.get("metadata"))
     namespace = str(meta.get("namespace", ""))
     api_version, kind, name = "v1", "Pod", str(meta.get("name", ""))
     ref = _controller(meta)
@@ -175,7 +199,7 @@ def resolve_owner(
             str(ref.get("name", "")),
         )
         parent = intermediates.get((kind, namespace, name))
-        ref = _controller(parent.get("metadata") or {}) if parent is not None else None
+        ref = _controller(as_map(parent.get("metadata"))) if parent is not None else None
     located = locators.get((group_of(api_version), kind))
     workload_class = located.workload_class if located else ("pod" if kind == "Pod" else "other")
     return Owner(api_version, kind, name, workload_class)
@@ -186,7 +210,7 @@ def _latest_failed_scheduling(events: Iterable[Mapping[str, Any]]) -> dict[tuple
     for event in events:
         if event.get("reason") != "FailedScheduling":
             continue
-        involved = event.get("involvedObject") or {}
+        involved = as_map(event.get("involvedObject"))
         key = (str(involved.get("namespace", "")), str(involved.get("name", "")))
         stamp = str(event.get("lastTimestamp") or event.get("eventTime") or "")
         if key not in latest or stamp >= latest[key][0]:
@@ -200,22 +224,21 @@ def build_pod(
     owner: Owner,
     failed_scheduling: str | None,
 ) -> PodState:
-    spec = obj.get("spec") or {}
-    status = obj.get("status") or {}
+    spec = as_map(obj.get("spec"))
+    status = as_map(obj.get("status"))
     phase = str(status.get("phase") or "Unknown")
     node = spec.get("nodeName") or None
-    statuses = [s for s in status.get("containerStatuses") or [] if isinstance(s, Mapping)]
-    statuses += [s for s in status.get("initContainerStatuses") or [] if isinstance(s, Mapping)]
+    statuses = [s for s in as_list(status.get("containerStatuses")) if isinstance(s, Mapping)]
+    statuses += [s for s in as_list(status.get("initContainerStatuses")) if isinstance(s, Mapping)]
     waiting = tuple(
-        str((s.get("state") or {}).get("waiting", {}).get("reason"))
-        for s in statuses
-        if isinstance((s.get("state") or {}).get("waiting"), Mapping)
-        and (s.get("state") or {})["waiting"].get("reason")
+        str(waiting["reason"])
+        for waiting in (as_map(as_map(s.get("state")).get("waiting")) for s in statuses)
+        if waiting.get("reason")
     )
     ready_condition = next(
         (
             c
-            for c in status.get("conditions") or []
+            for c in as_list(status.get("conditions"))
             if isinstance(c, Mapping) and c.get("type") == "Ready"
         ),
         None,
@@ -227,7 +250,7 @@ def build_pod(
         else None
     )
     gates = tuple(
-        str(g.get("name")) for g in spec.get("schedulingGates") or [] if isinstance(g, Mapping)
+        str(g.get("name")) for g in as_list(spec.get("schedulingGates")) if isinstance(g, Mapping)
     )
     return PodState(
         workload=workload,
@@ -239,7 +262,7 @@ def build_pod(
         holds_gpus=bool(node) and phase in ("Pending", "Running", "Unknown"),
         start_time=parse_time(status.get("startTime")),
         waiting_reasons=waiting,
-        restarts=sum(int(s.get("restartCount") or 0) for s in statuses),
+        restarts=sum(_count(s.get("restartCount")) for s in statuses),
         ready=ready,
         not_ready_since=not_ready_since,
         scheduling_gates=gates,
@@ -254,14 +277,14 @@ def _unbound(spec: Any) -> Any:
 
 
 def build_cluster_state(snapshot: Mapping[str, Any]) -> ClusterState:
-    objects = snapshot.get("objects") or {}
+    objects = as_map(snapshot.get("objects"))
     locators = builtin_locators()
-    nodes = tuple(build_node(n) for n in objects.get("nodes") or [])
+    nodes = tuple(build_node(n) for n in _objects(objects, "nodes"))
     intermediates = _owner_index(
-        {"ReplicaSet": objects.get("replicasets") or [], "Job": objects.get("jobs") or []}
+        {"ReplicaSet": _objects(objects, "replicasets"), "Job": _objects(objects, "jobs")}
     )
-    pending_messages = _latest_failed_scheduling(objects.get("events") or [])
-    raw_pods = [p for p in objects.get("pods") or [] if isinstance(p, Mapping)]
+    pending_messages = _latest_failed_scheduling(_objects(objects, "events"))
+    raw_pods = _objects(objects, "pods")
     # The scheduler writes nodeName when it binds a pod: on a live pod it is
     # the result of placement, not a constraint (PodState.node keeps it).
     documents = [
@@ -286,10 +309,10 @@ def build_cluster_state(snapshot: Mapping[str, Any]) -> ClusterState:
         )
     configs = tuple(
         Document(obj={"apiVersion": "v1", "kind": "ConfigMap", **c}, file="", line=0)
-        for c in objects.get("configmaps") or []
+        for c in _objects(objects, "configmaps")
     ) + tuple(
         Document(obj={"apiVersion": "nvidia.com/v1", "kind": "ClusterPolicy", **c}, file="", line=0)
-        for c in objects.get("clusterpolicies") or []
+        for c in _objects(objects, "clusterpolicies")
     )
     errors = [
         InputError(
@@ -299,7 +322,8 @@ def build_cluster_state(snapshot: Mapping[str, Any]) -> ClusterState:
             + (f" (HTTP {e['status']})" if e.get("status") else "")
             + "; this audit is partial",
         )
-        for e in snapshot.get("errors") or []
+        for e in as_list(snapshot.get("errors"))
+        if isinstance(e, Mapping)
     ]
     errors += [InputError("cluster", None, e.message, "warning") for e in field_errors]
     collected = parse_time(snapshot.get("collected_at")) or datetime.now(timezone.utc)
@@ -308,9 +332,9 @@ def build_cluster_state(snapshot: Mapping[str, Any]) -> ClusterState:
         nodes=nodes,
         pods=tuple(pods),
         configs=configs,
-        claims=tuple(objects.get("resourceclaims") or ()),
-        kueue_workloads=tuple(objects.get("kueueworkloads") or ()),
-        telemetry=snapshot.get("telemetry"),
+        claims=tuple(_objects(objects, "resourceclaims")),
+        kueue_workloads=tuple(_objects(objects, "kueueworkloads")),
+        telemetry=normalized_telemetry(snapshot.get("telemetry")),
         errors=tuple(errors),
-        source=str((snapshot.get("cluster") or {}).get("server") or "snapshot"),
+        source=str(as_map(snapshot.get("cluster")).get("server") or "snapshot"),
     )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 
 _SUFFIXES = {
@@ -27,24 +28,54 @@ _QUANTITY = re.compile(
 )
 
 
+# Kubernetes keeps quantities as int64 base units with nano precision: larger
+# values do not exist there, and finer ones round up to 1n. Inside these bounds
+# no sum, product or ratio the facts compute can overflow to infinity.
+MAX_QUANTITY = float(2**63)
+MIN_QUANTITY = 1e-9
+
+
 class QuantityError(ValueError):
     """A value where a Kubernetes quantity belongs that is not one."""
 
 
 def parse_quantity(value: object) -> float:
     """Parse a quantity; raise QuantityError for anything else (placeholders,
-    null, words), so callers can report the field instead of guessing zero."""
+    null, words), so callers can report the field instead of guessing zero.
+
+    Every field read as a quantity (resources, replicas, sizes) is a count or
+    an amount: negative values and values beyond Kubernetes' range ("1e400",
+    "9Ei") are errors too, never a sign flip or an infinity downstream.
+    """
     if isinstance(value, bool):
         raise QuantityError(f"{value!r} is not a quantity")
     if isinstance(value, (int, float)):
-        if value != value or value in (float("inf"), float("-inf")):
+        try:
+            number = float(value)
+        except OverflowError:  # an int beyond any float
+            raise QuantityError(f"{_shown(value)} is out of range") from None
+        if not math.isfinite(number):
             raise QuantityError(f"{value!r} is not a finite quantity")
-        return float(value)
-    if value is None:
+    elif value is None:
         raise QuantityError("null is not a quantity")
-    if not isinstance(value, str):
+    elif not isinstance(value, str):
         raise QuantityError(f"{type(value).__name__} is not a quantity")
-    match = _QUANTITY.match(value.strip())
-    if not match:
-        raise QuantityError(f"{value!r} is not a quantity")
-    return float(match.group(1)) * _SUFFIXES[match.group(2)]
+    else:
+        match = _QUANTITY.match(value.strip())
+        if not match:
+            raise QuantityError(f"{value!r} is not a quantity")
+        number = float(match.group(1)) * _SUFFIXES[match.group(2)]
+        if not math.isfinite(number):
+            raise QuantityError(f"{_shown(value)} is out of range")
+    if number < 0:
+        raise QuantityError(f"{_shown(value)} is negative")
+    if number > MAX_QUANTITY:
+        raise QuantityError(f"{_shown(value)} is out of range")
+    if 0 < number < MIN_QUANTITY:  # Kubernetes rounds finer values up to 1n
+        return MIN_QUANTITY
+    return number or 0.0  # never -0.0
+
+
+def _shown(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."

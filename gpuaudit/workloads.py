@@ -337,13 +337,15 @@ class _TemplateBuilder:
         value = section_values[name]
         try:
             return parse_quantity(value)
-        except QuantityError:
+        except QuantityError as exc:
             ptr = f"{res_ptr}/{section}/{_escape(name)}"
-            self.error(
-                ptr,
-                f"{section}.{name}: {value!r} is not a GPU count "
-                "(a placeholder left unrendered?); this request cannot be judged",
+            # A number out of range says so; text is most often a placeholder.
+            why = (
+                f"{exc}, not a GPU count"
+                if isinstance(value, (int, float)) or "is not" not in str(exc)
+                else f"{value!r} is not a GPU count (a placeholder left unrendered?)"
             )
+            self.error(ptr, f"{section}.{name}: {why}; this request cannot be judged")
             return None
 
     def _pod_level_gpus(

@@ -610,7 +610,7 @@ def telemetry(c: Cluster) -> dict[str, Any]:
         for gpu, mig_id in c.devices[key]:
             used.setdefault(node, set()).add(gpu)
             jitter = _between(rng, 0.97, 1.03)
-            metrics = {k: v * jitter if k.startswith("compute") else v for k, v in behaviour.items()}
+            metrics = {k: min(v * jitter, 1.0) if k.startswith("compute") else v for k, v in behaviour.items()}
             metrics.setdefault("coverage", round(_between(rng, 0.97, 1.0), 3))
             metrics["fb_total_mib"] = MIG_MIB if mig_id is not None else memory
             identity = {

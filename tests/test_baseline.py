@@ -87,9 +87,7 @@ def test_a_new_finding_is_reported_and_stale_entries_are_listed(run_cli, tmp_pat
     proc = run_cli("check", "pod.yaml", "other.yaml", "--baseline", "b.json", "--format", "json")
     assert proc.returncode == 1  # new high findings
     report = json.loads(proc.stdout)
-    located = sorted(
-        (f["resource"]["name"], f["location"]["file"]) for f in report["findings"]
-    )
+    located = sorted((f["resource"]["name"], f["location"]["file"]) for f in report["findings"])
     # same kind/name/rule in another file is a different finding
     assert located == [("pinned", "other.yaml"), ("pinned-v2", "pod.yaml")]
     stale = [e for e in report["errors"] if e["file"] == "b.json"]
@@ -101,10 +99,7 @@ def test_baseline_counts_findings_that_share_a_fingerprint(run_cli, tmp_path):
     job = tmp_path / "job.yaml"
     job.write_text(TRAINING)  # Master and Worker: two /dev/shm findings, one fingerprint
     run_cli("check", "job.yaml", "--write-baseline", "b.json")
-    entry = next(
-        e for e in json.loads((tmp_path / "b.json").read_text())["findings"]
-        if e["rule"] == "GPA-AP-002"
-    )
+    entry = next(e for e in json.loads((tmp_path / "b.json").read_text())["findings"] if e["rule"] == "GPA-AP-002")
     assert entry["count"] == 2
     proc = run_cli("check", "job.yaml", "--baseline", "b.json", "--format", "json")
     assert findings(proc) == []

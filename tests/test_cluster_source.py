@@ -345,7 +345,7 @@ def test_a_configmap_mounted_by_a_device_plugin_pod_is_read(apiserver, kubeconfi
 
 
 def _cluster_role() -> set[tuple[str, str, str]]:
-    docs = list(yaml.safe_load_all((ROOT / "deploy" / "rbac.yaml").read_text()))
+    docs = list(yaml.safe_load_all((ROOT / "deploy" / "base" / "rbac.yaml").read_text()))
     role = next(d for d in docs if d["kind"] == "ClusterRole")
     granted = set()
     for rule in role["rules"]:

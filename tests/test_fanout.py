@@ -117,3 +117,14 @@ def test_small_inputs_and_threaded_callers_are_read_here(tmp_path, two_cpus):
     root = repository(tmp_path, 100)
     read_paths([str(root)])
     assert not two_cpus
+
+
+def test_when_no_worker_can_start_everything_is_read_here(tmp_path, monkeypatch):
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
+
+    def no_fork():
+        raise BlockingIOError(11, "Resource temporarily unavailable")
+
+    monkeypatch.setattr(os, "fork", no_fork)
+    root = repository(tmp_path, 200)
+    assert as_data(read_paths([str(root)])) == as_data(one_by_one(root))

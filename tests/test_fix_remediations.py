@@ -57,7 +57,8 @@ def leaf_changes(before, after, path=""):
                 out.extend(leaf_changes(before[k], after[k], child))
         return out
     if isinstance(before, list) and isinstance(after, list) and len(before) == len(after):
-        return [p for i, (a, b) in enumerate(zip(before, after)) for p in leaf_changes(a, b, f"{path}/{i}")]
+        pairs = enumerate(zip(before, after, strict=True))
+        return [p for i, (a, b) in pairs for p in leaf_changes(a, b, f"{path}/{i}")]
     return [] if before == after else [path]
 
 

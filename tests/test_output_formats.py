@@ -127,9 +127,7 @@ def test_policyreport_validates_against_its_crds(run_cli, tmp_path):
     assert namespaced["metadata"]["namespace"] == "ml"
     pin = next(r for r in namespaced["results"] if r["policy"] == "GPA-PL-001")
     assert pin["result"] == "fail" and pin["severity"] == "high"
-    assert pin["resources"] == [
-        {"apiVersion": "v1", "kind": "Pod", "name": "pinned", "namespace": "ml"}
-    ]
+    assert pin["resources"] == [{"apiVersion": "v1", "kind": "Pod", "name": "pinned", "namespace": "ml"}]
     assert pin["properties"]["line"] == "7"
     [cluster] = [d for d in docs if d["kind"] == "ClusterPolicyReport"]
     results = {r["result"] for r in cluster["results"]}

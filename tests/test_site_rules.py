@@ -117,16 +117,12 @@ def test_rules_validate_takes_files_and_checks_cases_files(run_cli, tmp_path):
 def test_rules_validate_rejects_an_id_used_twice(run_cli, tmp_path):
     policies = site(tmp_path)
     (tmp_path / "copy.yaml").write_text(RULE)
-    proc = run_cli(
-        "rules", "validate", str(policies / "application" / "training-cpu.yaml"), "copy.yaml"
-    )
+    proc = run_cli("rules", "validate", str(policies / "application" / "training-cpu.yaml"), "copy.yaml")
     assert proc.returncode == 2 and "already used" in proc.stderr
 
 
 def git(repo: Path, *args: str) -> str:
-    return subprocess.run(
-        ["git", "-C", str(repo), *args], check=True, capture_output=True, text=True
-    ).stdout
+    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True).stdout
 
 
 def hook_source(tmp_path: Path) -> Path:

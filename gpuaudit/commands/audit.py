@@ -29,6 +29,12 @@ from gpuaudit.commands.sources import (
     type=click.Path(dir_okay=False, path_type=Path),
     help="Also write the snapshot this audit used (replay it with --snapshot).",
 )
+@click.option(
+    "--history",
+    "history_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Record this run's GPU counts in a SQLite history (for `gpuaudit report`'s trend).",
+)
 def audit(
     config_path: Path | None,
     policy_dirs: tuple[Path, ...],
@@ -38,6 +44,7 @@ def audit(
     output: Path | None,
     fail_on: str | None,
     save_snapshot: Path | None,
+    history_path: Path | None,
     **sources: Any,
 ) -> None:
     """Audit a live cluster read-only (or --snapshot FILE), with GPU telemetry
@@ -58,4 +65,13 @@ def audit(
     result = audit_cluster(snapshot, config, rules, telemetry_problem=problem)
     result.errors[:0] = [*config.warnings, *rule_errors]
     emit(result, formats, output)
+    if history_path is not None:
+        from gpuaudit.report.history import HistoryError
+        from gpuaudit.report.record import record_audit
+
+        try:
+            record_audit(history_path, result, config, snapshot)
+        except (HistoryError, ValueError) as exc:
+            click.echo(f"gpuaudit: history not recorded: {exc}", err=True)
+            sys.exit(2)
     sys.exit(result.exit_code(fail_on or config.fail_on or "high"))

@@ -8,7 +8,7 @@ import difflib
 import shutil
 import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -16,14 +16,16 @@ from typing import Any
 import click
 import yaml
 
-from gpuaudit.audit import check_manifests, load_policy, locators_for
+from gpuaudit.audit import audit_cluster, check_manifests, load_policy, locators_for, manifest_subjects
 from gpuaudit.cli import load_config_or_exit, policy_options, split_names
+from gpuaudit.commands.sources import load_snapshot, load_telemetry, telemetry_options
 from gpuaudit.config import Config
+from gpuaudit.engine.evaluate import evaluate
 from gpuaudit.engine.rules import Rule
 from gpuaudit.facts.context import Site, build_context
 from gpuaudit.model import Document, Finding, InputError
 from gpuaudit.output.files import UnsafePathError, inside, write_atomic
-from gpuaudit.remediate import kustomize, overlay, review, verify
+from gpuaudit.remediate import kustomize, live, overlay, review, verify
 from gpuaudit.remediate.plan import (
     ObjectId,
     Plan,
@@ -33,7 +35,10 @@ from gpuaudit.remediate.plan import (
     object_id,
     plan_fixes,
 )
+from gpuaudit.remediate.planners import RunState
+from gpuaudit.remediate.planners.sharing import sharing_configs
 from gpuaudit.sources.manifests import read_paths
+from gpuaudit.workloads import build_workloads
 
 
 @dataclass
@@ -49,6 +54,8 @@ class Inputs:
     labels: dict[int, str] = field(default_factory=dict)  # id(document) -> display name
     documents: list[Document] = field(default_factory=list)  # every object read
     bare: list[Document] = field(default_factory=list)  # non-Kubernetes YAML (bare configs)
+
+    live: bool = False  # read from a snapshot: the base is the cluster's objects
 
     def shared_names(self, config: Config) -> frozenset[str] | None:
         """The `.shared` names the input's device-plugin configs (or the site) advertise."""
@@ -92,6 +99,23 @@ def read_inputs(paths: Sequence[str], config: Config, rules: Sequence[Rule]) -> 
     return inputs
 
 
+def read_live(
+    snapshot: dict[str, Any], label: str, config: Config, rules: Sequence[Rule], problem: str | None
+) -> Inputs:
+    """A cluster audit of the snapshot, with the cluster's own objects as the base."""
+    inputs = Inputs(live=True)
+    result = audit_cluster(snapshot, config, rules, telemetry_problem=problem)
+    inputs.errors.extend(e for e in result.errors if e.level == "error" and e.file != "telemetry")
+    inputs.items = live.live_items(result.findings, snapshot, label)
+    inputs.findings = [f for f, _ in inputs.items]
+    for finding, source in inputs.items:
+        if source.content is not None:
+            doc = finding.subject.document
+            inputs.originals[object_id(doc.obj)] = dict(doc.obj)
+            inputs.documents.append(doc)
+    return inputs
+
+
 def _file_source(path: Path) -> Source:
     try:
         text = path.read_text(encoding="utf-8-sig")
@@ -123,6 +147,27 @@ def _read_package(path: Path, config: Config, rules: Sequence[Rule], inputs: Inp
     for doc in read.documents:
         inputs.originals[object_id(doc.obj)] = dict(doc.obj)
     inputs.files.update(path.resolve() / n for n in kustomize.KUSTOMIZATION_FILES)
+
+
+def rechecker(config: Config, rules: Sequence[Rule], inputs: Inputs):
+    """Whether a finding's rule still reports it on an object as patched so
+    far, judged with what the rest of the input says (facts.context)."""
+    by_id = {r.id: r for r in rules}
+    locators = locators_for(config)
+    workloads, _ = build_workloads(inputs.documents, locators)
+    context = build_context(Site.from_config(config.site), inputs.documents, workloads, inputs.bare)
+
+    def still_found(finding: Finding, obj: Mapping[str, Any]) -> bool:
+        rule = by_id.get(finding.rule)
+        if rule is None:
+            return True
+        doc = Document(dict(obj), "", 1)
+        patched, _ = build_workloads([doc], locators)
+        subjects = manifest_subjects([doc], patched, context)
+        found = evaluate([rule], subjects, inputs={"manifest"}, exemptions=config.exemptions)
+        return verify.finding_key(finding) in {verify.finding_key(f) for f in found.findings}
+
+    return still_found
 
 
 def parse_settings(values: Sequence[str]) -> dict[str, Any]:
@@ -162,6 +207,14 @@ def parse_settings(values: Sequence[str]) -> dict[str, Any]:
     metavar="[REMEDIATION.]NAME=VALUE",
     help="Set a remediation parameter (remediations/params.yaml), e.g. --set size_limit=32Gi.",
 )
+@click.option(
+    "--snapshot",
+    "snapshot_path",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="A snapshot (gpuaudit snapshot): with PATHS, its pods' GPU memory and GPU models size "
+    "the patches; alone, its GPU configs are fixed with the objects as read for a base.",
+)
+@telemetry_options
 @policy_options
 def fix(
     paths: tuple[str, ...],
@@ -170,23 +223,50 @@ def fix(
     show_diff: bool,
     check_build: bool,
     settings: tuple[str, ...],
+    snapshot_path: Path | None,
     config_path: Path | None,
     policy_dirs: tuple[Path, ...],
     include: str,
     exclude: str,
+    **telemetry: Any,
 ) -> None:
     """Write a Kustomize overlay that fixes the findings in PATHS (manifest
     files, folders, or kustomize directories), with REVIEW.md."""
-    if not paths:
-        raise click.UsageError("give manifest files, folders or kustomize directories to fix")
+    if not paths and snapshot_path is None:
+        raise click.UsageError("give manifest files, folders or kustomize directories to fix, or --snapshot FILE")
     if "-" in paths:
         raise click.UsageError("fix needs files it can reference from the overlay, not stdin")
     if out_dir is None and not show_diff:
         raise click.UsageError("--out DIR is required (or --diff to print the changes)")
+    if snapshot_path is None and (telemetry.get("prometheus_url") or telemetry.get("sample_files")):
+        raise click.UsageError("--prometheus and --samples size patches from --snapshot FILE's pods")
     config = load_config_or_exit(config_path)
     rules, rule_errors = load_policy(config, policy_dirs, split_names(include), split_names(exclude))
-    inputs = read_inputs(paths, config, rules)
-    errors = [*config.warnings, *rule_errors, *inputs.errors]
+    run = RunState()
+    errors = [*config.warnings, *rule_errors]
+    snapshot: dict[str, Any] = {}
+    problem: str | None = None
+    if snapshot_path is not None:
+        snapshot = load_snapshot(
+            snapshot_path=snapshot_path,
+            kubeconfig=None,
+            context=None,
+            in_cluster=False,
+            request_timeout=30.0,
+            deadline=300.0,
+        )
+        problem = load_telemetry(snapshot, config, **telemetry)
+        if problem:
+            errors.append(InputError("telemetry", None, problem))
+        run.evidence = live.evidence(snapshot)
+        run.evidence_source = str(snapshot_path)
+    if paths:
+        inputs = read_inputs(paths, config, rules)
+    else:
+        inputs = read_live(snapshot, str(snapshot_path), config, rules, problem)
+    run.shared_names = inputs.shared_names(config)
+    run.sharing_configs = sharing_configs(inputs.documents)
+    errors += inputs.errors
     for e in errors:
         where = f"{e.file}:{e.line}" if e.line else e.file
         click.echo(f"gpuaudit: {where}: {e.message}", err=True)
@@ -196,7 +276,8 @@ def fix(
         inputs.items,
         locators_for(config),
         Settings(site=dict(config.site), overrides=parse_settings(settings)),
-        inputs.shared_names(config),
+        run,
+        None if inputs.live else rechecker(config, rules, inputs),
     )
     if show_diff:
         _print_diff(plan, inputs)
@@ -252,11 +333,15 @@ def _verify(out_dir: Path, plan: Plan, inputs: Inputs, config: Config, rules: li
     except kustomize.KustomizeError as exc:
         click.echo(f"verify: the overlay does not build: {exc}", err=True)
         return False
+    before = inputs.findings
+    if inputs.live:  # judge the base as manifests too, so both sides ran the same rules
+        base = "---\n".join(overlay.dump(o) for o in inputs.originals.values())
+        before = check_manifests(["-"], config, rules, stdin_text=base).findings
     result = verify.verify(
         built,
         plan,
         inputs.originals,
-        inputs.findings,
+        before,
         lambda: check_manifests(["-"], config, rules, stdin_text=text).findings,
     )
     click.echo(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -69,7 +70,13 @@ def report(
 ) -> None:
     """Write the capacity review of a live cluster (or --snapshot FILE) to --out DIR."""
     from gpuaudit.report import history
-    from gpuaudit.report.build import analyse, assemble, run_summary, settings_from_config
+    from gpuaudit.report.build import (
+        analyse,
+        assemble,
+        cluster_name,
+        run_summary,
+        settings_from_config,
+    )
     from gpuaudit.report.period import month, month_of
     from gpuaudit.report.render import write_report
 
@@ -89,6 +96,7 @@ def report(
     result = audit_cluster(snapshot, config, rules, telemetry_problem=problem)
     result.errors[:0] = [*config.warnings, *rule_errors]
 
+    settings = replace(settings, cluster_name=cluster_name(config.report, snapshot))
     analysis = analyse(result.state, result.subjects, result, settings)
     configured = config.report.get("history")
     if history_path is None and configured:

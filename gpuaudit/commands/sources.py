@@ -178,6 +178,17 @@ def load_snapshot(
     return snapshot
 
 
+def _pods_by_uid(snapshot: dict[str, Any]) -> dict[str, tuple[str, str]]:
+    """Pod UID -> (namespace, name) of the snapshot's pods: a sampler on a node
+    (the DaemonSet in deploy/) records only the UID from each process's cgroup."""
+    out: dict[str, tuple[str, str]] = {}
+    for pod in (snapshot.get("objects") or {}).get("pods") or []:
+        meta = pod.get("metadata") or {}
+        if meta.get("uid") and meta.get("name"):
+            out[str(meta["uid"])] = (str(meta.get("namespace") or "default"), str(meta["name"]))
+    return out
+
+
 def load_telemetry(
     snapshot: dict[str, Any],
     config: Config,
@@ -206,7 +217,9 @@ def load_telemetry(
         from gpuaudit.sources.samples import aggregate_samples
 
         try:
-            snapshot["telemetry"] = aggregate_samples(list(sample_files), params=settings.get("params"))
+            snapshot["telemetry"] = aggregate_samples(
+                list(sample_files), params=settings.get("params"), pods_by_uid=_pods_by_uid(snapshot)
+            )
         except (OSError, ValueError, TelemetryUnavailable) as exc:
             return f"cannot use samples: {exc}"
         return None

@@ -69,9 +69,7 @@ def fingerprint(f: Finding, cwd: Path | None = None) -> Fingerprint:
 
 def build(findings: Iterable[Finding], cwd: Path | None = None) -> dict[str, Any]:
     counts: Counter[Fingerprint] = Counter(fingerprint(f, cwd) for f in findings)
-    entries = [
-        {**dict(zip(FIELDS, key, strict=True)), "count": n} for key, n in sorted(counts.items())
-    ]
+    entries = [{**dict(zip(FIELDS, key, strict=True)), "count": n} for key, n in sorted(counts.items())]
     return {
         "version": VERSION,
         "tool": {"name": "gpuaudit", "version": __version__},
@@ -105,9 +103,7 @@ def load(path: Path) -> dict[Fingerprint, int]:
     return counts
 
 
-def apply(
-    findings: Sequence[Finding], baseline: Mapping[Fingerprint, int], cwd: Path | None = None
-) -> Applied:
+def apply(findings: Sequence[Finding], baseline: Mapping[Fingerprint, int], cwd: Path | None = None) -> Applied:
     left = dict(baseline)
     kept: list[Finding] = []
     hidden: list[Finding] = []

@@ -32,9 +32,7 @@ def validate_paths(paths: Iterable[Path]) -> Validation:
 
     def add(rule: Rule) -> None:
         if rule.id in seen and seen[rule.id] != rule.source:
-            out.errors.append(
-                RuleError(rule.source, None, f"id {rule.id} is already used by {seen[rule.id]}")
-            )
+            out.errors.append(RuleError(rule.source, None, f"id {rule.id} is already used by {seen[rule.id]}"))
             return
         seen[rule.id] = rule.source
         out.rules.append(rule)

@@ -56,11 +56,7 @@ def _pins(request: Any, pointer: str) -> Iterator[dict[str, Any]]:
             if not isinstance(expression, str) or "||" in expression:
                 continue
             kind = (
-                "device"
-                if _DEVICE_PIN.search(expression)
-                else "product"
-                if _PRODUCT_PIN.search(expression)
-                else None
+                "device" if _DEVICE_PIN.search(expression) else "product" if _PRODUCT_PIN.search(expression) else None
             )
             if kind:
                 yield {

@@ -5,6 +5,7 @@ ClusterPolicy, and mig-parted configs (gpu-domain.md §2, §3)."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
+from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
 import yaml
@@ -84,6 +85,13 @@ def is_device_plugin_config(value: Any) -> bool:
 def _parse_embedded(text: Any) -> Any:
     if not isinstance(text, str) or "version" not in text:
         return None
+    return _parse_config_text(text)
+
+
+@lru_cache(maxsize=256)
+def _parse_config_text(text: str) -> Any:
+    """Parsed once per text: the input context and the subjects both read it
+    (callers treat the result as read-only)."""
     try:
         return yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     except yaml.YAMLError:

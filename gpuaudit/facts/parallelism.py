@@ -62,8 +62,13 @@ ENV: Mapping[str, tuple[str, ...]] = {
     "data": ("DATA_PARALLEL_SIZE", "DP_SIZE"),
     "processes": ("NPROC_PER_NODE", "PET_NPROC_PER_NODE"),
 }
-# KServe's predictor workerSpec carries the sizes as fields.
-SPEC_FIELDS = {"tensor": "tensorParallelSize", "pipeline": "pipelineParallelSize"}
+# KServe's predictor workerSpec carries the sizes as fields (and a RayService's
+# Serve config is read into the same fields, facts/process.py).
+SPEC_FIELDS = {
+    "tensor": "tensorParallelSize",
+    "pipeline": "pipelineParallelSize",
+    "data": "dataParallelSize",
+}
 # torchrun's --nproc-per-node may name "all GPUs" instead of a number.
 _ALL_GPUS = ("gpu", "auto")
 

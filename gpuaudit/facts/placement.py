@@ -101,21 +101,14 @@ def _per_node_limit(
 ) -> tuple[int | None, str | None, str | None]:
     affinity = spec.get("affinity")
     anti = affinity.get("podAntiAffinity") if isinstance(affinity, Mapping) else None
-    required = (
-        anti.get("requiredDuringSchedulingIgnoredDuringExecution")
-        if isinstance(anti, Mapping)
-        else None
-    )
+    required = anti.get("requiredDuringSchedulingIgnoredDuringExecution") if isinstance(anti, Mapping) else None
     for i, term in enumerate(required if isinstance(required, list) else ()):
         if (
             isinstance(term, Mapping)
             and term.get("topologyKey") == HOSTNAME_LABEL
             and _selects(term.get("labelSelector"), labels)
         ):
-            where = (
-                f"{pointer}/affinity/podAntiAffinity/"
-                f"requiredDuringSchedulingIgnoredDuringExecution/{i}"
-            )
+            where = f"{pointer}/affinity/podAntiAffinity/requiredDuringSchedulingIgnoredDuringExecution/{i}"
             return 1, "podAntiAffinity", where
     best: tuple[int | None, str | None, str | None] = (None, None, None)
     for i, c in enumerate(spec.get("topologySpreadConstraints") or ()):
@@ -142,9 +135,7 @@ def _selects(selector: Any, labels: Mapping[str, str]) -> bool:
     exprs = selector.get("matchExpressions") or []
     if not match_labels and not exprs:
         return False
-    if not isinstance(match_labels, Mapping) or any(
-        labels.get(str(k)) != str(v) for k, v in match_labels.items()
-    ):
+    if not isinstance(match_labels, Mapping) or any(labels.get(str(k)) != str(v) for k, v in match_labels.items()):
         return False
     for e in exprs if isinstance(exprs, list) else ():
         if not isinstance(e, Mapping):

@@ -5,11 +5,14 @@ they load and its size, DataLoader workers. Read from command lines and env
 from __future__ import annotations
 
 from collections.abc import Mapping
+from functools import lru_cache
 from typing import Any
+
+import yaml
 
 from gpuaudit.facts.cmdline import Token, flag, tokens
 from gpuaudit.facts.context import Context
-from gpuaudit.facts.model_size import find_dtype, find_model, model_facts
+from gpuaudit.facts.model_size import ModelRef, find_dtype, find_model, model_facts
 from gpuaudit.facts.parallelism import container_parallelism
 from gpuaudit.model import Container, PodTemplate, Workload
 from gpuaudit.workloads import resolve
@@ -28,14 +31,12 @@ def container_process_facts(w: Workload, t: PodTemplate, c: Container) -> dict[s
     env_index = _env_index(w, c)
     visible = env_index.get("NVIDIA_VISIBLE_DEVICES")
     return {
-        "parallelism": container_parallelism(c, words, _parallel_spec(t), env_index),
+        "parallelism": container_parallelism(c, words, _parallel_spec(w, t), env_index),
         "visible_devices_pointer": f"{c.pointer}/env/{visible}" if visible is not None else None,
     }
 
 
-def pod_process_facts(
-    w: Workload, t: PodTemplate, placement: Mapping[str, Any], context: Context
-) -> dict[str, Any]:
+def pod_process_facts(w: Workload, t: PodTemplate, placement: Mapping[str, Any], context: Context) -> dict[str, Any]:
     parallelism = None
     model = None
     workers: int | None = None
@@ -45,7 +46,7 @@ def pod_process_facts(
         if not c.gpus:
             continue
         env_index = _env_index(w, c)
-        mine = container_parallelism(c, words, _parallel_spec(t), env_index)
+        mine = container_parallelism(c, words, _parallel_spec(w, t), env_index)
         parallelism = parallelism or mine
         if model is None:
             model = _model(w, t, c, words, env_index, placement, context, mine)
@@ -63,9 +64,7 @@ def _model(
     parallelism: Mapping[str, Any] | None,
 ) -> dict[str, Any] | None:
     raw = resolve(w.document.obj, c.pointer)
-    ref = find_model(
-        words, c.env, c.pointer, env_index, raw if isinstance(raw, Mapping) else {}, t.labels
-    )
+    ref = find_model(words, c.env, c.pointer, env_index, raw if isinstance(raw, Mapping) else {}, t.labels)
     if ref is None:
         ref = _workload_model(w)
     if ref is None:
@@ -74,6 +73,8 @@ def _model(
     gpus = float(sum(whole)) if whole and None not in whole else None  # type: ignore[arg-type]
     if parallelism and parallelism.get("total") and gpus and parallelism["total"] > gpus:
         gpus = None  # one model across several pods: this pod's share is not the model's need
+    elif parallelism and (parallelism.get("data") or 1) > 1 and gpus:
+        gpus = gpus / parallelism["data"]  # GPUs per copy of the model
     product = placement.get("gpu_product") or {}
     if product.get("memory_gib"):
         memory, source = float(product["memory_gib"]), "selector"
@@ -85,23 +86,23 @@ def _model(
     return facts if facts["params_b"] is not None else None
 
 
-def _workload_model(w: Workload):
-    """LLMInferenceService names its model once for all its pods."""
-    from gpuaudit.facts.model_size import ModelRef
-
+def _workload_model(w: Workload) -> ModelRef | None:
+    """LLMInferenceService names its model once for all its pods; a
+    RayService in its Serve config."""
     uri = resolve(w.document.obj, "/spec/model/uri")
     if w.kind == "LLMInferenceService" and isinstance(uri, str) and uri:
         return ModelRef(uri, "spec", "/spec/model/uri")
+    if w.kind == "RayService":
+        models = _serve_config_values(w, _SERVE_MODEL_KEYS)
+        names = {v for v in models if "/" in v}
+        if len(names) == 1:
+            return ModelRef(names.pop(), "spec", "/spec/serveConfigV2")
     return None
 
 
 def _dataloader_workers(words: list[Token], env: Mapping[str, str]) -> int | None:
     found = flag(words, DATALOADER_FLAGS)
-    text = (
-        found.text
-        if found is not None
-        else next((env[n] for n in DATALOADER_ENV if env.get(n)), None)
-    )
+    text = found.text if found is not None else next((env[n] for n in DATALOADER_ENV if env.get(n)), None)
     return int(text) if text is not None and text.isdigit() else None
 
 
@@ -109,11 +110,70 @@ def _max(a: int | None, b: int | None) -> int | None:
     return b if a is None else a if b is None else max(a, b)
 
 
-def _parallel_spec(t: PodTemplate) -> Mapping[str, Any]:
+def _parallel_spec(w: Workload, t: PodTemplate) -> Mapping[str, Any]:
     """KServe keeps tensorParallelSize on the predictor's workerSpec (and the
-    worker template is that workerSpec)."""
+    worker template is that workerSpec); a RayService in its Serve config
+    (engine_kwargs, or env_vars such as TENSOR_PARALLELISM)."""
     worker = t.spec.get("workerSpec")
-    return {**(worker if isinstance(worker, Mapping) else {}), **t.spec}
+    spec = {**(worker if isinstance(worker, Mapping) else {}), **t.spec}
+    if w.kind == "RayService":
+        found = {}
+        for field, keys in _SERVE_PARALLEL_KEYS.items():
+            values = set(_serve_config_values(w, keys))
+            if len(values) == 1:  # several models with different sizes: no single answer
+                found[field] = values.pop()
+        # Replicas alone say nothing of how many GPUs each uses (a custom app
+        # may spread one model over all it sees): only with a tensor size,
+        # which Ray Serve LLM apps default to 1.
+        serve_llm = any(v.startswith("ray.serve.llm") for v in _serve_config_values(w, ("import_path",)))
+        if serve_llm:
+            found.setdefault("tensorParallelSize", "1")
+        if "tensorParallelSize" in found:
+            spec.update(found)
+    return spec
+
+
+_SERVE_PARALLEL_KEYS = {
+    "tensorParallelSize": ("tensor_parallel_size", "TENSOR_PARALLELISM", "TENSOR_PARALLEL_SIZE"),
+    "pipelineParallelSize": ("pipeline_parallel_size", "PIPELINE_PARALLELISM"),
+    # Serve replicas of the model are data parallelism: each holds its own GPUs.
+    "dataParallelSize": ("num_replicas", "max_replicas"),
+}
+_SERVE_MODEL_KEYS = ("model_source", "model_id", "MODEL_ID")
+
+
+def _serve_config_values(w: Workload, keys: tuple[str, ...]) -> list[str]:
+    """Scalar values of ``keys`` anywhere in a RayService's serveConfigV2 (a YAML string)."""
+    text = resolve(w.document.obj, "/spec/serveConfigV2")
+    return list(_values_in(text, keys)) if isinstance(text, str) else []
+
+
+@lru_cache(maxsize=256)
+def _parsed(text: str) -> Any:
+    try:
+        return yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    except yaml.YAMLError:
+        return None
+
+
+@lru_cache(maxsize=1024)
+def _values_in(text: str, keys: tuple[str, ...]) -> tuple[str, ...]:
+    config = _parsed(text)
+    found: list[str] = []
+
+    def walk(node: Any) -> None:
+        if isinstance(node, Mapping):
+            for key, value in node.items():
+                if key in keys and isinstance(value, (str, int)) and not isinstance(value, bool):
+                    found.append(str(value))
+                else:
+                    walk(value)
+        elif isinstance(node, list):
+            for item in node:
+                walk(item)
+
+    walk(config)
+    return tuple(found)
 
 
 def _env_index(w: Workload, c: Container) -> dict[str, int]:
@@ -121,7 +181,5 @@ def _env_index(w: Workload, c: Container) -> dict[str, int]:
     if not isinstance(env, list):
         return {}
     return {
-        str(item["name"]): i
-        for i, item in enumerate(env)
-        if isinstance(item, Mapping) and item.get("name") is not None
+        str(item["name"]): i for i, item in enumerate(env) if isinstance(item, Mapping) and item.get("name") is not None
     }

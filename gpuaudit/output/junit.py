@@ -74,9 +74,7 @@ def render(result: AuditResult, **_: Any) -> str:
         )
         if findings:
             for f in findings:
-                case = _case(
-                    suite, classname, f"{_subject(f)} ({_where(f)})", file=f.location.file or ""
-                )
+                case = _case(suite, classname, f"{_subject(f)} ({_where(f)})", file=f.location.file or "")
                 if f.location.line:
                     case.set("line", str(f.location.line))
                 failure = ET.SubElement(case, "failure", message=_text(f.message), type=f.severity)

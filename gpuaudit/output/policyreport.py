@@ -130,6 +130,4 @@ def reports(result: AuditResult, now: float | None = None) -> list[dict[str, Any
 
 
 def render(result: AuditResult, **_: Any) -> str:
-    return yaml.safe_dump_all(
-        reports(result), sort_keys=False, default_flow_style=False, allow_unicode=True
-    )
+    return yaml.safe_dump_all(reports(result), sort_keys=False, default_flow_style=False, allow_unicode=True)

@@ -210,9 +210,11 @@ def _guard(item: Any, path: str, tests: dict[str, Any]) -> None:
 
 def normalize(value: Any, field: str | None = None) -> Any:
     """``value`` with keyed lists turned into mappings by key, so comparisons
-    ignore the order strategic merge puts new items in."""
+    ignore the order strategic merge puts new items in, and without null
+    fields (the API treats them as unset, and kustomize drops them from the
+    objects it patches)."""
     if isinstance(value, dict):
-        return {k: normalize(v, str(k)) for k, v in value.items()}
+        return {k: normalize(v, str(k)) for k, v in value.items() if v is not None}
     if isinstance(value, list):
         key = KEYED_LISTS.get(field or "")
         if key and _keyed(value, key):

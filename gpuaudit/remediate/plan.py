@@ -11,7 +11,7 @@ earlier changes left it, and kustomize applies them in the same order.
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -51,10 +51,11 @@ class Source:
 
     label: str
     path: Path
-    kind: Literal["file", "kustomize"]
+    kind: Literal["file", "kustomize", "generated"]
     ids: tuple[ObjectId, ...] = ()
     problem: str | None = None  # why kustomize cannot take it as a resource
     load_restrictor_none: bool = False
+    content: str | None = None  # for "generated": the base file's text (live objects)
 
 
 @dataclass
@@ -153,12 +154,15 @@ def plan_fixes(
     items: Sequence[tuple[Finding, Source]],
     locators: Mapping[tuple[str, str], KindLocator],
     settings: Settings,
-    shared_names: frozenset[str] | None = None,
+    run: RunState | None = None,
+    still_found: Callable[[Finding, Mapping[str, Any]], bool] | None = None,
 ) -> Plan:
-    """``shared_names``: the `.shared` resource names the whole input (or the
-    site) advertises, None when nothing says (facts.context.Context)."""
+    """``run``: what the planners know of the whole input beyond each finding
+    (the `.shared` names it advertises, live evidence per workload).
+    ``still_found``: whether a finding's rule still reports it on the object as
+    the earlier changes left it; when not, those changes fix it too."""
     plan = Plan()
-    run = RunState(shared_names=shared_names)
+    run = run or RunState()
     working: dict[ObjectId, dict[str, Any]] = {}
     original: dict[ObjectId, dict[str, Any]] = {}
     included: dict[str, Source] = {}
@@ -185,6 +189,10 @@ def plan_fixes(
         if current is None:
             current = copy.deepcopy(dict(doc.obj))
             original[target] = copy.deepcopy(current)
+        elif still_found is not None and not still_found(finding, current):
+            earlier = [c for c in plan.changes if c.target == target]
+            earlier[-1].findings.append(finding)
+            continue
         ctx = _context(finding, doc, current, locators, settings, run, remediation)
         if isinstance(ctx, str):
             plan.skipped.append(Skip(finding, ctx))
@@ -241,7 +249,7 @@ def _unplannable(finding: Finding, source: Source) -> str | None:
         return f"no template for remediation {remediation!r} in remediations/ yet"
     subject = finding.subject
     if subject is None or subject.document is None:
-        return "found in live cluster state: fix it with --snapshot"
+        return source.problem or "found in live cluster state: fix it with --snapshot FILE"
     if source.problem:
         return f"{source.label}: kustomize cannot use it as a resource: {source.problem}"
     if not object_id(subject.document.obj)[3]:

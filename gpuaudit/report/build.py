@@ -61,6 +61,13 @@ def settings_from_config(
     )
 
 
+def cluster_name(report: Mapping[str, Any], snapshot: Mapping[str, Any]) -> str:
+    """How the report names the cluster (and keys its history): config
+    ``report.cluster_name``, else the kubeconfig context, else the API server."""
+    cluster = snapshot.get("cluster") or {}
+    return str(report.get("cluster_name") or cluster.get("context") or cluster.get("server") or "snapshot")
+
+
 @dataclass(frozen=True)
 class Analysis:
     """What one snapshot and its audit say; ``document`` is JSON-ready."""

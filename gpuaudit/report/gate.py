@@ -38,7 +38,8 @@ def steps(
         status, evidence = "not_done", "no allocation rule ran"
     else:
         status = "done"
-        evidence = f"{gpus.get('allocated') or 0:g} allocated GPUs mapped to {workloads} workloads"
+        allocated = round(gpus.get("allocated") or 0, 1)
+        evidence = f"{allocated:g} allocated GPUs mapped to {workloads} workloads"
     out.append(
         _step(
             "allocation",
@@ -146,7 +147,11 @@ def verdict(flow: Sequence[Mapping[str, str]], pending_gpus: float, freed: Mappi
         return {
             "decision": "hold",
             "headline": "No large hardware purchase yet",
-            "reason": f"{len(missing)} of {len(flow)} diagnostic steps are not done: " + ", ".join(missing) + ".",
+            "reason": f"{len(missing)} of {len(flow)} diagnostic steps "
+            + ("is" if len(missing) == 1 else "are")
+            + " not done: "
+            + ", ".join(missing)
+            + ".",
         }
     if not pending_gpus:
         return {
@@ -180,7 +185,8 @@ def checklist(flow: Sequence[Mapping[str, str]], causes: Sequence[Mapping[str, A
             {
                 "done": False,
                 "text": f"Work through {cause['rule']} ({cause['title']}): {cause['findings']} "
-                f"finding(s), {cause['gpus']:g} GPUs; `gpuaudit rules explain {cause['rule']}` "
+                f"finding(s), {cause['gpus_idle']:g} GPUs doing no work; "
+                f"`gpuaudit rules explain {cause['rule']}` "
                 "says what to check first.",
                 "step": cause["category"],
             }

@@ -33,6 +33,8 @@ class PoolPacking:
     placed: int  # items packed
     unfit: int  # items larger than one GPU in some dimension (left out)
     used: Vector  # units used over all opened GPUs, per dimension
+    # The GPUs opened: (what one GPU holds {need: count}, how many GPUs hold it).
+    layout: tuple[tuple[Mapping[Vector, int], int], ...] = ()
 
 
 def _size(need: Vector, capacity: Vector) -> tuple[float, float]:
@@ -65,6 +67,7 @@ def pack_pool(demand: Mapping[Vector, int], capacity: Vector) -> PoolPacking:
     order = sorted(counts, key=lambda v: (*_size(v, capacity), v), reverse=True)
     gpus = 0
     used = [0] * len(capacity)
+    layout: list[tuple[Mapping[Vector, int], int]] = []
     while counts:
         residual = list(capacity)
         pattern: dict[Vector, int] = {}
@@ -79,13 +82,14 @@ def pack_pool(demand: Mapping[Vector, int], capacity: Vector) -> PoolPacking:
                 residual = [r - take * n for r, n in zip(residual, need, strict=True)]
         repeat = min(counts[need] // take for need, take in pattern.items())
         gpus += repeat
+        layout.append((pattern, repeat))
         for need, take in pattern.items():
             counts[need] -= take * repeat
             if not counts[need]:
                 del counts[need]
             for i, n in enumerate(need):
                 used[i] += n * take * repeat
-    return PoolPacking(gpus=gpus, placed=placed, unfit=unfit, used=tuple(used))
+    return PoolPacking(gpus=gpus, placed=placed, unfit=unfit, used=tuple(used), layout=tuple(layout))
 
 
 # --- online placement on real nodes ------------------------------------------------

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from gpuaudit.audit import AuditResult
 from gpuaudit.config import Config
 from gpuaudit.report import history
-from gpuaudit.report.build import analyse, run_summary, settings_from_config
+from gpuaudit.report.build import analyse, cluster_name, run_summary, settings_from_config
 
 
-def record_audit(path: Path, result: AuditResult, config: Config) -> None:
+def record_audit(path: Path, result: AuditResult, config: Config, snapshot: Mapping[str, Any]) -> None:
     """Add this audit's counts to the history at ``path``.
 
     Raises history.HistoryError when the database cannot be used, and
@@ -18,6 +21,6 @@ def record_audit(path: Path, result: AuditResult, config: Config) -> None:
     """
     if result.state is None:
         raise ValueError("only a cluster audit has counts to record")
-    settings = settings_from_config(config.report)
+    settings = replace(settings_from_config(config.report), cluster_name=cluster_name(config.report, snapshot))
     analysis = analyse(result.state, result.subjects, result, settings)
     history.record(path, run_summary(analysis, "audit"))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Mapping
 from functools import cache
 from importlib import resources
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import jinja2
+import markupsafe
 
 from gpuaudit.output.files import inside, write_atomic
 from gpuaudit.report import charts
@@ -54,6 +56,11 @@ def num(value: Any, digits: int = 1) -> str:
     return f"{value:,.{digits}f}"
 
 
+def gpus(value: Any) -> str:
+    """2 -> '2 GPUs', 1 -> '1 GPU', 2.5 -> '2.5 GPUs'."""
+    return f"{num(value)} GPU" + ("" if value == 1 else "s")
+
+
 def pct(value: Any) -> str:
     if not isinstance(value, (int, float)):
         return "–"
@@ -75,6 +82,16 @@ def rate(value: Any) -> str:
         if abs(value) >= size:
             return f"{value / size:.1f} {unit}"
     return f"{value:.0f} B/s"
+
+
+_CODE = re.compile(r"`([^`]+)`")
+
+
+def code_spans(value: Any) -> markupsafe.Markup:
+    """Escape ``value`` for HTML, then show `backticked` parts as code. The
+    escaping comes first, so nothing in the text can become markup."""
+    escaped = str(markupsafe.escape(value))
+    return markupsafe.Markup(_CODE.sub(r"<code>\1</code>", escaped))
 
 
 def md_escape(value: Any) -> Any:
@@ -99,7 +116,7 @@ def _environment(autoescape: bool) -> jinja2.Environment:
         lstrip_blocks=True,
         keep_trailing_newline=True,
     )
-    env.filters.update(num=num, pct=pct, money=money, rate=rate)
+    env.filters.update(num=num, gpus=gpus, pct=pct, money=money, rate=rate, code=code_spans)
     return env
 
 
@@ -107,7 +124,8 @@ def _charts(report: Mapping[str, Any]) -> dict[str, Any]:
     first = report["first_screen"]
     return {
         "overview": charts.stacked_bar(first["gpus"]),
-        "pools": charts.group_bars(report["availability"]["by_pool"]),
+        # pools the cluster has (pending demand for others is in the table)
+        "pools": charts.group_bars([p for p in report["availability"]["by_pool"] if p["nodes"]]),
         "teams": charts.group_bars(report["availability"]["by_team"][:12]),
         "whatif": charts.range_bars(report["whatif"]["scenarios"], float(report["scheduler"]["gpus"] or 0.0)),
         "trend": charts.line_chart(

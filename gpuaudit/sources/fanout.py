@@ -60,23 +60,42 @@ def read_in_parallel(
     children = [_spawn(part, read_file, new_result) for part in slices[1:]]
     for path in slices[0]:
         read_file(path, result)
-    for part, (pid, pipe) in zip(slices[1:], children, strict=True):
-        with os.fdopen(pipe, "rb") as reader:
-            data = reader.read()
-        _, status = os.waitpid(pid, 0)
-        if os.waitstatus_to_exitcode(status) != 0 or not data:
-            for path in part:  # the worker failed: read its slice here
+    for part, child in zip(slices[1:], children, strict=True):
+        data = _collect(child)
+        if data is None:  # no worker, or it failed: read its slice here
+            for path in part:
                 read_file(path, result)
             continue
         _unpack(marshal.loads(data), result)
     return True
 
 
+def _collect(child: tuple[int, int] | None) -> bytes | None:
+    """What a worker sent, once it exited cleanly; None otherwise."""
+    if child is None:
+        return None
+    pid, pipe = child
+    with os.fdopen(pipe, "rb") as reader:
+        data = reader.read()
+    _, status = os.waitpid(pid, 0)
+    return data if os.waitstatus_to_exitcode(status) == 0 and data else None
+
+
 def _spawn(
     part: Sequence[Path], read_file: Reader, new_result: Callable[[], Any]
-) -> tuple[int, int]:
-    read_end, write_end = os.pipe()
-    pid = os.fork()
+) -> tuple[int, int] | None:
+    """A worker reading ``part``: (pid, read end of its pipe), or None when
+    none can be started (process or file limits)."""
+    try:
+        read_end, write_end = os.pipe()
+    except OSError:
+        return None
+    try:
+        pid = os.fork()
+    except OSError:
+        os.close(read_end)
+        os.close(write_end)
+        return None
     if pid:
         os.close(write_end)
         return pid, read_end

@@ -79,9 +79,7 @@ def render_kustomization(directory: Path, command: Sequence[str], shown: str) ->
         else:
             wrapper_used = True
         if text is None:
-            rendered.result.errors.append(
-                InputError(label, None, f"kustomize build failed, not audited: {problem}")
-            )
+            rendered.result.errors.append(InputError(label, None, f"kustomize build failed, not audited: {problem}"))
             return rendered
         raw = ReadResult()
         read_text(text, label, raw)
@@ -135,9 +133,7 @@ def _origin(doc: Document) -> str | None:
     return str(origin["path"])
 
 
-def _map_to_source(
-    doc: Document, source: Path, shown: str, cache: dict[Path, ReadResult]
-) -> Document:
+def _map_to_source(doc: Document, source: Path, shown: str, cache: dict[Path, ReadResult]) -> Document:
     """The rendered object, with the line map of the same object in its source file."""
     if source not in cache:
         cache[source] = ReadResult()
@@ -152,9 +148,7 @@ def _map_to_source(
     return _without_origin(doc, shown, lines=match.lines, line=match.line, base=match.base)
 
 
-def _without_origin(
-    doc: Document, file: str, lines: dict[str, int] | object, line: int, base: str = ""
-) -> Document:
+def _without_origin(doc: Document, file: str, lines: dict[str, int] | object, line: int, base: str = "") -> Document:
     obj = dict(doc.obj)
     meta = dict(obj.get("metadata") or {})
     annotations = {k: v for k, v in (meta.get("annotations") or {}).items() if k != ORIGIN}
@@ -185,17 +179,13 @@ def render_helm_chart(chart: Path, values: Sequence[Path]) -> ReadResult:
     result = ReadResult()
     helm = shutil.which("helm")
     if helm is None:
-        result.errors.append(
-            InputError(str(chart), None, "--helm-chart needs `helm` on PATH to render the chart")
-        )
+        result.errors.append(InputError(str(chart), None, "--helm-chart needs `helm` on PATH to render the chart"))
         return result
     command = [helm, "template", chart.resolve().name or "release", str(chart)]
     for v in values:
         command += ["--values", str(v)]
     try:
-        proc = subprocess.run(
-            command, capture_output=True, text=True, timeout=_TIMEOUT, check=False
-        )
+        proc = subprocess.run(command, capture_output=True, text=True, timeout=_TIMEOUT, check=False)
     except (OSError, subprocess.TimeoutExpired) as exc:
         result.errors.append(InputError(str(chart), None, f"helm template failed: {exc}"))
         return result

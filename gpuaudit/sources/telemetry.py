@@ -186,3 +186,81 @@ def result(*, source: str, endpoint: str, window: Mapping[str, Any],
         "gpus": gpus,
         "errors": [dict(e) for e in errors],
     }
+
+
+# --- read back from a snapshot file -------------------------------------------------
+
+_ROW_IDENTITY = (*GPU_KEYS, "pod_uid")
+
+
+def _scalar(value: Any) -> Any:
+    """A JSON scalar a rule or a report can compare and print: finite numbers,
+    text, booleans, None; anything else (lists, mappings, NaN) is None."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return clean(value)
+    return value if isinstance(value, (str, bool)) or value is None else None
+
+
+def _identity(value: Any) -> str | None:
+    """A row's node, pod, uuid... as text (a hashable key), or None."""
+    if value is None or isinstance(value, (bool, list, dict, float)):
+        return None
+    return str(value)
+
+
+def _row(row: Mapping[str, Any]) -> dict[str, Any]:
+    out = {str(key): _scalar(value) for key, value in row.items()}
+    for key in _ROW_IDENTITY:
+        if key in row:
+            out[key] = _identity(row[key])
+    for key in (*METRIC_KEYS, "gpus"):
+        if key in row:
+            out[key] = clean(row[key])
+    extra = row.get("extra")
+    out["extra"] = (
+        {str(k): clean(v) for k, v in extra.items()} if isinstance(extra, Mapping) else {}
+    )
+    return out
+
+
+def normalized(aggregate: Any) -> dict[str, Any] | None:
+    """The aggregate as read back from a snapshot file, made safe to compute
+    on. The sources write it well-formed; a file may have been edited or
+    damaged, and its rows must not crash an audit or a report: every row
+    becomes a mapping of scalars, metrics finite numbers or None, keys text."""
+    if not isinstance(aggregate, Mapping):
+        return None
+    out = {str(key): value for key, value in aggregate.items()}
+    window = aggregate.get("window")
+    window = window if isinstance(window, Mapping) else {}
+    out["window"] = {str(key): _scalar(value) for key, value in window.items()}
+    for key in ("seconds", "step_seconds"):
+        if key in window:
+            out["window"][key] = clean(window[key])
+    signals = aggregate.get("signals")
+    out["signals"] = (
+        {str(k): v if isinstance(v, str) else None for k, v in signals.items()}
+        if isinstance(signals, Mapping)
+        else {}
+    )
+    params = aggregate.get("params")
+    out["params"] = (
+        {str(k): _scalar(v) for k, v in params.items()} if isinstance(params, Mapping) else {}
+    )
+    for key in ("source", "endpoint"):
+        out[key] = _identity(aggregate.get(key))
+    queries = aggregate.get("queries")
+    out["queries"] = queries if isinstance(queries, int) and not isinstance(queries, bool) else None
+    for key in ("gpus", "pods"):
+        if key in aggregate:  # present (even empty) means telemetry was read
+            rows = aggregate[key]
+            out[key] = (
+                [_row(r) for r in rows if isinstance(r, Mapping)] if isinstance(rows, list) else []
+            )
+    errors = aggregate.get("errors")
+    out["errors"] = (
+        [{str(k): str(v) for k, v in e.items()} for e in errors if isinstance(e, Mapping)]
+        if isinstance(errors, list)
+        else []
+    )
+    return out

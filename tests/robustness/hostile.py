@@ -292,9 +292,8 @@ def mutate(data: st.DataObject, obj: Any, *, surrogates: bool = False, max_edits
             elif isinstance(target, list):
                 target.append(data.draw(values(surrogates), label="item"))
         elif edit == "wrap":
-            parent[key] = data.draw(st.sampled_from(["list", "dict"])) == "list" and [
-                parent[key]
-            ] or {"value": parent[key]}
+            as_list = data.draw(st.booleans(), label="as list")
+            parent[key] = [parent[key]] if as_list else {"value": parent[key]}
         else:
             parent[key] = json.dumps(parent[key], default=str)
     return obj

@@ -42,6 +42,17 @@ class RunState:
     # `.shared` names the input's device-plugin configs (or the site) advertise;
     # None when nothing in the input or the site says.
     shared_names: frozenset[str] | None = None
+    # Device-plugin ConfigMaps in the input that share GPUs: (namespace, name, key).
+    sharing_configs: tuple[tuple[str, str, str], ...] = ()
+    # Live evidence per workload (fix PATH... --snapshot FILE), and where it came from.
+    evidence: Mapping[Any, Any] = field(default_factory=dict)
+    evidence_source: str = ""
+
+    def evidence_for(self, document: Document) -> Any:
+        from gpuaudit.remediate.evidence import owner_key
+
+        key = owner_key(document.api_version, document.kind, document.namespace, document.name)
+        return self.evidence.get(key)
 
 
 @dataclass(frozen=True)

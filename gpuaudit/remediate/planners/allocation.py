@@ -23,7 +23,11 @@ from gpuaudit.remediate.planners import (
 
 
 def _gpu_model(ctx: Context) -> tuple[gpus.GpuModel | None, str]:
-    """The GPU model the workload runs on, and where that came from."""
+    """The GPU model the workload runs on, and where that came from: the
+    nodes its live pods ran on, its product selector, or the setting."""
+    seen = ctx.run.evidence_for(ctx.document)
+    if seen is not None and seen.model is not None:
+        return seen.model, f"the node(s) its pods ran on: {', '.join(seen.nodes)}"
     placement = ctx.facts.get("placement") or {}
     product = placement.get("gpu_product") or {}
     named = product.get("model")
@@ -67,6 +71,9 @@ def move_to_shared_gpu(ctx: Context) -> Proposal | Declined:
             }
         )
     telemetry = ctx.facts.get("telemetry") or {}
+    seen = ctx.run.evidence_for(ctx.document)
+    if not telemetry.get("fb_used_max_mib") and seen is not None and seen.telemetry:
+        telemetry = seen.telemetry
     peak = telemetry.get("fb_used_max_mib")
     unadvertised = _unadvertised(ctx)
     headroom = float(ctx.params["headroom"])
@@ -78,18 +85,20 @@ def move_to_shared_gpu(ctx: Context) -> Proposal | Declined:
     if isinstance(peak, (int, float)) and peak > 0:
         need = sizing.with_headroom(float(peak), headroom)
         window = telemetry.get("window_seconds")
-        seen = f"peak VRAM {peak:,.0f} MiB" + (
+        observed = f"peak VRAM {peak:,.0f} MiB" + (
             f" over {window / 3600:,.0f} h" if isinstance(window, (int, float)) else ""
         )
+        if seen is not None and seen.telemetry is telemetry:
+            observed += f" ({seen.describe(ctx.run.evidence_source)})"
         if model is not None and model.mig_capable and ctx.params["prefer"] == "mig":
             choice = sizing.smallest_mig_profile(model, need)
             if choice is None or choice.whole_gpu:
                 return Declined(
-                    f"{seen} + {headroom:.0%} headroom needs the whole {model.model}: no smaller share fits"
+                    f"{observed} + {headroom:.0%} headroom needs the whole {model.model}: no smaller share fits"
                 )
             resource = f"nvidia.com/mig-{choice.profile}"
             basis = (
-                f"Telemetry: {seen}; with {headroom:.0%} headroom {need:,.0f} MiB. "
+                f"Telemetry: {observed}; with {headroom:.0%} headroom {need:,.0f} MiB. "
                 f"GPU: {model.model} (from {model_source}). Smallest MIG profile with at least "
                 f"that much memory: {choice.profile} (~{choice.memory_mib:,.0f} MiB)."
             )
@@ -108,17 +117,17 @@ def move_to_shared_gpu(ctx: Context) -> Proposal | Declined:
             fit = sizing.replicas_that_fit(sizing.model_memory_mib(model), [need])
             if fit < 2:
                 return Declined(
-                    f"{seen} + {headroom:.0%} headroom leaves no room for a second workload on a {model.model}"
+                    f"{observed} + {headroom:.0%} headroom leaves no room for a second workload on a {model.model}"
                 )
             basis = (
-                f"Telemetry: {seen}; with {headroom:.0%} headroom {need:,.0f} MiB, so {fit} "
+                f"Telemetry: {observed}; with {headroom:.0%} headroom {need:,.0f} MiB, so {fit} "
                 f"such workloads fit in one {model.model} (from {model_source}). "
                 "Time-slicing does not isolate memory: the fit is what keeps them apart."
             )
             confidence: Confidence = "measured"
         else:
             basis = (
-                f"Telemetry: {seen}; GPU model {model_source}, so the fit on the GPU "
+                f"Telemetry: {observed}; GPU model {model_source}, so the fit on the GPU "
                 "cannot be checked: confirm before merging."
             )
             confidence = "needs confirmation"
@@ -128,8 +137,8 @@ def move_to_shared_gpu(ctx: Context) -> Proposal | Declined:
             return Declined(unadvertised)
         basis = (
             "No GPU telemetry for this workload: a static suggestion that needs "
-            "confirmation. Check its peak GPU memory (gpuaudit audit --prometheus URL) "
-            f"before merging; with telemetry, gpuaudit fix sizes a MIG slice instead. "
+            "confirmation. Check its peak GPU memory before merging; with telemetry "
+            "(gpuaudit fix PATH --snapshot FILE --prometheus URL) it sizes a MIG slice instead. "
             f"GPU model: {model_source if model is None else model.model}."
         )
         confidence = "needs confirmation"

@@ -3,7 +3,7 @@ each with the reason REVIEW.md gives."""
 
 from __future__ import annotations
 
-from gpuaudit.remediate.planners import PLANNERS, Context, Declined
+from gpuaudit.remediate.planners import PLANNERS, Context, Declined, planner
 
 REASONS = {
     "scale-to-zero": (
@@ -31,3 +31,20 @@ def _decline(reason: str):
 
 for _remediation, _reason in REASONS.items():
     PLANNERS[_remediation] = _decline(_reason)
+
+
+@planner("enable-mig")
+def enable_mig(ctx: Context) -> Declined:
+    """MIG layouts are chosen per node by a label the MIG manager watches; an
+    overlay should not apply Node objects (the kubelet owns them), so the
+    step is spelled out instead."""
+    node = ctx.facts.get("name") or "NODE"
+    return Declined(
+        f"MIG is enabled per node by label, not by a manifest: kubectl label node {node} "
+        "nvidia.com/mig.config=all-balanced (or a layout sized for its workloads; drain its "
+        "GPU pods first)"
+    )
+
+
+# Remediation ids that never produce a patch (no template needed).
+DECLINED = frozenset({*REASONS, "enable-mig"})

@@ -4,11 +4,12 @@ time-slicing settings."""
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import yaml
 
+from gpuaudit.model import Document
 from gpuaudit.remediate import sizing
 from gpuaudit.remediate.planners import (
     NVIDIA_GPU,
@@ -89,6 +90,14 @@ def enable_time_slicing(ctx: Context) -> Proposal | Declined:
         if labelled_pool
         else {}
     )
+    if facts.get("config_type") == "cluster-policy" and strategy != "mig" and ctx.run.sharing_configs:
+        namespace, name, key = ctx.run.sharing_configs[0]
+        params = {**common, "config_map": name, "namespace": namespace, "config_key": key}
+        basis = (
+            f"The input already holds a device-plugin config that shares GPUs: ConfigMap "
+            f"{namespace}/{name}, key {key}. The ClusterPolicy is pointed at it instead of a new one."
+        )
+        return Proposal("existing", params, basis, "static", "/spec")
     if facts.get("config_type") == "cluster-policy":
         if strategy == "mig":
             profiles = sorted({s.mig_profile for s in ctx.run.sharers if s.mig_profile})
@@ -201,3 +210,30 @@ def fail_requests_greater_than_one(ctx: Context) -> Proposal | Declined:
         "parsed form: comments inside it are dropped."
     )
     return Proposal(None, params, basis, "static", f"/data/{params['key']}")
+
+
+def sharing_configs(documents: Iterable[Document]) -> tuple[tuple[str, str, str], ...]:
+    """(namespace, name, key) of the device-plugin ConfigMaps in ``documents``
+    whose config time-slices or shares GPUs with MPS at two replicas or more."""
+    from gpuaudit.facts.config import is_device_plugin_config
+
+    found = []
+    for doc in documents:
+        data = doc.obj.get("data") if doc.kind == "ConfigMap" else None
+        if not isinstance(data, Mapping):
+            continue
+        for key, text in data.items():
+            try:
+                config = yaml.safe_load(text) if isinstance(text, str) else None
+            except yaml.YAMLError:
+                continue
+            if not is_device_plugin_config(config):
+                continue
+            sharing = config.get("sharing") if isinstance(config.get("sharing"), Mapping) else {}
+            for section in ("timeSlicing", "mps"):
+                part = sharing.get(section) if isinstance(sharing.get(section), Mapping) else {}
+                replicas = [r.get("replicas") for r in part.get("resources") or [] if isinstance(r, Mapping)]
+                if any(isinstance(n, int) and n >= 2 for n in replicas):
+                    found.append((doc.namespace, doc.name, str(key)))
+                    break
+    return tuple(dict.fromkeys(found))

@@ -1,0 +1,90 @@
+"""How much of the shared corpus `gpuaudit fix` can patch, and why not the rest.
+
+    .venv/bin/python bench/fix_corpus.py [CORPUS_MANIFESTS]
+
+Plans fixes (no kustomize needed) two ways: one overlay over every manifest
+(what `gpuaudit fix corpus/manifests` writes; objects with the same name in
+two files cannot share an overlay, and one file's sharing config decides the
+shared resource name for all), and one overlay per file (what a repository
+of one application gets). Prints findings, findings patched, and the
+findings left without a patch grouped by reason. Building and verifying the
+whole-corpus overlay is tests/test_fix_corpus.py's job.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+from gpuaudit.audit import load_policy, locators_for
+from gpuaudit.commands.fix import read_inputs, rechecker
+from gpuaudit.config import Config
+from gpuaudit.remediate.plan import Plan, Settings, plan_fixes
+from gpuaudit.remediate.planners import RunState
+from gpuaudit.remediate.planners.sharing import sharing_configs
+from gpuaudit.sources.manifests import iter_manifest_files
+
+REASONS = [
+    (r"no template for remediation '([\w-]+)'", r"no template yet: \1"),
+    (r"rule (\S+) has no remediation", "the rule names no remediation"),
+    (r"^scaling to zero", "declined: scale-to-zero needs a traffic trigger"),
+    (r"^a smaller GPU count", "declined: right-sizing needs the server's parallelism args"),
+    (r"advertise no \.shared name", "the input's sharing config keeps the plain nvidia.com/gpu name"),
+    (r"is in both .* and ", "the same object name in two files (one overlay cannot tell them apart)"),
+    (r"not valid YAML", "its file is not valid YAML"),
+    (r"no metadata.name", "its file has an object with generateName only"),
+    (r"not a Kubernetes object", "its file holds a non-Kubernetes document"),
+    (r"uses \S+ GPUs in one pod", "multi-GPU container: a share of one GPU cannot replace it"),
+    (r"GPU count is not a number", "the GPU count is a placeholder"),
+    (r"only NVIDIA shares", "AMD GPUs: no known shared resource"),
+]
+
+
+def reason_class(reason: str) -> str:
+    for pattern, label in REASONS:
+        match = re.search(pattern, reason)
+        if match:
+            return match.expand(label)
+    return reason[:80]
+
+
+def plan_for(paths: list[str], config: Config, rules) -> tuple[Plan, int]:
+    inputs = read_inputs(paths, config, rules)
+    run = RunState(shared_names=inputs.shared_names(config), sharing_configs=sharing_configs(inputs.documents))
+    plan = plan_fixes(inputs.items, locators_for(config), Settings(), run, rechecker(config, rules, inputs))
+    return plan, len(inputs.findings)
+
+
+def report(title: str, plans: list[tuple[Plan, int]], seconds: float) -> None:
+    findings = sum(n for _, n in plans)
+    fixed = sum(len(p.fixed_findings) for p, _ in plans)
+    patches = sum(len(p.changes) for p, _ in plans)
+    reasons = Counter(reason_class(s.reason) for p, _ in plans for s in p.skipped)
+    by_remediation = Counter(c.remediation for p, _ in plans for c in p.changes)
+    print(f"\n## {title} ({seconds:.1f} s)\n")
+    print(f"findings {findings}, patched {fixed} ({fixed / max(findings, 1):.0%}) by {patches} patches")
+    print("\npatches by remediation:")
+    for name, count in by_remediation.most_common():
+        print(f"  {count:5d}  {name}")
+    print("\nwithout a patch, by reason:")
+    for reason, count in reasons.most_common():
+        print(f"  {count:5d}  {reason}")
+
+
+def main() -> None:
+    root = Path(sys.argv[1] if len(sys.argv) > 1 else Path(__file__).parents[2] / "shared/corpus/manifests")
+    config = Config()
+    rules, _ = load_policy(config)
+    start = time.perf_counter()
+    whole = plan_for([str(root)], config, rules)
+    report(f"one overlay for {root}", [whole], time.perf_counter() - start)
+    start = time.perf_counter()
+    per_file = [plan_for([str(f)], config, rules) for f in iter_manifest_files(root)]
+    report("one overlay per file", per_file, time.perf_counter() - start)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,71 @@
+"""Evidence from a live cluster for sizing manifest fixes: per workload (top
+owner), the peak GPU memory its pods used over the telemetry window and the
+GPU models of the nodes they ran on. Pure: built from the cluster facts."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from gpuaudit import gpus
+from gpuaudit.facts import Subject
+from gpuaudit.workloads import group_of
+
+OwnerKey = tuple[str, str, str, str]  # API group, kind, namespace, name
+
+
+def owner_key(api_version: str, kind: str, namespace: str, name: str) -> OwnerKey:
+    """Manifests often leave the namespace out; the cluster says `default`."""
+    return (group_of(api_version), kind, namespace or "default", name)
+
+
+@dataclass(frozen=True)
+class Evidence:
+    pods: tuple[str, ...]
+    nodes: tuple[str, ...]
+    telemetry: Mapping[str, Any]  # fb_used_max_mib: the peak over all its pods
+    models: tuple[gpus.GpuModel, ...]  # distinct GPU models of those nodes
+
+    @property
+    def model(self) -> gpus.GpuModel | None:
+        """The GPU model, when all its pods ran on one."""
+        return self.models[0] if len(self.models) == 1 else None
+
+    def describe(self, source: str) -> str:
+        pods = ", ".join(self.pods[:3]) + (f" and {len(self.pods) - 3} more" if len(self.pods) > 3 else "")
+        return f"{source}: pod(s) {pods} on {', '.join(self.nodes) or 'no node'}"
+
+
+def from_cluster(
+    subjects: Iterable[Subject], node_models: Mapping[str, gpus.GpuModel | None]
+) -> dict[OwnerKey, Evidence]:
+    """Evidence per top owner from the cluster's pod subjects."""
+    grouped: dict[OwnerKey, list[Mapping[str, Any]]] = {}
+    for subject in subjects:
+        if subject.target != "pod" or subject.scope != "cluster":
+            continue
+        r = subject.resource
+        grouped.setdefault(owner_key(r.api_version, r.kind, r.namespace, r.name), []).append(subject.facts)
+    evidence = {}
+    for key, pods in grouped.items():
+        measured = [p["telemetry"] for p in pods if isinstance(p.get("telemetry"), Mapping)]
+        peaks = [t["fb_used_max_mib"] for t in measured if isinstance(t.get("fb_used_max_mib"), (int, float))]
+        telemetry: dict[str, Any] = {}
+        if peaks:
+            windows = [t.get("window_seconds") for t in measured if t.get("window_seconds")]
+            coverage = [t.get("coverage") for t in measured if t.get("coverage") is not None]
+            telemetry = {
+                "fb_used_max_mib": max(peaks),
+                "window_seconds": max(windows) if windows else None,
+                "coverage": min(coverage) if coverage else None,
+            }
+        nodes = tuple(sorted({str(p["node"]) for p in pods if p.get("node")}))
+        models = {m.model: m for n in nodes if (m := node_models.get(n)) is not None}
+        evidence[key] = Evidence(
+            pods=tuple(sorted(str(p.get("pod")) for p in pods)),
+            nodes=nodes,
+            telemetry=telemetry,
+            models=tuple(models[name] for name in sorted(models)),
+        )
+    return evidence

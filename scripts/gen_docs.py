@@ -1,0 +1,320 @@
+"""Generate the parts of docs/ that must not drift from the code.
+
+    .venv/bin/python scripts/gen_docs.py           # rewrite what is stale
+    .venv/bin/python scripts/gen_docs.py --check   # exit 1 and name what is stale
+
+- docs/rules.md, whole: every rule in policies/, from its YAML and cases file.
+- Marked regions in hand-written pages:
+  ``<!-- generated: NAME -->`` ... ``<!-- end generated -->`` is replaced by
+  the output of GENERATORS[NAME] (the config keys from config.schema.json,
+  the snapshot fields from snapshot.schema.json).
+- Command output: ``<!-- run: COMMAND -->`` followed by a fenced block is
+  replaced by ``$ COMMAND`` and what the command prints (stdout and stderr),
+  run with bash in a scratch folder where ``examples/`` is this repository's,
+  with the installed gpuaudit first on PATH, NO_COLOR set and 80 columns. The
+  commands of one page run in order in one folder, so a page can write files
+  and show them. A command that exits with anything but 0 or 1 is an error,
+  unless the page shows its status itself (``...; echo "exit $?"``).
+
+A test (tests/test_docs.py) regenerates everything in memory and fails when
+a committed page differs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = ROOT / "docs"
+POLICIES = ROOT / "policies"
+DATA = ROOT / "gpuaudit" / "data"
+CATEGORIES = ("allocation", "memory", "placement", "application", "sharing")
+CATEGORY_QUESTIONS = {
+    "allocation": "Who owns which GPUs: whole GPUs held by small, idle, stuck or pending work.",
+    "memory": "Models resident in GPU memory without matching compute: unavailable, not idle.",
+    "placement": "Selectors, affinity, taints and pins that leave a workload few or no eligible nodes.",
+    "application": "GPUs the application starves: too little CPU, no /dev/shm, transfer- or I/O-bound.",
+    "sharing": "Time-slicing, MPS and MIG: configured, advertised, and used where work would fit a share.",
+}
+
+_REGION = re.compile(r"(<!-- generated: ([\w-]+) -->\n)(.*?)(<!-- end generated -->)", re.S)
+_RUN = re.compile(r"(<!-- run: (.+?) -->\n)```(\w*)\n(.*?)```\n", re.S)
+_STATUS = re.compile(r'echo "?exit \$\?"?')
+
+
+class DocsError(RuntimeError):
+    pass
+
+
+# --- docs/rules.md ------------------------------------------------------------------
+
+
+def _load_rules() -> list[tuple[dict[str, Any], list[dict[str, Any]], Path]]:
+    rules = []
+    for path in sorted(POLICIES.rglob("*.yaml")):
+        if path.name.endswith(".cases.yaml"):
+            continue
+        rule = yaml.safe_load(path.read_text(encoding="utf-8"))
+        cases_path = path.with_name(path.name.removesuffix(".yaml") + ".cases.yaml")
+        cases = yaml.safe_load(cases_path.read_text(encoding="utf-8")) if cases_path.exists() else []
+        rules.append((rule, cases or [], path))
+    rules.sort(key=lambda r: (CATEGORIES.index(r[0]["category"]), r[0]["id"]))
+    return rules
+
+
+def _anchor(rule_id: str) -> str:
+    return rule_id.lower()
+
+
+def _cell(text: Any) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def _yaml_block(value: Any) -> list[str]:
+    text = yaml.safe_dump(value, sort_keys=False, default_flow_style=None, width=100).rstrip()
+    return ["```yaml", text, "```"]
+
+
+def _docs_paragraphs(text: str) -> list[str]:
+    """A rule's docs text, with "Check first:" and "Fix:" starting paragraphs."""
+    out: list[str] = []
+    for line in text.strip().splitlines():
+        label = next((lb for lb in ("Check first:", "Fix:") if line.startswith(lb)), None)
+        if label:
+            out += ["", f"**{label}**{line[len(label):]}"]
+        else:
+            out.append(line.rstrip())
+    return out
+
+
+def _rule_section(rule: Mapping[str, Any], cases: list[dict[str, Any]], path: Path) -> list[str]:
+    out = [f"### {rule['id']}: {rule['title']}", ""]
+    facts = [
+        ("severity", rule["severity"]),
+        ("scope", ", ".join(rule["scope"])),
+        ("judges", f"each {rule['target']}"),
+        ("needs", ", ".join(rule.get("requires") or []) or "—"),
+        ("fix", f"`gpuaudit fix` ({rule['remediation']['id']})" if rule.get("remediation") else "—"),
+        ("file", f"`{path.relative_to(ROOT).as_posix()}`"),
+    ]
+    out += [" | ".join(f"**{k}**: {v}" for k, v in facts), ""]
+    out += _docs_paragraphs(rule["docs"]) + [""]
+    params = rule.get("params") or {}
+    if params:
+        out += ["| param | default | meaning |", "|---|---|---|"]
+        for name, spec in params.items():
+            default = json.dumps(spec.get("default"))
+            out.append(f"| `{name}` | `{_cell(default)}` | {_cell(spec.get('description', ''))} |")
+        out += ["", f"Set them in `.gpuaudit.yaml`: `params: {{{rule['id']}: {{{next(iter(params))}: ...}}}}`.", ""]
+    out += ["Message:", "", "```text", rule["message"].strip(), "```", ""]
+    if cases:
+        out.append("Cases (`" + path.name.removesuffix(".yaml") + ".cases.yaml`):")
+        out.append("")
+        out += [f"- {c.get('expect', '?')}: {c.get('name', '')}" for c in cases]
+        out.append("")
+        example = next((c for c in cases if c.get("expect") == "fail" and "manifest" in c), None)
+        if example is not None:
+            out += [f"An example it reports ({example['name']}):", "", "```yaml", example["manifest"].rstrip(), "```", ""]
+    judged = {k: rule[k] for k in ("match", "violation", "require") if k in rule}
+    out += ["<details><summary>What it matches and judges (JSON Schema over the fact document)</summary>", ""]
+    out += _yaml_block(judged)
+    out += ["", "</details>", ""]
+    return out
+
+
+def rules_markdown() -> str:
+    rules = _load_rules()
+    out = [
+        "# Rule reference",
+        "",
+        "<!-- Generated by scripts/gen_docs.py from policies/: edit the rule files, then run it. -->",
+        "",
+        "Every built-in rule, in the order an operator should check them:",
+        "allocation → memory → placement → application → sharing. A rule judges the",
+        "*facts* gpuaudit computes for each target (documented in",
+        "`gpuaudit/data/facts.schema.json`); `gpuaudit rules explain ID` prints the same",
+        "text. Thresholds are `params`, overridable in `.gpuaudit.yaml`",
+        "([configuration](configuration.md)). Rules that need telemetry or a live",
+        "cluster are reported as *skipped* without them, never as passed.",
+        "",
+        f"{len(rules)} rules.",
+        "",
+        "| rule | severity | scope | title |",
+        "|---|---|---|---|",
+    ]
+    for rule, _, _ in rules:
+        needs = " (needs telemetry)" if "telemetry" in (rule.get("requires") or []) else ""
+        out.append(
+            f"| [{rule['id']}](#{_anchor(rule['id'])}-{_slug(rule['title'])}) | {rule['severity']} "
+            f"| {', '.join(rule['scope'])} | {_cell(rule['title'])}{needs} |"
+        )
+    out.append("")
+    for category in CATEGORIES:
+        out += [f"## {category.capitalize()}", "", CATEGORY_QUESTIONS[category], ""]
+        for rule, cases, path in rules:
+            if rule["category"] == category:
+                out += _rule_section(rule, cases, path)
+    return "\n".join(out).rstrip() + "\n"
+
+
+def _slug(title: str) -> str:
+    """GitHub's heading anchor for the part after "ID: "."""
+    return re.sub(r"[^\w\- ]", "", title.lower()).replace(" ", "-")
+
+
+# --- schema tables ------------------------------------------------------------------
+
+
+def _type_of(schema: Mapping[str, Any]) -> str:
+    if "enum" in schema:
+        return " \\| ".join(f"`{v}`" for v in schema["enum"])
+    if "const" in schema:
+        return f"`{schema['const']}`"
+    for key in ("oneOf", "anyOf"):
+        if key in schema:
+            return " or ".join(_type_of(s) for s in schema[key])
+    kind = schema.get("type", "any")
+    if isinstance(kind, list):
+        return " or ".join(kind)
+    if kind == "array" and isinstance(schema.get("items"), Mapping):
+        return f"list of {_type_of(schema['items'])}"
+    if kind == "object" and isinstance(schema.get("additionalProperties"), Mapping):
+        return f"map of {_type_of(schema['additionalProperties'])}"
+    return str(kind)
+
+
+def _rows(schema: Mapping[str, Any], prefix: str, definitions: Mapping[str, Any]) -> Iterator[tuple[str, str, str]]:
+    for name, sub in (schema.get("properties") or {}).items():
+        if "$ref" in sub:
+            sub = definitions[sub["$ref"].rsplit("/", 1)[1]]
+        key = f"{prefix}{name}"
+        required = name in (schema.get("required") or ())
+        description = sub.get("description", "")
+        if required:
+            description = f"**required.** {description}".strip()
+        yield key, _type_of(sub), description
+        yield from _rows(sub, key + ".", definitions)
+        items = sub.get("items")
+        if isinstance(items, Mapping) and items.get("properties"):
+            yield from _rows(items, key + "[].", definitions)
+
+
+def schema_table(schema_file: str) -> str:
+    schema = json.loads((DATA / schema_file).read_text(encoding="utf-8"))
+    definitions = schema.get("definitions") or schema.get("$defs") or {}
+    lines = ["| key | type | meaning |", "|---|---|---|"]
+    for key, kind, description in _rows(schema, "", definitions):
+        lines.append(f"| `{key}` | {kind} | {_cell(description)} |")
+    return "\n".join(lines) + "\n"
+
+
+GENERATORS: dict[str, Callable[[], str]] = {
+    "config-keys": lambda: schema_table("config.schema.json"),
+    "snapshot-fields": lambda: schema_table("snapshot.schema.json"),
+}
+
+
+# --- command output -------------------------------------------------------------------
+
+
+def _environment() -> dict[str, str]:
+    venv_bin = Path(sys.executable).parent
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("GPUAUDIT_", "KUBECONFIG"))}
+    env.update(PATH=os.pathsep.join([str(venv_bin), env.get("PATH", "")]), NO_COLOR="1", COLUMNS="80")
+    env.pop("TERM", None)
+    return env
+
+
+def run_command(command: str, cwd: Path) -> str:
+    proc = subprocess.run(
+        ["bash", "-c", command],
+        cwd=cwd,
+        env=_environment(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        timeout=300,
+    )
+    if proc.returncode not in (0, 1) and not _STATUS.search(command):
+        raise DocsError(f"`{command}` exited {proc.returncode}:\n{proc.stdout}")
+    if "Traceback (most recent call last)" in proc.stdout:  # hidden by a pipe's exit status
+        raise DocsError(f"`{command}` crashed:\n{proc.stdout}")
+    return proc.stdout
+
+
+def _scratch() -> tempfile.TemporaryDirectory[str]:
+    scratch = tempfile.TemporaryDirectory(prefix="gpuaudit-docs-")
+    (Path(scratch.name) / "examples").symlink_to(ROOT / "examples")
+    return scratch
+
+
+def render_page(text: str) -> str:
+    """A hand-written page with its generated regions and command outputs current."""
+
+    def region(match: re.Match[str]) -> str:
+        name = match.group(2)
+        if name not in GENERATORS:
+            raise DocsError(f"no generator {name!r} (known: {', '.join(GENERATORS)})")
+        return match.group(1) + GENERATORS[name]() + match.group(4)
+
+    text = _REGION.sub(region, text)
+    if not _RUN.search(text):
+        return text
+    with _scratch() as folder:
+
+        def run(match: re.Match[str]) -> str:
+            command, lang = match.group(2), match.group(3) or "text"
+            output = run_command(command, Path(folder))
+            if output and not output.endswith("\n"):
+                output += "\n"
+            return f"{match.group(1)}```{lang}\n$ {command}\n{output}```\n"
+
+        return _RUN.sub(run, text)
+
+
+def expected_docs() -> dict[Path, str]:
+    """Every generated or partly generated page, as it should be."""
+    pages = {DOCS / "rules.md": rules_markdown()}
+    for path in sorted(DOCS.rglob("*.md")):
+        if path in pages:
+            continue
+        text = path.read_text(encoding="utf-8")
+        if _REGION.search(text) or _RUN.search(text):
+            pages[path] = render_page(text)
+    return pages
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="exit 1 if a page is stale; write nothing")
+    args = parser.parse_args()
+    try:
+        pages = expected_docs()
+    except DocsError as exc:
+        print(f"gen_docs: {exc}", file=sys.stderr)
+        return 2
+    stale = [p for p, text in pages.items() if not p.exists() or p.read_text(encoding="utf-8") != text]
+    for path in stale:
+        rel = path.relative_to(ROOT)
+        if args.check:
+            print(f"{rel} is stale: run scripts/gen_docs.py", file=sys.stderr)
+        else:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(pages[path], encoding="utf-8")
+            print(f"wrote {rel}", file=sys.stderr)
+    return 1 if args.check and stale else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,650 @@
+"""deploy/ (the Kustomize base, its components and overlays), the container
+image recipe, and the kubectl plugin.
+
+The manifests are built with the real kubectl (embedded kustomize) from
+.tools/bin; no API server or container runtime runs here, so the scripts the
+CronJobs and the DaemonSet run are run directly, as the image would, against
+the stand-in API server (tests/apiserver.py) and a fake NVML (tests/fake_pynvml.py).
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+import click
+import jsonschema
+import pytest
+import yaml
+
+import gpuaudit
+from gpuaudit.cli import main as cli_main
+
+ROOT = Path(__file__).resolve().parents[1]
+DEPLOY = ROOT / "deploy"
+TOOLS = ROOT / ".tools" / "bin"
+VENV_BIN = Path(sys.executable).parent
+SMALL = ROOT / "tests" / "clusters" / "small.json"
+SCHEMAS = ROOT / "tests" / "schemas"
+BUILDS = {
+    "base": DEPLOY,
+    "policyreports": DEPLOY / "overlays" / "policyreports",
+    "nvml-sampler": DEPLOY / "overlays" / "nvml-sampler",
+}
+IMAGE = f"ghcr.io/gpuaudit/gpuaudit:{gpuaudit.__version__}"
+
+
+# --- helpers ------------------------------------------------------------------
+
+
+def tool_path() -> str:
+    """PATH with the venv (gpuaudit, kubectl-gpuaudit) and .tools/bin (kubectl) first."""
+    return os.pathsep.join([str(VENV_BIN), str(TOOLS), "/usr/local/bin", "/usr/bin", "/bin"])
+
+
+@pytest.fixture(scope="module")
+def kubectl() -> str:
+    found = shutil.which("kubectl", path=tool_path())
+    if found is None:
+        pytest.skip("kubectl not found (scripts/install-kube-tools.py installs it in .tools/bin)")
+    return found
+
+
+def kustomize(kubectl: str, directory: Path) -> list[dict[str, Any]]:
+    proc = subprocess.run([kubectl, "kustomize", str(directory)], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    return [d for d in yaml.safe_load_all(proc.stdout) if d]
+
+
+@pytest.fixture(scope="module")
+def built(kubectl: str) -> dict[str, list[dict[str, Any]]]:
+    return {name: kustomize(kubectl, path) for name, path in BUILDS.items()}
+
+
+def one(docs: list[dict[str, Any]], kind: str, name: str) -> dict[str, Any]:
+    found = [d for d in docs if d["kind"] == kind and d["metadata"]["name"].startswith(name)]
+    assert len(found) == 1, f"{kind} {name}: {len(found)} found"
+    return found[0]
+
+
+def pod_spec(obj: dict[str, Any]) -> dict[str, Any]:
+    if obj["kind"] == "CronJob":
+        return obj["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+    return obj["spec"]["template"]["spec"]
+
+
+def workloads(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [d for d in docs if d["kind"] in ("CronJob", "DaemonSet")]
+
+
+def rules_of(role: dict[str, Any]) -> set[tuple[str, str, str]]:
+    return {
+        (group, resource, verb)
+        for rule in role["rules"]
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+        for verb in rule["verbs"]
+    }
+
+
+def command_options(*path: str) -> set[str]:
+    """Every option string of `gpuaudit <path...>`, from the click objects."""
+    ctx = click.Context(cli_main)
+    command: click.Command = cli_main
+    for name in path:
+        assert isinstance(command, click.Group), f"{' '.join(path)}: {name} is not a command"
+        sub = command.get_command(ctx, name)
+        assert sub is not None, f"gpuaudit has no command {' '.join(path)}"
+        command = sub
+    return {o for p in command.params for o in (*p.opts, *p.secondary_opts)}
+
+
+def script_command(text: str) -> tuple[str, set[str]]:
+    """The gpuaudit command a deploy script runs, and every --option it uses
+    (outside comments; the scripts' other tools only take single-dash flags)."""
+    code = "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("#"))
+    commands = set(re.findall(r"\bgpuaudit ([a-z]+)", code))
+    assert len(commands) == 1, f"expected one gpuaudit command, found {commands}"
+    return commands.pop(), set(re.findall(r"(?<![\w-])(--[a-z][a-z0-9-]*)", code))
+
+
+def scripts() -> dict[str, Path]:
+    return {p.name: p for p in DEPLOY.rglob("scripts/*.sh")}
+
+
+def run_script(name: str, *args: str, env: dict[str, str], timeout: float = 180):
+    return subprocess.run(
+        ["/bin/sh", str(scripts()[name]), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={"PATH": tool_path(), "HOME": str(env.get("DATA_DIR", "/tmp")), **env},
+    )
+
+
+# --- the builds -----------------------------------------------------------------
+
+
+def test_base_builds_the_objects_the_readme_lists(built):
+    docs = built["base"]
+    kinds = sorted((d["kind"], d["metadata"]["name"].rsplit("-", 1)[0]) for d in docs)
+    assert ("CronJob", "gpuaudit") in kinds  # gpuaudit-audit, gpuaudit-report
+    assert {d["metadata"]["name"] for d in docs if d["kind"] == "CronJob"} == {
+        "gpuaudit-audit",
+        "gpuaudit-report",
+    }
+    for kind, name in [
+        ("Namespace", "gpuaudit"),
+        ("ServiceAccount", "gpuaudit"),
+        ("ClusterRole", "gpuaudit-reader"),
+        ("ClusterRoleBinding", "gpuaudit-reader"),
+        ("PersistentVolumeClaim", "gpuaudit-data"),
+        ("ConfigMap", "gpuaudit-settings"),
+        ("ConfigMap", "gpuaudit-config"),
+        ("ConfigMap", "gpuaudit-scripts"),
+    ]:
+        one(docs, kind, name)
+    namespaced = [d for d in docs if d["kind"] not in ("Namespace", "ClusterRole", "ClusterRoleBinding")]
+    assert {d["metadata"].get("namespace") for d in namespaced} == {"gpuaudit"}
+    assert not any(d["kind"] == "DaemonSet" for d in docs)  # the sampler is opt-in
+
+
+@pytest.mark.parametrize("build", list(BUILDS))
+def test_every_build_keeps_the_reader_role_of_deploy_rbac(built, build):
+    source = next(
+        d for d in yaml.safe_load_all((DEPLOY / "base" / "rbac.yaml").read_text()) if d["kind"] == "ClusterRole"
+    )
+    assert rules_of(one(built[build], "ClusterRole", "gpuaudit-reader")) == rules_of(source)
+
+
+def test_only_the_policyreports_overlay_can_write_and_only_policyreports(built):
+    for build, docs in built.items():
+        writes = {
+            (d["metadata"]["name"], g, r, v)
+            for d in docs
+            if d["kind"] in ("ClusterRole", "Role")
+            for g, r, v in rules_of(d)
+            if v not in ("get", "list", "watch")
+        }
+        if build != "policyreports":
+            assert writes == set(), build
+            continue
+        assert {(g, r) for _, g, r, _ in writes} == {
+            ("wgpolicyk8s.io", "policyreports"),
+            ("wgpolicyk8s.io", "clusterpolicyreports"),
+        }
+        assert {v for *_, v in writes} <= {"create", "update", "patch"}
+        # its own ServiceAccount: the daily audit's identity stays read-only
+        writer = one(docs, "ClusterRoleBinding", "gpuaudit-policyreport-writer")
+        assert [s["name"] for s in writer["subjects"]] == ["gpuaudit-policyreports"]
+        job = one(docs, "CronJob", "gpuaudit-policyreports")
+        assert pod_spec(job)["serviceAccountName"] == "gpuaudit-policyreports"
+        reader = [b for b in docs if b["kind"] == "ClusterRoleBinding" and b["roleRef"]["name"] == "gpuaudit-reader"]
+        assert {s["name"] for b in reader for s in b["subjects"]} == {"gpuaudit", "gpuaudit-policyreports"}
+
+
+def test_both_components_compose_in_one_kustomization(kubectl, tmp_path):
+    site = tmp_path / "site"
+    site.mkdir()
+    rel = os.path.relpath(DEPLOY, site)
+    (site / "kustomization.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "kustomize.config.k8s.io/v1beta1",
+                "kind": "Kustomization",
+                "resources": [f"{rel}/base"],
+                "components": [f"{rel}/components/policyreports", f"{rel}/components/nvml-sampler"],
+            }
+        )
+    )
+    docs = kustomize(kubectl, site)
+    names = {(d["kind"], d["metadata"]["name"]) for d in docs}
+    assert ("CronJob", "gpuaudit-policyreports") in names
+    assert ("DaemonSet", "gpuaudit-nvml-sampler") in names
+    script_files = one(docs, "ConfigMap", "gpuaudit-scripts")["data"]
+    assert set(script_files) == {"audit.sh", "report.sh", "policyreports.sh", "sample.sh"}
+
+
+def test_workloads_reference_the_generated_config_maps(built):
+    for build, docs in built.items():
+        generated = {d["metadata"]["name"] for d in docs if d["kind"] == "ConfigMap"}
+        for obj in workloads(docs):
+            spec = pod_spec(obj)
+            used = {v["configMap"]["name"] for v in spec["volumes"] if "configMap" in v}
+            for container in [*spec.get("initContainers", []), *spec["containers"]]:
+                used |= {e["configMapRef"]["name"] for e in container.get("envFrom", [])}
+            assert used <= generated, (build, obj["metadata"]["name"], used - generated)
+            claims = {v["persistentVolumeClaim"]["claimName"] for v in spec["volumes"] if "persistentVolumeClaim" in v}
+            pvcs = {d["metadata"]["name"] for d in docs if d["kind"] == "PersistentVolumeClaim"}
+            assert claims <= pvcs, (build, claims - pvcs)
+
+
+def test_every_gpuaudit_image_is_this_version(built):
+    for docs in built.values():
+        for obj in workloads(docs):
+            spec = pod_spec(obj)
+            for container in [*spec.get("initContainers", []), *spec["containers"]]:
+                if "gpuaudit" in container["image"]:
+                    assert container["image"] == IMAGE
+
+
+def _restricted(spec: dict[str, Any], container: dict[str, Any]) -> None:
+    pod = spec["securityContext"]
+    assert pod["runAsNonRoot"] is True and pod["runAsUser"] != 0
+    assert pod["seccompProfile"] == {"type": "RuntimeDefault"}
+    sc = container["securityContext"]
+    assert sc["allowPrivilegeEscalation"] is False
+    assert sc["readOnlyRootFilesystem"] is True
+    assert sc["capabilities"] == {"drop": ["ALL"]}
+    assert not sc.get("privileged")
+    assert "limits" in container["resources"] and "memory" in container["resources"]["limits"]
+
+
+def test_cronjobs_run_restricted(built):
+    for docs in built.values():
+        for job in (d for d in docs if d["kind"] == "CronJob"):
+            spec = pod_spec(job)
+            assert not any(spec.get(k) for k in ("hostPID", "hostNetwork", "hostIPC"))
+            assert not any("hostPath" in v for v in spec["volumes"])
+            for container in [*spec.get("initContainers", []), *spec["containers"]]:
+                _restricted(spec, container)
+            # a read-only root filesystem needs somewhere to write temporary files
+            mounts = {m["mountPath"] for c in spec["containers"] for m in c["volumeMounts"]}
+            assert "/tmp" in mounts
+            assert job["spec"]["concurrencyPolicy"] == "Forbid"
+
+
+def test_the_sampler_has_exactly_the_privileges_the_readme_explains(built):
+    docs = built["nvml-sampler"]
+    daemon = one(docs, "DaemonSet", "gpuaudit-nvml-sampler")
+    spec = pod_spec(daemon)
+    (container,) = spec["containers"]
+    _restricted(spec, container)  # as non-root, no capabilities, read-only root
+    assert spec["hostPID"] is True
+    assert not spec.get("hostNetwork") and not spec.get("hostIPC")
+    assert spec["automountServiceAccountToken"] is False
+    host_paths = [v for v in spec["volumes"] if "hostPath" in v]
+    assert [v["hostPath"]["path"] for v in host_paths] == ["/proc"]
+    mount = next(m for m in container["volumeMounts"] if m["name"] == host_paths[0]["name"])
+    assert mount["readOnly"] is True
+    assert not any("nvidia.com/gpu" in r for r in container["resources"].get("limits", {}))
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["NVIDIA_VISIBLE_DEVICES"] == "all"
+
+    readme = (DEPLOY / "README.md").read_text()
+    section = readme[readme.index("## The NVML sampler") :]
+    section = section[: section.find("\n## ", 3) if "\n## " in section[3:] else None]
+    explained = [
+        "hostPID",
+        "/proc",
+        spec["runtimeClassName"],
+        "NVIDIA_VISIBLE_DEVICES",
+        "NVIDIA_DRIVER_CAPABILITIES",
+        *spec["nodeSelector"],
+        *(t["key"] for t in spec["tolerations"]),
+        "privileged",  # the namespace's Pod Security level
+        "ReadWriteMany",
+    ]
+    missing = [word for word in explained if word not in section]
+    assert missing == [], f"deploy/README.md does not explain {missing}"
+    namespace = one(docs, "Namespace", "gpuaudit")["metadata"]["labels"]
+    assert namespace["pod-security.kubernetes.io/enforce"] == "privileged"
+    assert namespace["pod-security.kubernetes.io/warn"] == "restricted"
+
+
+def test_every_option_the_deploy_scripts_use_exists(built):
+    for name, path in scripts().items():
+        command, options = script_command(path.read_text())
+        unknown = options - command_options(command)
+        assert unknown == set(), f"{name}: gpuaudit {command} has no {sorted(unknown)}"
+    # and the arguments the manifests give the scripts
+    for docs in built.values():
+        for obj in workloads(docs):
+            spec = pod_spec(obj)
+            for container in [*spec.get("initContainers", []), *spec["containers"]]:
+                cmd = container.get("command") or []
+                if len(cmd) == 2 and cmd[0] == "/bin/sh":
+                    script = scripts()[Path(cmd[1]).name]
+                    command, _ = script_command(script.read_text())
+                    flags = {a.split("=")[0] for a in container.get("args", []) if a.startswith("--")}
+                    assert flags <= command_options(command), (obj["metadata"]["name"], flags)
+
+
+def test_scripts_are_valid_posix_sh():
+    for path in scripts().values():
+        proc = subprocess.run(["/bin/sh", "-n", str(path)], capture_output=True, text=True)
+        assert proc.returncode == 0, f"{path}: {proc.stderr}"
+
+
+# --- the scripts, run as the CronJobs run them ----------------------------------
+
+
+@pytest.fixture
+def small_cluster(apiserver):
+    return apiserver.load(json.loads(SMALL.read_text()))
+
+
+def base_env(data: Path, **extra: str) -> dict[str, str]:
+    return {
+        "DATA_DIR": str(data),
+        "GPUAUDIT_CONFIG": str(DEPLOY / "base" / "config" / "gpuaudit.yaml"),
+        **extra,
+    }
+
+
+def test_audit_script_records_the_run_and_succeeds_with_findings(small_cluster, kubeconfig, tmp_path):
+    data = tmp_path / "data"
+    proc = run_script("audit.sh", "--kubeconfig", str(kubeconfig), env=base_env(data))
+    assert proc.returncode == 0, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert "PLACEMENT" in proc.stdout  # the text report, for kubectl logs
+    (audit,) = (data / "audits").glob("*.json")
+    report = json.loads(audit.read_text())
+    assert report["version"] == 1 and report["summary"]["by_severity"]["high"] > 0
+    (snapshot,) = (data / "snapshots").glob("*.json.gz")
+    assert snapshot.name.removesuffix(".json.gz") == audit.stem
+    assert json.loads(gzip.decompress(snapshot.read_bytes()))["kind"] == "gpuaudit-snapshot"
+    assert (data / "history.db").stat().st_size > 0
+
+    # the saved snapshot replays to the same findings
+    replay = subprocess.run(
+        [
+            str(VENV_BIN / "gpuaudit"),
+            "audit",
+            "--snapshot",
+            str(snapshot),
+            "--format",
+            "json",
+            "--config",
+            base_env(data)["GPUAUDIT_CONFIG"],
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert len(json.loads(replay.stdout)["findings"]) == len(report["findings"])
+
+
+def test_audit_script_fails_the_job_when_the_audit_cannot_run(tmp_path):
+    bad = tmp_path / "gpuaudit.yaml"
+    bad.write_text("fail_on: sometimes\n")
+    proc = run_script(
+        "audit.sh",
+        "--kubeconfig",
+        str(tmp_path / "none"),
+        env={**base_env(tmp_path / "d"), "GPUAUDIT_CONFIG": str(bad)},
+    )
+    assert proc.returncode != 0
+    assert "gpuaudit.yaml" in proc.stderr
+
+
+def test_audit_script_keeps_only_recent_results(small_cluster, kubeconfig, tmp_path):
+    data = tmp_path / "data"
+    (data / "audits").mkdir(parents=True)
+    old = data / "audits" / "2020-01-01T000000Z.json"
+    old.write_text("{}")
+    stamp = time.time() - 100 * 86400
+    os.utime(old, (stamp, stamp))
+    proc = run_script("audit.sh", "--kubeconfig", str(kubeconfig), env=base_env(data, KEEP_DAYS="90"))
+    assert proc.returncode == 0, proc.stderr
+    assert not old.exists() and len(list((data / "audits").glob("*.json"))) == 1
+
+
+def _month_before(moment: datetime) -> datetime:
+    return moment.replace(day=1) - timedelta(days=1)
+
+
+def test_report_script_reports_the_month_that_ended(small_cluster, kubeconfig, tmp_path):
+    data = tmp_path / "data"
+    assert run_script("audit.sh", "--kubeconfig", str(kubeconfig), env=base_env(data)).returncode == 0
+    (this_month,) = (data / "snapshots").glob("*.json.gz")
+    # an audit of the last day of last month, as the daily CronJob left it
+    last_day = _month_before(datetime.now(timezone.utc)).replace(hour=3, minute=17, second=0, microsecond=0)
+    snapshot = json.loads(gzip.decompress(this_month.read_bytes()))
+    snapshot["collected_at"] = last_day.strftime("%Y-%m-%dT%H:%M:%SZ")
+    earlier = data / "snapshots" / f"{last_day:%Y-%m-%dT%H%M%SZ}.json.gz"
+    earlier.write_bytes(gzip.compress(json.dumps(snapshot).encode()))
+
+    # no cluster source: it must not need one when a snapshot exists
+    proc = run_script("report.sh", env=base_env(data))
+    assert proc.returncode == 0, proc.stderr
+    period = f"{last_day:%Y-%m}"
+    out = data / "reports" / period
+    assert sorted(p.name for p in out.iterdir()) == ["report.html", "report.json", "report.md"]
+    report = json.loads((out / "report.json").read_text())
+    assert report["period"]["name"] == period
+    assert report["collected_at"] == snapshot["collected_at"]
+    assert proc.stdout == (out / "report.md").read_text()  # the Markdown report in the Job log
+
+
+def test_report_script_first_run_collects_from_the_cluster(small_cluster, kubeconfig, tmp_path):
+    data = tmp_path / "data"
+    proc = run_script("report.sh", "--kubeconfig", str(kubeconfig), env=base_env(data))
+    assert proc.returncode == 0, proc.stderr
+    month = datetime.now(timezone.utc).strftime("%Y-%m")
+    assert (data / "reports" / month / "report.html").exists()
+
+
+def _crd_schema(name: str) -> dict[str, Any]:
+    crd = yaml.safe_load((SCHEMAS / f"wgpolicyk8s.io_{name}.yaml").read_text())
+    version = next(v for v in crd["spec"]["versions"] if v["name"] == "v1alpha2")
+    return version["schema"]["openAPIV3Schema"]
+
+
+def test_policyreports_script_writes_reports_the_crds_accept(small_cluster, kubeconfig, tmp_path):
+    data = tmp_path / "data"
+    assert run_script("audit.sh", "--kubeconfig", str(kubeconfig), env=base_env(data)).returncode == 0
+    out = tmp_path / "policyreports.yaml"
+    # --in-cluster as in the CronJob: it must replay the snapshot, not read the cluster
+    proc = run_script("policyreports.sh", "--in-cluster", env=base_env(data, REPORTS_FILE=str(out)))
+    assert proc.returncode == 0, proc.stderr
+    docs = list(yaml.safe_load_all(out.read_text()))
+    schemas = {"PolicyReport": _crd_schema("policyreports"), "ClusterPolicyReport": _crd_schema("clusterpolicyreports")}
+    for doc in docs:
+        jsonschema.validate(doc, schemas[doc["kind"]])
+    namespaces = {d["metadata"].get("namespace") for d in docs if d["kind"] == "PolicyReport"}
+    assert {"inference", "research", "notebooks"} <= namespaces
+    failed = sum(d["summary"]["fail"] for d in docs)
+    (audit,) = (data / "audits").glob("*.json")
+    assert failed == len(json.loads(audit.read_text())["findings"])
+
+
+SHIM = """
+import sys
+from tests.fake_pynvml import FakeGpu, FakeNvml, FakeProcess
+GIB = 2**30
+sys.modules[__name__] = FakeNvml([FakeGpu(
+    "NVIDIA A100-SXM4-80GB", "GPU-aaaaaaaa-0000-0000-0000-000000000000",
+    total_bytes=80 * GIB, used_bytes=30 * GIB, util=(0, 0), pcie_kbps=(10, 20),
+    processes=[FakeProcess(4242, 30 * GIB)], mig=[])])
+"""
+
+
+def test_sampler_script_feeds_the_audit(small_cluster, kubeconfig, tmp_path):
+    """sample.sh on a node (fake NVML: one A100 holding 30 GiB at 0 % for
+    pod llm-serving-...-2xk4p), then audit.sh reading its files."""
+    pod = next(p for p in json.loads(SMALL.read_text())["pods"] if p["metadata"]["name"].endswith("2xk4p"))
+    shim = tmp_path / "shim"
+    shim.mkdir()
+    (shim / "pynvml.py").write_text(SHIM)
+    proc_root = tmp_path / "proc" / "4242"
+    proc_root.mkdir(parents=True)
+    (proc_root / "cgroup").write_text(f"0::/kubepods/pod{pod['metadata']['uid']}/{'ab' * 32}\n")
+    samples = tmp_path / "samples"
+    env = {
+        "PATH": tool_path(),
+        "HOME": str(tmp_path),
+        "PYTHONPATH": os.pathsep.join([str(shim), str(ROOT)]),
+        "SAMPLES_DIR": str(samples),
+        "NODE_NAME": "gpu-a100-0",
+        "PROC_ROOT": str(tmp_path / "proc"),
+        "SAMPLE_INTERVAL": "100ms",
+        "SAMPLE_FILE_DURATION": "1s",
+    }
+    sampler = subprocess.Popen(
+        ["/bin/sh", str(scripts()["sample.sh"])],
+        env=env,
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while len(list(samples.glob("*.jsonl"))) < 2 and time.monotonic() < deadline:
+            assert sampler.poll() is None, sampler.stderr.read() if sampler.stderr else ""
+            time.sleep(0.2)
+    finally:
+        os.killpg(sampler.pid, signal.SIGTERM)
+        sampler.wait(timeout=30)
+    done = sorted(samples.glob("*.jsonl"))
+    assert len(done) >= 2 and all(p.name.startswith("gpu-a100-0-") for p in done)
+    # the file being written when the sampler stopped is never read
+    (samples / "gpu-a100-0-9999-12-31T000000Z.jsonl.part").write_text('{"kind": "gpu", "ts": ')
+
+    data = tmp_path / "data"
+    proc = run_script("audit.sh", "--kubeconfig", str(kubeconfig), env=base_env(data, SAMPLES_DIR=str(samples)))
+    assert proc.returncode == 0, proc.stderr
+    (audit,) = (data / "audits").glob("*.json")
+    report = json.loads(audit.read_text())
+    assert report["summary"]["telemetry"]["source"] == "nvml"
+    resident = [f for f in report["findings"] if f["rule"] == "GPA-ME-001"]
+    assert [f["evidence"]["pod"] for f in resident] == [pod["metadata"]["name"]]
+
+
+# --- the image ------------------------------------------------------------------
+
+
+def _gen_constraints():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("gen_constraints", ROOT / "scripts" / "gen_constraints.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_constraints_pin_every_runtime_dependency():
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    tomllib = pytest.importorskip("tomllib")
+    pins = {}
+    for line in (ROOT / "constraints.txt").read_text().splitlines():
+        if line and not line.startswith("#"):
+            name, sep, version = line.partition("==")
+            assert sep, f"constraints.txt: {line!r} is not an exact pin"
+            pins[canonicalize_name(name)] = version
+    needed, _ = _gen_constraints().runtime_closure()
+    assert set(needed) <= set(pins), f"unpinned: {sorted(set(needed) - set(pins))}"
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    for text in project["dependencies"]:
+        requirement = Requirement(text)
+        pinned = pins[canonicalize_name(requirement.name)]
+        assert requirement.specifier.contains(pinned), f"{requirement} excludes the pinned {pinned}"
+    test_only = {canonicalize_name(Requirement(t).name) for t in project["optional-dependencies"]["test"]}
+    assert not test_only & set(pins)
+
+
+def test_dockerfile_is_what_deploy_expects(built):
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    instructions = [line.split(None, 1) for line in dockerfile.splitlines() if line and not line.startswith(("#", " "))]
+    assert instructions[0] == ["FROM", "python:3.12-slim"]
+    user = next(arg for op, arg in instructions if op == "USER").split(":")[0]
+    for docs in built.values():
+        for obj in workloads(docs):
+            assert str(pod_spec(obj)["securityContext"]["runAsUser"]) == user
+    assert next(arg for op, arg in instructions if op == "ENTRYPOINT") == '["gpuaudit"]'
+    assert "--constraint constraints.txt" in dockerfile
+    copied = {src for op, arg in instructions if op == "COPY" for src in arg.split()[:-1]}
+    assert {"gpuaudit", "policies", "remediations", "constraints.txt", "pyproject.toml"} <= copied
+    allowed = {
+        line[1:].rstrip("/") for line in (ROOT / ".dockerignore").read_text().splitlines() if line.startswith("!")
+    }
+    assert copied <= allowed  # the build context holds what the image copies
+
+
+# --- the kubectl plugin -----------------------------------------------------------
+
+
+def plugin(kubectl: str, *args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [kubectl, *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=cwd,
+        env={**os.environ, "PATH": tool_path(), "NO_COLOR": "1"},
+    )
+
+
+def direct(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(VENV_BIN / "gpuaudit"), *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=cwd,
+        env={**os.environ, "NO_COLOR": "1"},
+    )
+
+
+def test_kubectl_finds_the_plugin(kubectl):
+    listed = plugin(kubectl, "plugin", "list")
+    assert str(VENV_BIN / "kubectl-gpuaudit") in listed.stdout, listed.stdout + listed.stderr
+    usage = plugin(kubectl, "gpuaudit", "--help")
+    assert usage.returncode == 0 and usage.stdout.startswith("Usage: kubectl gpuaudit ")
+
+
+@pytest.mark.parametrize(
+    "args", [("rules", "list"), ("check", "examples/"), ("check", "examples/", "--format", "sarif")], ids=" ".join
+)
+def test_kubectl_gpuaudit_is_gpuaudit(kubectl, args):
+    through_kubectl = plugin(kubectl, "gpuaudit", *args)
+    assert "Traceback" not in through_kubectl.stderr
+    expected = direct(*args)
+    assert through_kubectl.returncode == expected.returncode
+    assert through_kubectl.stdout == expected.stdout and through_kubectl.stdout
+
+
+def test_kubectl_gpuaudit_audit_reads_the_cluster(kubectl, small_cluster, kubeconfig, tmp_path):
+    args = ("audit", "--kubeconfig", str(kubeconfig), "--format", "json")
+    through_kubectl = plugin(kubectl, "gpuaudit", *args, cwd=tmp_path)
+    assert through_kubectl.returncode == 1, through_kubectl.stderr  # high findings
+    report = json.loads(through_kubectl.stdout)
+    assert report["summary"]["cluster"] and report["findings"]
+    expected = json.loads(direct(*args, cwd=tmp_path).stdout)
+    assert [f["rule"] for f in report["findings"]] == [f["rule"] for f in expected["findings"]]
+    bad = plugin(kubectl, "gpuaudit", "audit", "--no-such-option")
+    assert bad.returncode == 2 and "kubectl gpuaudit audit --help" in bad.stderr
+
+
+def test_the_readme_authentication_patch_builds(kubectl, tmp_path):
+    readme = (DEPLOY / "README.md").read_text()
+    section = readme[readme.index("### Prometheus with authentication") :]
+    block = section[section.index("```yaml\n") + 8 : section.index("```\n", section.index("```yaml"))]
+    site = tmp_path / "site"
+    site.mkdir()
+    config = yaml.safe_load(block)
+    config.update(
+        apiVersion="kustomize.config.k8s.io/v1beta1",
+        kind="Kustomization",
+        resources=[os.path.relpath(DEPLOY, site)],
+    )
+    (site / "kustomization.yaml").write_text(yaml.safe_dump(config))
+    job = one(kustomize(kubectl, site), "CronJob", "gpuaudit-audit")
+    (container,) = pod_spec(job)["containers"]
+    flag, _, path = container["args"][-1].partition("=")
+    assert flag in command_options("audit")
+    assert any(path.startswith(m["mountPath"]) for m in container["volumeMounts"])
