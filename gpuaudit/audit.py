@@ -71,7 +71,40 @@ def load_policy(
                     str(config.path), None, f"config names unknown rule {rule_id}", "warning"
                 )
             )
-    return select(rules, include or config.rules, exclude or config.exclude_rules), errors
+    where = (
+        "--rules" if include else f"{config.path} rules",
+        "--exclude-rules" if exclude else f"{config.path} exclude_rules",
+    )
+    include, exclude = include or config.rules, exclude or config.exclude_rules
+    selected = select(rules, include, exclude)
+    errors += selection_problems(rules, selected, include, exclude, where)
+    return selected, errors
+
+
+def selection_problems(
+    rules: Sequence[Rule],
+    selected: Sequence[Rule],
+    include: Sequence[str],
+    exclude: Sequence[str],
+    where: tuple[str, str] = ("--rules", "--exclude-rules"),
+) -> list[InputError]:
+    """A name that is no rule id or category selects nothing (a typo, a
+    renamed rule): say so; and when --rules selects no rule at all, the run
+    must not pass as if it had audited something."""
+    names = {r.id for r in rules} | {r.category for r in rules}
+    problems = [
+        InputError(
+            where[0] if name in include else where[1],
+            None,
+            f"{name!r} is no rule id or category; it selects nothing",
+            "warning",
+        )
+        for name in dict.fromkeys([*include, *exclude])
+        if name not in names
+    ]
+    if include and not selected:
+        problems.append(InputError(where[0], None, "no rule is selected: nothing was audited"))
+    return problems
 
 
 def select(rules: Iterable[Rule], include: Sequence[str], exclude: Sequence[str]) -> list[Rule]:

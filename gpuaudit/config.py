@@ -96,9 +96,9 @@ def load_config(explicit: Path | None = None, cwd: Path | None = None) -> Config
                 namespace=e.get("namespace", "*"),
                 name=e.get("name", "*"),
                 kind=e.get("kind", "*"),
-                expires=date.fromisoformat(e["expires"]) if e.get("expires") else None,
+                expires=_expiry(e.get("expires"), path, lines.get(f"/exemptions/{i}/expires")),
             )
-            for e in data.get("exemptions") or ()
+            for i, e in enumerate(data.get("exemptions") or ())
         ),
         podspecs=tuple(data.get("podspecs") or ()),
         site=data.get("site") or {},
@@ -106,3 +106,15 @@ def load_config(explicit: Path | None = None, cwd: Path | None = None) -> Config
         report=data.get("report") or {},
         warnings=warnings,
     )
+
+
+def _expiry(value: str | None, path: Path, line: int | None) -> date | None:
+    """An exemption's `expires:` date. The schema checks its shape (YYYY-MM-DD);
+    a date that does not exist (2026-13-45) is a config error too, never a
+    crash and never an exemption that silently lasts forever."""
+    if not value:
+        return None
+    try:
+        return date.fromisoformat(value)
+    except ValueError as exc:
+        raise ConfigError(f"{path}:{line or 1}: expires {value!r} is not a date: {exc}") from None

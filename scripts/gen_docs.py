@@ -92,7 +92,7 @@ def _docs_paragraphs(text: str) -> list[str]:
     for line in text.strip().splitlines():
         label = next((lb for lb in ("Check first:", "Fix:") if line.startswith(lb)), None)
         if label:
-            out += ["", f"**{label}**{line[len(label):]}"]
+            out += ["", f"**{label}**{line[len(label) :]}"]
         else:
             out.append(line.rstrip())
     return out
@@ -109,7 +109,7 @@ def _rule_section(rule: Mapping[str, Any], cases: list[dict[str, Any]], path: Pa
         ("file", f"`{path.relative_to(ROOT).as_posix()}`"),
     ]
     out += [" | ".join(f"**{k}**: {v}" for k, v in facts), ""]
-    out += _docs_paragraphs(rule["docs"]) + [""]
+    out += [*_docs_paragraphs(rule["docs"]), ""]
     params = rule.get("params") or {}
     if params:
         out += ["| param | default | meaning |", "|---|---|---|"]
@@ -125,7 +125,14 @@ def _rule_section(rule: Mapping[str, Any], cases: list[dict[str, Any]], path: Pa
         out.append("")
         example = next((c for c in cases if c.get("expect") == "fail" and "manifest" in c), None)
         if example is not None:
-            out += [f"An example it reports ({example['name']}):", "", "```yaml", example["manifest"].rstrip(), "```", ""]
+            out += [
+                f"An example it reports ({example['name']}):",
+                "",
+                "```yaml",
+                example["manifest"].rstrip(),
+                "```",
+                "",
+            ]
     judged = {k: rule[k] for k in ("match", "violation", "require") if k in rule}
     out += ["<details><summary>What it matches and judges (JSON Schema over the fact document)</summary>", ""]
     out += _yaml_block(judged)
@@ -219,9 +226,22 @@ def schema_table(schema_file: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+def telemetry_keys() -> str:
+    """The metric and identity keys of telemetry rows, from the code that makes them."""
+    from gpuaudit.sources import telemetry
+
+    lines = ["| key | in a pod row, from its GPU rows |", "|---|---|"]
+    lines += [f"| `{key}` | {how} |" for key, how in telemetry.ROLLUP.items()]
+    lines += ["", "Identity of a GPU row: " + ", ".join(f"`{k}`" for k in telemetry.GPU_KEYS) + "."]
+    lines += ["Signals (`signals.<name>`: the metric used, or null): "]
+    lines[-1] += ", ".join(f"`{k}`" for k in telemetry.SIGNAL_NAMES) + "."
+    return "\n".join(lines) + "\n"
+
+
 GENERATORS: dict[str, Callable[[], str]] = {
     "config-keys": lambda: schema_table("config.schema.json"),
     "snapshot-fields": lambda: schema_table("snapshot.schema.json"),
+    "telemetry-keys": telemetry_keys,
 }
 
 

@@ -722,16 +722,18 @@ def build() -> dict[str, Any]:
 def seed_history(path: Path, snapshot: dict[str, Any]) -> None:
     """Five earlier monthly runs, trending towards today's counts (synthetic)."""
     from gpuaudit.report import history
+    from gpuaudit.report.build import cluster_name
 
     nodes_gpus = 112.0
-    for months_back, (allocated, active, resident) in enumerate(
-        [(96, 50, 26), (92, 49, 24), (90, 52, 20), (84, 50, 15), (78, 48, 10)][::-1], start=1
-    ):
+    # months back -> (allocated, active, idle resident): resident models grew
+    # as the Stable Diffusion service scaled out
+    earlier = [(88, 52, 24), (85, 51, 20), (80, 50, 16), (76, 48, 12), (70, 46, 8)]
+    for months_back, (allocated, active, resident) in enumerate(earlier, start=1):
         moment = COLLECTED.replace(day=15) - timedelta(days=30 * months_back)
         history.record(
             path,
             history.RunSummary(
-                cluster=SERVER,
+                cluster=cluster_name({}, snapshot),
                 collected_at=moment,
                 command="demo",
                 gpus={
@@ -743,8 +745,8 @@ def seed_history(path: Path, snapshot: dict[str, Any]) -> None:
                     "no_data": 4,
                     "free": nodes_gpus - allocated,
                 },
-                pending_pods=6 + months_back,
-                pending_gpus=10.0 + 2 * months_back,
+                pending_pods=max(8 - months_back, 1),
+                pending_gpus=22.0 - 3 * months_back,
                 coverage=0.9,
                 idle_cost_per_hour=None,
                 allocated_cost_per_hour=None,

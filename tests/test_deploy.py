@@ -22,13 +22,12 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
-import click
 import jsonschema
 import pytest
 import yaml
 
 import gpuaudit
-from gpuaudit.cli import main as cli_main
+from tests.cli_options import command_options
 
 ROOT = Path(__file__).resolve().parents[1]
 DEPLOY = ROOT / "deploy"
@@ -95,18 +94,6 @@ def rules_of(role: dict[str, Any]) -> set[tuple[str, str, str]]:
         for resource in rule["resources"]
         for verb in rule["verbs"]
     }
-
-
-def command_options(*path: str) -> set[str]:
-    """Every option string of `gpuaudit <path...>`, from the click objects."""
-    ctx = click.Context(cli_main)
-    command: click.Command = cli_main
-    for name in path:
-        assert isinstance(command, click.Group), f"{' '.join(path)}: {name} is not a command"
-        sub = command.get_command(ctx, name)
-        assert sub is not None, f"gpuaudit has no command {' '.join(path)}"
-        command = sub
-    return {o for p in command.params for o in (*p.opts, *p.secondary_opts)}
 
 
 def script_command(text: str) -> tuple[str, set[str]]:

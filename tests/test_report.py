@@ -597,3 +597,55 @@ def test_gpu_hours_hold_each_run_until_the_next() -> None:
     assert hours["allocated"] == 10 * 240 + 20 * 240
     assert hours["total"] is None  # a count no run recorded is unknown, not zero
     assert month("2026-12").end == datetime(2027, 1, 1, tzinfo=timezone.utc)
+
+
+def test_report_judges_what_audit_judges_on_a_mixed_cluster(run_cli, tmp_path: Path) -> None:
+    """The report leaves pods without GPU requests out before auditing
+    (gpuaudit/report/inputs.py); its findings must stay the audit's."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("gen_cluster", ROOT / "bench" / "gen_cluster.py")
+    gen_cluster = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gen_cluster)
+    recorded = gen_cluster.generate(120, 1500, seed=3)
+    names = ("nodes", "pods", "events", "replicasets", "jobs", "configmaps", "clusterpolicies",
+             "resourceclaims", "resourceslices", "kueueworkloads")  # fmt: skip
+    snapshot = {
+        "version": 1, "kind": "gpuaudit-snapshot", "collected_at": "2025-12-29T00:00:00Z",
+        "cluster": {"server": "https://mixed.example", "context": "mixed"},
+        "objects": {name: recorded.get(name, []) for name in names},
+        "absent": [], "errors": [], "telemetry": None,
+    }  # fmt: skip
+    cpu_pods = [p for p in snapshot["objects"]["pods"] if not _requests(p)]
+    assert len(cpu_pods) > 500  # the point of the test: most pods ask for no GPU
+    path = tmp_path / "mixed.json.gz"
+    write_snapshot(snapshot, path)
+    audit = run_cli("audit", "--snapshot", str(path), "--format", "json")
+    assert audit.returncode in (0, 1), audit.stderr
+    counts: dict[str, int] = defaultdict(int)
+    for finding in json.loads(audit.stdout)["findings"]:
+        counts[finding["rule"]] += 1
+    out, proc = _report(run_cli, tmp_path, path)
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads((out / "report.json").read_text())
+    judged = {r["rule"]: r["findings"] for c in report["root_causes"] for r in c["rules"]}
+    assert judged == dict(counts)
+    assert report["method"]["pods"]["that_may_use_gpus"] < len(snapshot["objects"]["pods"])
+
+
+def test_gpu_pod_filter_keeps_every_kind_of_gpu_request() -> None:
+    from gpuaudit.report.inputs import may_use_gpus
+
+    def pod(resources=None, annotations=None, claims=None, init=False):
+        container = {"name": "c", "resources": resources or {}}
+        spec = {"initContainers" if init else "containers": [container]}
+        if claims:
+            spec["resourceClaims"] = claims
+        return {"metadata": {"annotations": annotations or {}}, "spec": spec}
+
+    assert may_use_gpus(pod({"limits": {"nvidia.com/gpu": "1"}}))
+    assert may_use_gpus(pod({"limits": {"nvidia.com/mig-1g.10gb": "1"}}))
+    assert may_use_gpus(pod({"requests": {"amd.com/gpu": "1"}}, init=True))
+    assert may_use_gpus(pod(annotations={"gpu-fraction": "0.5"}))
+    assert may_use_gpus(pod(claims=[{"name": "gpu", "resourceClaimTemplateName": "t"}]))
+    assert not may_use_gpus(pod({"requests": {"cpu": "2", "memory": "4Gi"}}))

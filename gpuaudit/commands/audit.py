@@ -10,6 +10,7 @@ import click
 
 from gpuaudit.audit import audit_cluster, load_policy
 from gpuaudit.cli import emit, load_config_or_exit, output_options, policy_options, split_names
+from gpuaudit.commands.progress import Status
 from gpuaudit.commands.sources import (
     cluster_options,
     load_snapshot,
@@ -62,8 +63,11 @@ def audit(
         except SnapshotError as exc:
             click.echo(f"gpuaudit: {exc}", err=True)
             sys.exit(2)
+    status = Status()
+    status(f"judging {len(snapshot['objects'].get('pods') or []):,} pods")
     result = audit_cluster(snapshot, config, rules, telemetry_problem=problem)
     result.errors[:0] = [*config.warnings, *rule_errors]
+    status.clear()
     emit(result, formats, output)
     if history_path is not None:
         from gpuaudit.report.history import HistoryError

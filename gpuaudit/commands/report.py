@@ -12,6 +12,7 @@ import click
 
 from gpuaudit.audit import audit_cluster, load_policy
 from gpuaudit.cli import load_config_or_exit, policy_options, split_names
+from gpuaudit.commands.progress import Status
 from gpuaudit.commands.sources import (
     cluster_options,
     load_snapshot,
@@ -77,6 +78,7 @@ def report(
         run_summary,
         settings_from_config,
     )
+    from gpuaudit.report.inputs import gpu_pods_only
     from gpuaudit.report.period import month, month_of
     from gpuaudit.report.render import write_report
 
@@ -93,10 +95,15 @@ def report(
     cluster, telemetry = split_source_options(sources)
     snapshot = load_snapshot(**cluster)
     problem = load_telemetry(snapshot, config, **telemetry)
-    result = audit_cluster(snapshot, config, rules, telemetry_problem=problem)
+    # Only GPU pods count in the review; the rest would double the work (inputs.py).
+    judged = gpu_pods_only(snapshot)
+    status = Status()
+    status(f"judging {len(judged['objects'].get('pods') or []):,} pods")
+    result = audit_cluster(judged, config, rules, telemetry_problem=problem)
     result.errors[:0] = [*config.warnings, *rule_errors]
 
     settings = replace(settings, cluster_name=cluster_name(config.report, snapshot))
+    status("building the capacity review")
     analysis = analyse(result.state, result.subjects, result, settings)
     configured = config.report.get("history")
     if history_path is None and configured:
@@ -119,11 +126,17 @@ def report(
         history=str(database),
     )
     document["method"]["absent_apis"] = list(snapshot.get("absent") or [])
+    document["method"]["pods"] = {
+        "in_snapshot": len(snapshot["objects"].get("pods") or []),
+        "that_may_use_gpus": len(judged["objects"]["pods"]),
+    }
+    status("writing the report")
     try:
         written = write_report(document, out_dir)
     except OSError as exc:
         click.echo(f"gpuaudit: cannot write the report to {out_dir}: {exc}", err=True)
         sys.exit(2)
+    status.clear()
     for error in result.errors:
         where = f"{error.file}:{error.line}" if error.line else error.file
         click.echo(f"gpuaudit: {error.level}: {where}: {error.message}", err=True)

@@ -110,6 +110,11 @@ def evaluate(
             )
         )
 
+    # Rules from a user's folder can fail at run time (a schema keyword with a
+    # wrong value, a template that reaches for what the sandbox refuses or
+    # divides by zero): that rule is reported once, the others still run.
+    broken: set[str] = set()
+    broken_messages: set[str] = set()
     for subject in subjects:
         for rule in active.get((subject.target, subject.scope), ()):
             if "telemetry" in rule.requires and lookup(subject.facts, "gpu.requested"):
@@ -117,9 +122,22 @@ def evaluate(
                 if not enough:
                     result.insufficient.append((rule.id, subject, coverage))
                     continue
-            if not rule.applies_to(subject.facts) or not rule.violated_by(subject.facts):
+            if rule.id in broken:
                 continue
-            finding = make_finding(rule, subject)
+            try:
+                if not rule.applies_to(subject.facts) or not rule.violated_by(subject.facts):
+                    continue
+            except Exception as exc:  # the rule's own schema is unusable: a rule defect
+                broken.add(rule.id)
+                result.warnings.append(_rule_problem(rule, "cannot be evaluated", exc))
+                continue
+            try:
+                finding = make_finding(rule, subject)
+            except Exception as exc:  # its message template failed: keep the finding
+                if rule.id not in broken_messages:
+                    broken_messages.add(rule.id)
+                    result.warnings.append(_rule_problem(rule, "message failed", exc))
+                finding = make_finding(rule, subject, message=f"{rule.title} (message unavailable)")
             reason = _exempted(finding, subject, live, result.warnings)
             if reason is None:
                 result.findings.append(finding)
@@ -128,7 +146,14 @@ def evaluate(
     return result
 
 
-def make_finding(rule: Rule, subject: Subject) -> Finding:
+def _rule_problem(rule: Rule, what: str, exc: Exception) -> InputError:
+    detail = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    return InputError(rule.source, None, f"rule {rule.id}: {what}: {type(exc).__name__}: {detail}")
+
+
+def make_finding(rule: Rule, subject: Subject, message: str | None = None) -> Finding:
+    """The finding ``rule`` makes of ``subject``; ``message`` replaces the
+    rendered template (used when the template cannot be rendered)."""
     facts = subject.facts
     pointer = None
     if rule.points_at:
@@ -155,7 +180,7 @@ def make_finding(rule: Rule, subject: Subject) -> Finding:
         title=rule.title,
         severity=rule.severity,  # type: ignore[arg-type]
         category=rule.category,
-        message=render(rule.message, context),
+        message=render(rule.message, context) if message is None else message,
         resource=subject.resource,
         location=location,
         evidence=evidence,

@@ -8,6 +8,7 @@ attribute tricks that would reach Python internals.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping
 from functools import cache
@@ -38,6 +39,8 @@ def show(value: Any) -> str:
     if isinstance(value, bool):
         return "yes" if value else "no"
     if isinstance(value, float):
+        if not math.isfinite(value):  # a param or fact gone wrong must still print
+            return str(value)
         return f"{value:.3g}" if value != int(value) else str(int(value))
     if isinstance(value, (list, tuple)):
         return ", ".join(show(v) for v in value)

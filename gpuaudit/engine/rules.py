@@ -9,6 +9,7 @@ rejects a rule whose schemas name a fact the fact schema does not document.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cache, cached_property
@@ -176,6 +177,12 @@ def rule_from_data(
         raise RuleError(
             source, None, f"config sets unknown params for {data['id']}: {', '.join(unknown)}"
         )
+    for name, value in param_overrides.items():
+        problem = _param_problem(value, declared[name]["default"])
+        if problem:
+            raise RuleError(
+                source, None, f"config sets params for {data['id']}: {name} {problem}"
+            )
     params = {name: param_overrides.get(name, spec["default"]) for name, spec in declared.items()}
 
     target_schema = fact_schema()["$defs"].get(data["target"])
@@ -246,6 +253,23 @@ def _nearest_line(lines: Mapping[str, int], pointer: str) -> int:
             return lines[pointer]
         pointer = pointer.rpartition("/")[0]
     return lines.get("", 1)
+
+
+def _param_problem(value: Any, default: Any) -> str | None:
+    """Why a configured param value cannot replace ``default``, or None. A
+    param is spliced into a JSON Schema (``maximum: {$param: x}``): a value
+    of another type would make the rule's schema itself invalid."""
+    if isinstance(default, bool) or default is None:
+        ok = default is None or isinstance(value, bool)
+        wanted = "true or false"
+    elif isinstance(default, (int, float)):
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+        ok = ok and math.isfinite(value)
+        wanted = "a finite number"
+    else:
+        ok = isinstance(value, type(default))
+        wanted = {str: "text", list: "a list", dict: "a mapping"}.get(type(default), "like its default")
+    return None if ok else f"must be {wanted} (default {default!r}), not {value!r}"
 
 
 def _splice_params(schema: Any, params: Mapping[str, Any]) -> Any:

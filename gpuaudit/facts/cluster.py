@@ -14,7 +14,15 @@ from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from gpuaudit.cluster_state import STUCK_REASONS, ClusterState, Node, PodState, parse_time
+from gpuaudit.cluster_state import (
+    STUCK_REASONS,
+    ClusterState,
+    Node,
+    PodState,
+    as_list,
+    as_map,
+    parse_time,
+)
 from gpuaudit.facts import Subject
 from gpuaudit.facts import config as config_facts
 from gpuaudit.facts.scheduling import (
@@ -258,10 +266,10 @@ def node_facts(
 
 
 def claim_facts(claim: Mapping[str, Any], now: datetime) -> dict[str, Any]:
-    meta = claim.get("metadata") or {}
-    status = claim.get("status") or {}
+    meta = as_map(claim.get("metadata"))
+    status = as_map(claim.get("status"))
     allocation = status.get("allocation") if isinstance(status.get("allocation"), Mapping) else None
-    results = ((allocation or {}).get("devices") or {}).get("results") or []
+    results = as_list(as_map(as_map(allocation).get("devices")).get("results"))
     return {
         "name": str(meta.get("name", "")),
         "namespace": str(meta.get("namespace", "")),
@@ -337,20 +345,22 @@ def kueue_pending(workload: Mapping[str, Any]) -> dict[str, Any] | None:
     """A Kueue Workload that waits for quota, with the reason Kueue gives."""
     conditions = {
         c.get("type"): c
-        for c in (workload.get("status") or {}).get("conditions") or []
-        if isinstance(c, Mapping)
+        for c in as_list(as_map(workload.get("status")).get("conditions"))
+        if isinstance(c, Mapping) and isinstance(c.get("type"), str)
     }
-    if (conditions.get("Admitted") or {}).get("status") == "True":
+    if conditions.get("Admitted", {}).get("status") == "True":
         return None
-    if (conditions.get("Finished") or {}).get("status") == "True":
+    if conditions.get("Finished", {}).get("status") == "True":
         return None
-    meta = workload.get("metadata") or {}
-    reason = conditions.get("QuotaReserved") or {}
+    meta = as_map(workload.get("metadata"))
+    reason = conditions.get("QuotaReserved", {})
+    queue = as_map(workload.get("spec")).get("queueName")
+    message = reason.get("message")
     return {
         "namespace": str(meta.get("namespace", "")),
         "name": str(meta.get("name", "")),
-        "queue": (workload.get("spec") or {}).get("queueName"),
-        "message": reason.get("message"),
+        "queue": queue if isinstance(queue, str) else None,
+        "message": message if isinstance(message, str) else None,
     }
 
 
@@ -391,7 +401,8 @@ def _telemetry_index(telemetry: Mapping[str, Any] | None) -> dict[tuple[str, str
         tx, rx = row.get("pcie_tx_mean_bps"), row.get("pcie_rx_mean_bps")
         facts["pcie_mean_bps"] = tx + rx if tx is not None and rx is not None else None
         facts["extra"] = dict(row.get("extra") or {})
-        index[(row.get("namespace") or "", row["pod"])] = facts
+        if row.get("pod") is not None:
+            index[(row.get("namespace") or "", row["pod"])] = facts
     return index
 
 

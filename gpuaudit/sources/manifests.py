@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 import sys
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -81,14 +82,18 @@ def read_paths(paths: Iterable[str], stdin_text: str | None = None) -> ReadResul
     result = ReadResult()
     for path in paths:
         if path == "-":
-            text = stdin_text if stdin_text is not None else sys.stdin.read()
             result.files += 1
-            _read_text(text, "<stdin>", result)
+            stdin = getattr(sys.stdin, "buffer", None)
+            if stdin_text is not None or stdin is None:
+                text = stdin_text if stdin_text is not None else sys.stdin.read()
+                _read_text(text, "<stdin>", result)
+            else:  # bytes, so stdin gets the same limit and checks as a file
+                _read_bytes(stdin.read(MAX_FILE_BYTES + 1), "<stdin>", result)
             continue
         p = Path(path)
         if p.is_dir():
             read_files(list(iter_manifest_files(p)), result)
-        elif p.is_file():
+        elif p.exists():
             read_file(p, result)
         else:
             result.errors.append(InputError(path, None, "no such file or directory"))
@@ -115,15 +120,28 @@ def read_file(path: Path, result: ReadResult) -> None:
     name = str(path)
     result.files += 1
     try:
-        size = path.stat().st_size
-        if size > MAX_FILE_BYTES:
-            result.errors.append(
-                InputError(name, None, f"file is {size:,} bytes; the limit is {MAX_FILE_BYTES:,}")
-            )
+        info = path.stat()
+        if not stat.S_ISREG(info.st_mode):  # a FIFO would block the run forever
+            result.errors.append(InputError(name, None, "not a regular file, not read"))
             return
-        raw = path.read_bytes()
+        if info.st_size > MAX_FILE_BYTES:
+            result.errors.append(_too_big(name, f"{info.st_size:,} bytes"))
+            return
+        with path.open("rb") as handle:  # bounded: the file may grow meanwhile
+            raw = handle.read(MAX_FILE_BYTES + 1)
     except OSError as exc:
         result.errors.append(InputError(name, None, f"cannot read: {exc.strerror or exc}"))
+        return
+    _read_bytes(raw, name, result)
+
+
+def _too_big(name: str, size: str) -> InputError:
+    return InputError(name, None, f"file is {size}; the limit is {MAX_FILE_BYTES:,} bytes")
+
+
+def _read_bytes(raw: bytes, name: str, result: ReadResult) -> None:
+    if len(raw) > MAX_FILE_BYTES:
+        result.errors.append(_too_big(name, f"more than {MAX_FILE_BYTES:,} bytes"))
         return
     if b"\0" in raw[:8192]:
         result.errors.append(InputError(name, None, "binary file, not a manifest"))

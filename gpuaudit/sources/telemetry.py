@@ -191,6 +191,7 @@ def result(*, source: str, endpoint: str, window: Mapping[str, Any],
 # --- read back from a snapshot file -------------------------------------------------
 
 _ROW_IDENTITY = (*GPU_KEYS, "pod_uid")
+MAX_MEASUREMENT = 1e15
 
 
 def _scalar(value: Any) -> Any:
@@ -215,12 +216,20 @@ def _row(row: Mapping[str, Any]) -> dict[str, Any]:
             out[key] = _identity(row[key])
     for key in (*METRIC_KEYS, "gpus"):
         if key in row:
-            out[key] = clean(row[key])
+            out[key] = _measurement(row[key])
     extra = row.get("extra")
     out["extra"] = (
-        {str(k): clean(v) for k, v in extra.items()} if isinstance(extra, Mapping) else {}
+        {str(k): _measurement(v) for k, v in extra.items()} if isinstance(extra, Mapping) else {}
     )
     return out
+
+
+def _measurement(value: Any) -> float | None:
+    """A finite measurement of a plausible size (bytes per second, MiB, GPUs
+    and fractions are all far below 1e15), so facts that multiply a few of
+    them stay finite."""
+    number = clean(value)
+    return number if number is not None and abs(number) <= MAX_MEASUREMENT else None
 
 
 def normalized(aggregate: Any) -> dict[str, Any] | None:
@@ -236,7 +245,7 @@ def normalized(aggregate: Any) -> dict[str, Any] | None:
     out["window"] = {str(key): _scalar(value) for key, value in window.items()}
     for key in ("seconds", "step_seconds"):
         if key in window:
-            out["window"][key] = clean(window[key])
+            out["window"][key] = _measurement(window[key])
     signals = aggregate.get("signals")
     out["signals"] = (
         {str(k): v if isinstance(v, str) else None for k, v in signals.items()}

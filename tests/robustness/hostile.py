@@ -143,7 +143,25 @@ def manifest_seeds() -> tuple[dict[str, Any], ...]:
                 seeds.extend(d for d in yaml.safe_load_all(text) if isinstance(d, dict))
     for path in sorted((ROOT / "examples").rglob("*.yaml")):
         seeds.extend(d for d in yaml.safe_load_all(path.read_text()) if isinstance(d, dict))
+    seeds.extend(generated_manifests())
     return tuple(seeds)
+
+
+@cache
+def generated_manifests() -> tuple[dict[str, Any], ...]:
+    """One workload of every kind the benchmark generator knows (Kubeflow,
+    Ray, KServe, LeaderWorkerSet, JobSet, Volcano, Argo, Trainer...), with the
+    fields real files carry: kinds the rules' cases do not all show."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("gen_manifests", ROOT / "bench" / "gen_manifests.py")
+    assert spec is not None and spec.loader is not None
+    generator = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(generator)
+    objects = []
+    for kind, (build, _) in sorted(generator.KINDS.items()):
+        objects.extend(build(generator.Gen(8), f"seed-{kind.lower()}", "fuzz"))
+    return tuple(objects)
 
 
 @cache
