@@ -197,7 +197,7 @@ def audit_cluster(
         skipped=[*evaluation.skipped, *insufficient_data(evaluation.insufficient)],
         errors=[*errors, *evaluation.warnings],
         rules=list(rules),
-        resources=len(state.pods) + len(state.nodes),
+        resources=state.pods_total + len(state.nodes),
         gpu_workloads=len({(p.owner.kind, p.namespace, p.owner.name) for p in gpu_pods}),
         telemetry=telemetry,
         state=state,
@@ -216,20 +216,19 @@ def audit_cluster(
     )
 
 
-def insufficient_data(entries: Sequence[tuple[str, Subject, float | None]]) -> list[Skipped]:
+def insufficient_data(entries: Sequence[tuple[str, Subject, str]]) -> list[Skipped]:
     """One skipped entry per telemetry rule, naming the subjects it could not
-    judge and the coverage found — never a verdict of idle."""
-    by_rule: dict[str, list[tuple[Subject, float | None]]] = {}
-    for rule_id, subject, coverage in entries:
-        by_rule.setdefault(rule_id, []).append((subject, coverage))
+    judge and what was missing — never a verdict of idle."""
+    by_rule: dict[str, list[tuple[Subject, str]]] = {}
+    for rule_id, subject, missing in entries:
+        by_rule.setdefault(rule_id, []).append((subject, missing))
     skipped = []
     for rule_id, items in by_rule.items():
         examples = []
-        for subject, coverage in items[:5]:
+        for subject, missing in items[:5]:
             facts = subject.facts
             name = f"{facts.get('namespace') or ''}/{facts.get('pod') or facts.get('name')}"
-            found = "no series" if coverage is None else f"coverage {coverage:.0%}"
-            examples.append(f"{name} ({found})")
+            examples.append(f"{name} ({missing})")
         more = f", and {len(items) - 5} more" if len(items) > 5 else ""
         reason = f"insufficient data for {len(items)} GPU pod(s): {', '.join(examples)}{more}"
         skipped.append(Skipped(rule_id, reason))

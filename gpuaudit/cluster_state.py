@@ -90,13 +90,14 @@ class PodState:
 class ClusterState:
     collected_at: datetime
     nodes: tuple[Node, ...]
-    pods: tuple[PodState, ...]
+    pods: tuple[PodState, ...]  # pods that may use GPUs; the others are only counted
     configs: tuple[Document, ...]  # device-plugin ConfigMaps, ClusterPolicies
     claims: tuple[Mapping[str, Any], ...]
     kueue_workloads: tuple[Mapping[str, Any], ...]
     telemetry: Mapping[str, Any] | None
     errors: tuple[InputError, ...] = field(default_factory=tuple)
     source: str = "cluster"
+    pods_total: int = 0
 
 
 def parse_time(value: Any) -> datetime | None:
@@ -270,6 +271,30 @@ def build_pod(
     )
 
 
+# Deliberately broad, so a new kind of GPU request is kept rather than
+# silently dropped: any resource or annotation that mentions a GPU or an
+# accelerator vendor's domain, and any DRA claim.
+_GPU_MARKERS = ("gpu", "nvidia.com/", "amd.com/", "intel.com/", "habana.ai/", "neuron")
+
+
+def _mentions_gpu(names: Any) -> bool:
+    return isinstance(names, Mapping) and any(marker in str(name).lower() for name in names for marker in _GPU_MARKERS)
+
+
+def may_use_gpus(pod: Mapping[str, Any]) -> bool:
+    """Whether a raw pod may ask for GPUs. Every fact and count is about such
+    pods; on a large cluster most pods ask for none, and building the model
+    for them would be most of an audit's time."""
+    spec = pod.get("spec") or {}
+    if spec.get("resourceClaims"):
+        return True
+    for container in [*(spec.get("containers") or []), *(spec.get("initContainers") or [])]:
+        resources = (container or {}).get("resources") or {} if isinstance(container, Mapping) else {}
+        if _mentions_gpu(resources.get("limits")) or _mentions_gpu(resources.get("requests")):
+            return True
+    return _mentions_gpu((pod.get("metadata") or {}).get("annotations"))
+
+
 def _unbound(spec: Any) -> Any:
     if isinstance(spec, Mapping) and "nodeName" in spec:
         return {k: v for k, v in spec.items() if k != "nodeName"}
@@ -284,7 +309,8 @@ def build_cluster_state(snapshot: Mapping[str, Any]) -> ClusterState:
         {"ReplicaSet": _objects(objects, "replicasets"), "Job": _objects(objects, "jobs")}
     )
     pending_messages = _latest_failed_scheduling(_objects(objects, "events"))
-    raw_pods = _objects(objects, "pods")
+    all_pods = _objects(objects, "pods")
+    raw_pods = [p for p in all_pods if may_use_gpus(p)]
     # The scheduler writes nodeName when it binds a pod: on a live pod it is
     # the result of placement, not a constraint (PodState.node keeps it).
     documents = [
@@ -337,4 +363,5 @@ def build_cluster_state(snapshot: Mapping[str, Any]) -> ClusterState:
         telemetry=normalized_telemetry(snapshot.get("telemetry")),
         errors=tuple(errors),
         source=str(as_map(snapshot.get("cluster")).get("server") or "snapshot"),
+        pods_total=len(all_pods),
     )

@@ -23,7 +23,6 @@ from gpuaudit.sources.prometheus import TelemetryUnavailable, query_telemetry
 from tests import genai_trace as genai
 from tests.prometheus_server import Family, Reply, StubServer, free_port, write_openmetrics
 
-
 RESIDENT_FB_MIB = 1024
 IDLE_COMPUTE = 0.05
 VERDICT = 0.5  # resident-idle: at least half of the window's steps

@@ -634,7 +634,7 @@ def test_report_judges_what_audit_judges_on_a_mixed_cluster(run_cli, tmp_path: P
 
 
 def test_gpu_pod_filter_keeps_every_kind_of_gpu_request() -> None:
-    from gpuaudit.report.inputs import may_use_gpus
+    from gpuaudit.cluster_state import may_use_gpus
 
     def pod(resources=None, annotations=None, claims=None, init=False):
         container = {"name": "c", "resources": resources or {}}

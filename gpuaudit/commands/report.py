@@ -78,7 +78,6 @@ def report(
         run_summary,
         settings_from_config,
     )
-    from gpuaudit.report.inputs import gpu_pods_only
     from gpuaudit.report.period import month, month_of
     from gpuaudit.report.render import write_report
 
@@ -95,11 +94,9 @@ def report(
     cluster, telemetry = split_source_options(sources)
     snapshot = load_snapshot(**cluster)
     problem = load_telemetry(snapshot, config, **telemetry)
-    # Only GPU pods count in the review; the rest would double the work (inputs.py).
-    judged = gpu_pods_only(snapshot)
     status = Status()
-    status(f"judging {len(judged['objects'].get('pods') or []):,} pods")
-    result = audit_cluster(judged, config, rules, telemetry_problem=problem)
+    status(f"judging {len(snapshot['objects'].get('pods') or []):,} pods")
+    result = audit_cluster(snapshot, config, rules, telemetry_problem=problem)
     result.errors[:0] = [*config.warnings, *rule_errors]
 
     settings = replace(settings, cluster_name=cluster_name(config.report, snapshot))
@@ -128,7 +125,7 @@ def report(
     document["method"]["absent_apis"] = list(snapshot.get("absent") or [])
     document["method"]["pods"] = {
         "in_snapshot": len(snapshot["objects"].get("pods") or []),
-        "that_may_use_gpus": len(judged["objects"]["pods"]),
+        "that_may_use_gpus": len(result.state.pods),
     }
     status("writing the report")
     try:

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import re
 import sys
-from datetime import datetime, timezone
 from collections.abc import Callable, Sequence
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 

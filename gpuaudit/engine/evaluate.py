@@ -48,20 +48,25 @@ class Evaluation:
     suppressed: list[tuple[Finding, str]] = field(default_factory=list)
     skipped: list[Skipped] = field(default_factory=list)
     warnings: list[InputError] = field(default_factory=list)
-    # (rule id, subject, coverage found) for telemetry rules that had too little data
-    insufficient: list[tuple[str, Subject, float | None]] = field(default_factory=list)
+    # (rule id, subject, what was missing) for telemetry rules that had too little data
+    insufficient: list[tuple[str, Subject, str]] = field(default_factory=list)
 
 
 DEFAULT_MIN_COVERAGE = 0.5
 
 
-def telemetry_coverage(rule: Rule, facts: Mapping[str, Any]) -> tuple[bool, float | None]:
-    """Whether a GPU subject has enough telemetry for ``rule``: coverage of
-    the window at least the rule's ``min_coverage`` param (default 0.5).
+def missing_telemetry(rule: Rule, facts: Mapping[str, Any]) -> str | None:
+    """Why a GPU subject cannot be judged by a telemetry rule, or None: no
+    series, coverage of the window under the rule's ``min_coverage`` param
+    (default 0.5), or a signal the rule requires that was not collected.
     Missing telemetry is never judged: it is reported as insufficient data."""
     coverage = lookup(facts, "telemetry.coverage")
-    threshold = rule.params.get("min_coverage", DEFAULT_MIN_COVERAGE)
-    return isinstance(coverage, (int, float)) and coverage >= threshold, coverage
+    if not isinstance(coverage, (int, float)):
+        return "no series"
+    if coverage < rule.params.get("min_coverage", DEFAULT_MIN_COVERAGE):
+        return f"coverage {coverage:.0%}"
+    absent = [name for name in rule.telemetry_signals if lookup(facts, f"telemetry.{name}") is None]
+    return f"no {', '.join(absent)}" if absent else None
 
 
 def evaluate(
@@ -118,9 +123,9 @@ def evaluate(
     for subject in subjects:
         for rule in active.get((subject.target, subject.scope), ()):
             if "telemetry" in rule.requires and lookup(subject.facts, "gpu.requested"):
-                enough, coverage = telemetry_coverage(rule, subject.facts)
-                if not enough:
-                    result.insufficient.append((rule.id, subject, coverage))
+                missing = missing_telemetry(rule, subject.facts)
+                if missing is not None:
+                    result.insufficient.append((rule.id, subject, missing))
                     continue
             if rule.id in broken:
                 continue

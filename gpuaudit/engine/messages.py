@@ -33,19 +33,24 @@ def lookup(facts: Mapping[str, Any], path: str) -> Any:
 
 
 def show(value: Any) -> str:
-    """A value as a person reads it: 2.0 -> '2', 0.123456 -> '0.123'."""
+    """A value as a person reads it: 2.0 -> '2', 0.123456 -> '0.123',
+    16734.2 -> '16,734', [] -> 'none'."""
     if value is None:
         return "no"
     if isinstance(value, bool):
         return "yes" if value else "no"
     if isinstance(value, float):
-        if not math.isfinite(value):  # a param or fact gone wrong must still print
+        if not math.isfinite(value):
             return str(value)
-        return f"{value:.3g}" if value != int(value) else str(int(value))
+        if value == int(value) or abs(value) >= 1000:
+            return f"{value:,.0f}"
+        return f"{value:.3g}"
+    if isinstance(value, int):
+        return f"{value:,}" if abs(value) >= 10000 else str(value)
     if isinstance(value, (list, tuple)):
-        return ", ".join(show(v) for v in value)
+        return ", ".join(show(v) for v in value) or "none"
     if isinstance(value, Mapping):
-        return ", ".join(f"{k}={show(v)}" for k, v in value.items())
+        return ", ".join(f"{k}={show(v)}" for k, v in value.items()) or "none"
     return str(value)
 
 

@@ -55,6 +55,9 @@ class Rule:
     docs: str
     source: str
     cases: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    # Telemetry values the rule's schemas require: a subject without one of
+    # them is insufficient data for this rule, not a pass.
+    telemetry_signals: tuple[str, ...] = ()
 
     @cached_property
     def _matches(self) -> Callable[[Any], Any] | None:
@@ -244,7 +247,23 @@ def rule_from_data(
         remediation=remediation,
         docs=data["docs"],
         source=source,
+        telemetry_signals=tuple(
+            sorted({name for key in ("match", "violation", "require") for name in _required_telemetry(data.get(key))})
+        ),
     )
+
+
+def _required_telemetry(schema: Any) -> Iterable[str]:
+    """Names listed as required under ``telemetry`` anywhere in a rule schema."""
+    if isinstance(schema, dict):
+        telemetry = (schema.get("properties") or {}).get("telemetry")
+        if isinstance(telemetry, dict):
+            yield from telemetry.get("required") or []
+        for value in schema.values():
+            yield from _required_telemetry(value)
+    elif isinstance(schema, list):
+        for value in schema:
+            yield from _required_telemetry(value)
 
 
 def _nearest_line(lines: Mapping[str, int], pointer: str) -> int:

@@ -31,7 +31,7 @@ from gpuaudit.facts.scheduling import (
     taint_text,
     untolerated_taints,
 )
-from gpuaudit.facts.workload import LONG_RUNNING_CLASSES, pod_facts
+from gpuaudit.facts.workload import HOSTNAME_LABEL, LONG_RUNNING_CLASSES, pod_facts
 from gpuaudit.model import Resource
 
 KUEUE_GATE = "kueue.x-k8s.io/admission"
@@ -181,10 +181,19 @@ def pod_state_facts(
 class _Eligibility:
     """How many GPU nodes a pod shape may run on: selectors, required
     affinity, taints and GPU capacity. Cached by the pod's placement signature,
-    since every replica of a workload asks the same question."""
+    since every replica of a workload asks the same question; and nodes that
+    differ only in their name are judged once, with their count as weight
+    (a fleet has few node shapes and thousands of nodes)."""
 
     def __init__(self, gpu_nodes: Sequence[Node]) -> None:
         self.nodes = [n for n in gpu_nodes if not n.unschedulable]
+        shapes: dict[str, tuple[Node, int]] = {}
+        for node in self.nodes:
+            labels = {k: v for k, v in node.labels.items() if k != HOSTNAME_LABEL}
+            key = json.dumps([labels, node.taints, node.gpu_allocatable], sort_keys=True, default=str)
+            first, count = shapes.get(key, (node, 0))
+            shapes[key] = (first, count + 1)
+        self.shapes = list(shapes.values())
         self.cache: dict[str, tuple[int, list[str]]] = {}
 
     def of(self, spec: Mapping[str, Any], containers: Sequence[Any]) -> tuple[int, list[str]]:
@@ -193,26 +202,29 @@ class _Eligibility:
             for r in c.gpus:
                 if r.mode != "dra" and r.count:
                     needs[r.resource] += r.count
-        key = json.dumps(
-            [
-                spec.get("nodeName"),
-                spec.get("nodeSelector"),
-                (spec.get("affinity") or {}).get("nodeAffinity"),
-                spec.get("tolerations"),
-                sorted(needs.items()),
-            ],
-            sort_keys=True,
-            default=str,
-        )
+        placement = [
+            spec.get("nodeName"),
+            spec.get("nodeSelector"),
+            (spec.get("affinity") or {}).get("nodeAffinity"),
+            spec.get("tolerations"),
+        ]
+        key = json.dumps([*placement, sorted(needs.items())], sort_keys=True, default=str)
         if key not in self.cache:
-            self.cache[key] = self._count(spec, needs)
+            # A pod that names nodes (nodeName, hostname label, metadata.name
+            # field) must be judged node by node; any other, shape by shape.
+            by_name = placement[0] or HOSTNAME_LABEL in key or "metadata.name" in key
+            candidates = [(n, 1) for n in self.nodes] if by_name else self.shapes
+            self.cache[key] = self._count(spec, needs, candidates)
         return self.cache[key]
 
-    def _count(self, spec: Mapping[str, Any], needs: Mapping[str, float]) -> tuple[int, list[str]]:
+    @staticmethod
+    def _count(
+        spec: Mapping[str, Any], needs: Mapping[str, float], candidates: Sequence[tuple[Node, int]]
+    ) -> tuple[int, list[str]]:
         tolerations = [t for t in spec.get("tolerations") or [] if isinstance(t, Mapping)]
         eligible = 0
         blocking: set[str] = set()
-        for node in self.nodes:
+        for node, weight in candidates:
             if not selects_node(spec, node.name, node.labels):
                 continue
             if any(node.gpu_allocatable.get(res, 0.0) < count for res, count in needs.items()):
@@ -221,7 +233,7 @@ class _Eligibility:
             if taints:
                 blocking.update(taint_text(t) for t in taints)
                 continue
-            eligible += 1
+            eligible += weight
         return eligible, sorted(blocking)
 
 
