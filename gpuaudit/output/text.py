@@ -19,6 +19,28 @@ def clean(text: object) -> str:
     return _CONTROL.sub("", str(text))
 
 
+def _pod(finding: Finding) -> str | None:
+    """The live pod a cluster finding is about (None for manifests)."""
+    facts = getattr(finding.subject, "facts", None) or {}
+    return facts.get("pod") or finding.evidence.get("pod")
+
+
+def _collapse_replicas(findings: list[Finding]) -> list[tuple[Finding, list[Finding]]]:
+    """Replicas of one workload in a cluster break the same rule the same way:
+    show the first pod's finding and name the others (JSON keeps them all)."""
+    groups: dict[tuple, tuple[Finding, list[Finding]]] = {}
+    out = []
+    for f in findings:
+        r = f.resource
+        key = (f.rule, r.kind, r.namespace, r.name, r.container) if _pod(f) else (id(f),)
+        if key in groups:
+            groups[key][1].append(f)
+        else:
+            groups[key] = (f, [])
+            out.append(groups[key])
+    return out
+
+
 def render(result: AuditResult, *, colour: bool = False, **_: Any) -> str:
     def paint(code: str, text: str) -> str:
         return f"\x1b[{code}m{text}\x1b[0m" if colour else text
@@ -39,7 +61,7 @@ def render(result: AuditResult, *, colour: bool = False, **_: Any) -> str:
                 f.location.line or 0,
             )
         )
-        for f in findings:
+        for f, repeats in _collapse_replicas(findings):
             where = f.location.file or "cluster"
             if f.location.line:
                 where += f":{f.location.line}"
@@ -47,11 +69,15 @@ def render(result: AuditResult, *, colour: bool = False, **_: Any) -> str:
             what = f"{r.kind} {r.namespace + '/' if r.namespace else ''}{r.name}"
             if r.container:
                 what += f" [{r.container}]"
-            if r.node:
+            if r.node and r.kind != "Node":
                 what += f" on {r.node}"
             severity = paint(_COLOURS[f.severity], f.severity.upper())
             lines.append(f"  {severity:<8} {f.rule}  {clean(where)}  {clean(what)}")
             lines.append(f"           {clean(f.message)}")
+            if repeats:
+                pods = ", ".join(clean(_pod(x)) for x in repeats[:5])
+                more = f" and {len(repeats) - 5} more" if len(repeats) > 5 else ""
+                lines.append(f"           ... and the same for {len(repeats)} more pod(s): {pods}{more}")
         lines.append("")
     if result.skipped:
         lines.append(paint("1", "SKIPPED"))

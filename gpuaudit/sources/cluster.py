@@ -536,10 +536,8 @@ def _configure(
         )
         _, active = k8s_config.list_kube_config_contexts(config_file=kubeconfig)
     except k8s_config.ConfigException as exc:
-        if in_cluster:
-            where = "the in-cluster service account"
-        else:
-            where = kubeconfig or "$KUBECONFIG or ~/.kube/config"
+        default = kubeconfig or "$KUBECONFIG or ~/.kube/config"
+        where = "the in-cluster service account" if in_cluster else default
         raise ClusterSourceError(
             f"cannot configure a Kubernetes client from {where}: {exc}"
         ) from exc
