@@ -25,7 +25,7 @@ from gpuaudit.engine.rules import Rule
 from gpuaudit.facts.context import Site, build_context
 from gpuaudit.model import Document, Finding, InputError
 from gpuaudit.output.files import UnsafePathError, inside, write_atomic
-from gpuaudit.remediate import kustomize, live, overlay, review, verify
+from gpuaudit.remediate import live, overlay, review, verify
 from gpuaudit.remediate.plan import (
     ObjectId,
     Plan,
@@ -37,6 +37,7 @@ from gpuaudit.remediate.plan import (
 )
 from gpuaudit.remediate.planners import RunState
 from gpuaudit.remediate.planners.sharing import sharing_configs
+from gpuaudit.sources import kustomize
 from gpuaudit.sources.manifests import read_paths
 from gpuaudit.workloads import build_workloads
 
@@ -363,7 +364,7 @@ def _print_diff(plan: Plan, inputs: Inputs) -> None:
     (or as gpuaudit computes it, when no kustomize is on PATH)."""
     rendered: dict[ObjectId, dict[str, Any]] = {}
     how = "kustomize"
-    if kustomize.command() is not None and plan.changes:
+    if kustomize.kustomize_command() is not None and plan.changes:
         with tempfile.TemporaryDirectory(prefix="gpuaudit-fix-") as tmp:
             root = Path(tmp) / "overlay"
             layout = overlay.layout(plan, root)

@@ -18,6 +18,7 @@ from gpuaudit.facts.gpu_names import unadvertised_shared, unknown_mig_profiles
 from gpuaudit.facts.lifecycle import lifecycle_facts
 from gpuaudit.facts.process import container_process_facts, pod_process_facts
 from gpuaudit.facts.scaling import scaling_facts
+from gpuaudit.facts.scheduling import required_terms
 from gpuaudit.model import Container, GpuRequest, PodTemplate, Resource, Workload
 
 HOSTNAME_LABEL = "kubernetes.io/hostname"
@@ -214,7 +215,7 @@ def placement_facts(t: PodTemplate) -> dict[str, Any]:
         if isinstance(node_selector, Mapping)
         else {}
     )
-    terms = _required_terms(spec)
+    terms = required_terms(spec)
     pinned_node, pinned_by, pinned_ptr = None, None, None
     if isinstance(spec.get("nodeName"), str) and spec["nodeName"]:
         pinned_node, pinned_by, pinned_ptr = spec["nodeName"], "nodeName", f"{t.pointer}/nodeName"
@@ -243,18 +244,6 @@ def placement_facts(t: PodTemplate) -> dict[str, Any]:
         "tolerations": tolerations,
         "gpu_product": product,
     }
-
-
-def _required_terms(spec: Mapping[str, Any]) -> list[Mapping[str, Any]]:
-    affinity = spec.get("affinity")
-    node_affinity = affinity.get("nodeAffinity") if isinstance(affinity, Mapping) else None
-    required = (
-        node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution")
-        if isinstance(node_affinity, Mapping)
-        else None
-    )
-    terms = required.get("nodeSelectorTerms") if isinstance(required, Mapping) else None
-    return [t for t in terms if isinstance(t, Mapping)] if isinstance(terms, list) else []
 
 
 def _affinity_hosts(terms: list[Mapping[str, Any]]) -> list[str] | None:

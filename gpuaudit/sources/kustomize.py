@@ -99,23 +99,48 @@ def render_kustomization(directory: Path, command: Sequence[str], shown: str) ->
     return rendered
 
 
+class KustomizeError(RuntimeError):
+    """kustomize refused to build, or could not run; the message says why."""
+
+
+def is_package(path: Path) -> bool:
+    return path.is_dir() and kustomization_in(path) is not None
+
+
+def build(directory: Path, *, load_restrictor_none: bool = False, command: Sequence[str] | None = None) -> str:
+    """The YAML kustomize builds from ``directory``."""
+    base = command or kustomize_command()
+    if base is None:
+        raise KustomizeError("needs kubectl or kustomize on PATH")
+    args = [*base, str(directory), *(_LOAD_ANYWHERE if load_restrictor_none else ())]
+    try:
+        proc = subprocess.run(args, capture_output=True, text=True, timeout=_TIMEOUT, check=False)
+    except subprocess.TimeoutExpired:
+        raise KustomizeError(f"kustomize build of {directory} took over {_TIMEOUT}s") from None
+    except OSError as exc:
+        raise KustomizeError(f"cannot run {args[0]}: {exc}") from None
+    if proc.returncode != 0:
+        raise KustomizeError(" ".join(proc.stderr.split()) or f"exit status {proc.returncode}")
+    return proc.stdout
+
+
+def build_package(directory: Path, command: Sequence[str] | None = None) -> tuple[str, bool]:
+    """Build a user's kustomize directory as kustomize's default restrictions
+    allow or, when it reads files outside its folder, without them. Returns the
+    YAML and whether the restriction had to be lifted."""
+    try:
+        return build(directory, command=command), False
+    except KustomizeError as exc:
+        if "is not in or below" not in str(exc):
+            raise
+    return build(directory, load_restrictor_none=True, command=command), True
+
+
 def _build(command: Sequence[str], directory: Path) -> tuple[str | None, str]:
-    problem = ""
-    for extra in ((), _LOAD_ANYWHERE):
-        try:
-            proc = subprocess.run(
-                [*command, str(directory), *extra],
-                capture_output=True,
-                text=True,
-                timeout=_TIMEOUT,
-                check=False,
-            )
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            return None, str(exc)
-        if proc.returncode == 0:
-            return proc.stdout, ""
-        problem = _first_line(proc.stderr) or f"exit status {proc.returncode}"
-    return None, problem
+    try:
+        return build_package(directory, command)[0], ""
+    except KustomizeError as exc:
+        return None, _first_line(str(exc))
 
 
 def _origin(doc: Document) -> str | None:

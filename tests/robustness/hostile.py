@@ -22,6 +22,8 @@ from typing import Any
 import yaml
 from hypothesis import strategies as st
 
+from gpuaudit.sources.cluster import OBJECT_KEYS
+
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "gpuaudit"
 SMALL_CLUSTER = ROOT / "tests" / "clusters" / "small.json"
@@ -169,19 +171,7 @@ def cluster_seed() -> dict[str, Any]:
     """A snapshot of the recorded small cluster, with telemetry rows for its
     GPU pods, as `gpuaudit audit --snapshot` would read it."""
     recorded = json.loads(SMALL_CLUSTER.read_text())
-    keys = (
-        "nodes",
-        "pods",
-        "events",
-        "replicasets",
-        "jobs",
-        "configmaps",
-        "clusterpolicies",
-        "resourceclaims",
-        "resourceslices",
-        "kueueworkloads",
-    )
-    objects = {key: recorded.get(key, []) for key in keys}
+    objects = {key: recorded.get(key, []) for key in OBJECT_KEYS}
     for items in objects.values():
         for obj in items:
             obj.get("metadata", {}).pop("managedFields", None)
