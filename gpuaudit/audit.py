@@ -63,7 +63,7 @@ def load_policy(
     dirs = [builtin_policies_dir(), *config.policies, *extra_dirs]
     rules, rule_errors = load_rules(dirs, config.params, config.severity)
     errors = [InputError(e.file, e.line, e.message) for e in rule_errors]
-    known = {r.id for r in rules}
+    known = {r.id for r in rules} | {e.rule_id for e in rule_errors if e.rule_id}
     for rule_id in sorted(set(config.params) | set(config.severity)):
         if rule_id not in known:
             errors.append(

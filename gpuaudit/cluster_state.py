@@ -12,6 +12,7 @@ from typing import Any
 from gpuaudit import gpus
 from gpuaudit.model import Document, InputError, Workload
 from gpuaudit.quantity import QuantityError, parse_quantity
+from gpuaudit.shapes import as_list, as_map
 from gpuaudit.sources.telemetry import normalized as normalized_telemetry
 from gpuaudit.workloads import GPU_RESOURCE, KindLocator, build_workloads, builtin_locators, group_of
 
@@ -112,16 +113,8 @@ def parse_time(value: Any) -> datetime | None:
     return moment if moment.tzinfo is not None else moment.replace(tzinfo=timezone.utc)
 
 
-# Raw objects come from the API server or from a snapshot file that may have
-# been edited: a field of the wrong shape reads as absent, never as a crash.
-
-
-def as_map(value: Any) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
-
-
-def as_list(value: Any) -> list[Any]:
-    return value if isinstance(value, list) else []
+# The objects of a snapshot's lists, and counts read from them: a snapshot file
+# may have been edited, and a value of the wrong shape reads as absent.
 
 
 def _objects(objects: Mapping[str, Any], key: str) -> list[Mapping[str, Any]]:

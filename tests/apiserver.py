@@ -57,12 +57,21 @@ RESOURCES: dict[tuple[str, str], tuple[str, str, bool]] = {
     ("", "namespaces"): ("namespaces", "NamespaceList", False),
     ("apps", "replicasets"): ("replicasets", "ReplicaSetList", True),
     ("apps", "deployments"): ("deployments", "DeploymentList", True),
+    ("apps", "statefulsets"): ("statefulsets", "StatefulSetList", True),
+    ("apps", "daemonsets"): ("daemonsets", "DaemonSetList", True),
     ("batch", "jobs"): ("jobs", "JobList", True),
+    ("batch", "cronjobs"): ("cronjobs", "CronJobList", True),
+    # Custom resources that own pods (gpuaudit/data/podspecs.yaml `plural:`).
+    ("kubeflow.org", "pytorchjobs"): ("pytorchjobs", "PyTorchJobList", True),
+    ("jobset.x-k8s.io", "jobsets"): ("jobsets", "JobSetList", True),
     ("nvidia.com", "clusterpolicies"): ("clusterpolicies", "ClusterPolicyList", False),
     ("resource.k8s.io", "resourceclaims"): ("resourceclaims", "ResourceClaimList", True),
     ("resource.k8s.io", "resourceslices"): ("resourceslices", "ResourceSliceList", False),
     ("kueue.x-k8s.io", "workloads"): ("kueueworkloads", "WorkloadList", True),
 }
+# Built-in APIs every cluster serves: a recorded cluster without the key (made
+# before the collector read owners) holds none of them, not a missing API.
+ALWAYS_SERVED = ("deployments", "statefulsets", "daemonsets", "cronjobs")
 # The version each group is served at; Kueue's can be changed per server.
 GROUP_VERSIONS = {
     "": ("v1",),
@@ -71,6 +80,8 @@ GROUP_VERSIONS = {
     "nvidia.com": ("v1",),
     "resource.k8s.io": ("v1",),
     "kueue.x-k8s.io": ("v1beta2",),
+    "kubeflow.org": ("v1",),
+    "jobset.x-k8s.io": ("v1alpha2",),
 }
 
 Reply = tuple[int, dict[str, str], bytes]  # status, headers, body
@@ -203,7 +214,8 @@ class FakeApiServer:
     def load(self, cluster: Mapping[str, list[dict[str, Any]]]) -> FakeApiServer:
         """Replace the served cluster. A key that is absent is an API not installed."""
         with self._lock:
-            self._collections = {key: _Collection(list(items)) for key, items in cluster.items()}
+            served = {key: [] for key in ALWAYS_SERVED} | dict(cluster)
+            self._collections = {key: _Collection(list(items)) for key, items in served.items()}
             self._continuations.clear()
             self.resource_version += 1
         return self

@@ -235,6 +235,8 @@ def test_no_api_failure_escapes_collect(served, kubeconfig, fault):
         "/apis/resource.k8s.io/v1/resourceclaims", "/apis/resource.k8s.io/v1/resourceslices",
         "/apis/kueue.x-k8s.io/v1beta2/workloads", "/apis/kueue.x-k8s.io/v1beta1/workloads",
         "/api/v1/namespaces/gpu-operator/configmaps/time-slicing-config",
+        "/apis/apps/v1/deployments", "/apis/apps/v1/statefulsets", "/apis/apps/v1/daemonsets",
+        "/apis/batch/v1/cronjobs",
     }
     for path in paths:
         served.inject(path, **fault)
@@ -339,6 +341,93 @@ def test_a_configmap_mounted_by_a_device_plugin_pod_is_read(apiserver, kubeconfi
     apiserver.load(small)
     snapshot = collect(kubeconfig=str(kubeconfig))
     assert "plugin-cfg" in _names(snapshot["objects"]["configmaps"])
+
+
+# -- the owners of GPU pods ------------------------------------------------------------------
+
+OWNER_LISTS = ["/apis/apps/v1/deployments", "/apis/apps/v1/statefulsets",
+               "/apis/apps/v1/daemonsets", "/apis/batch/v1/cronjobs"]
+
+
+def _owned_by(obj: dict[str, Any], api_version: str, kind: str, name: str) -> None:
+    obj["metadata"]["ownerReferences"] = [{"apiVersion": api_version, "kind": kind, "name": name,
+                                           "uid": f"uid-{name}", "controller": True}]
+
+
+def test_the_owners_of_gpu_pods_are_collected_with_one_list_per_kind(served, kubeconfig, small):
+    snapshot = collect(kubeconfig=str(kubeconfig), page_size=100)
+
+    validate_snapshot(snapshot)
+    assert snapshot["errors"] == [] and snapshot["absent"] == []
+    owners = {(o["kind"], o["metadata"]["namespace"], o["metadata"]["name"])
+              for o in snapshot["objects"]["workloads"]}
+    # The tops of the GPU pods' chains (through ReplicaSets and the CronJob's
+    # Job); not the operator's Deployment or DaemonSet, nor the idle StatefulSet.
+    assert owners == {
+        ("Deployment", "inference", "llm-serving"), ("Deployment", "inference", "rag-reranker"),
+        ("Deployment", "inference", "whisper-asr"), ("Deployment", "ml-platform", "embedder"),
+        ("Deployment", "ml-platform", "tts-api"), ("CronJob", "ml-platform", "nightly-embed"),
+    }
+    recorded = {o["metadata"]["name"]: o for o in small["deployments"] + small["cronjobs"]}
+    for obj in snapshot["objects"]["workloads"]:
+        assert obj == _without_managed_fields(recorded[obj["metadata"]["name"]])
+    assert any("managedFields" in o["metadata"] for o in small["deployments"])
+    lists = [r.path for r in served.requests if r.path in OWNER_LISTS]
+    assert sorted(lists) == sorted(OWNER_LISTS)  # one list each, none repeated
+    assert not [r for r in served.requests if r.path.startswith(("/apis/kubeflow", "/apis/jobset"))]
+
+
+def test_list_items_without_a_kind_get_the_kind_of_their_list(apiserver, kubeconfig, small):
+    for obj in small["deployments"]:  # as a real API server lists built-in kinds
+        del obj["kind"], obj["apiVersion"]
+    apiserver.load(small)
+    snapshot = collect(kubeconfig=str(kubeconfig))
+    assert {(o["apiVersion"], o["kind"]) for o in snapshot["objects"]["workloads"]} == {
+        ("apps/v1", "Deployment"), ("batch/v1", "CronJob")}
+
+
+def test_custom_resources_that_own_gpu_pods_are_listed_once_at_their_version(
+    apiserver, kubeconfig, small
+):
+    # pretrain-7b's pod now belongs to a PyTorchJob, finetune-llama's Job to a JobSet
+    # (whose API is not installed here).
+    pod = next(p for p in small["pods"] if p["metadata"]["name"].startswith("pretrain-7b"))
+    _owned_by(pod, "kubeflow.org/v1", "PyTorchJob", "pretrain-7b")
+    job = next(j for j in small["jobs"] if j["metadata"]["name"] == "finetune-llama")
+    _owned_by(job, "jobset.x-k8s.io/v1alpha2", "JobSet", "finetune-llama")
+    small["pytorchjobs"] = [
+        {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob",
+         "metadata": {"name": name, "namespace": "research", "managedFields": [{"manager": "x"}]},
+         "spec": {"pytorchReplicaSpecs": {"Master": {"replicas": 1, "template": pod["spec"]}}}}
+        for name in ("pretrain-7b", "unrelated")
+    ]
+    apiserver.load(small)
+    snapshot = collect(kubeconfig=str(kubeconfig))
+
+    validate_snapshot(snapshot)
+    assert snapshot["errors"] == []
+    assert snapshot["absent"] == ["jobsets.jobset.x-k8s.io"]
+    custom = [o for o in snapshot["objects"]["workloads"] if o["kind"] == "PyTorchJob"]
+    assert [o["metadata"]["name"] for o in custom] == ["pretrain-7b"]
+    assert "managedFields" not in custom[0]["metadata"]
+    paths = apiserver.paths()
+    assert paths.count("/apis/kubeflow.org/v1/pytorchjobs") == 1
+    assert paths.count("/apis/jobset.x-k8s.io/v1alpha2/jobsets") == 1
+
+    apiserver.requests.clear()
+    apiserver.inject("/apis/kubeflow.org/v1/pytorchjobs", status=403)
+    snapshot = collect(kubeconfig=str(kubeconfig), **FAST)
+    assert [(e["resource"], e["endpoint"], e["status"]) for e in snapshot["errors"]] == [
+        ("workloads", "/apis/kubeflow.org/v1/pytorchjobs", 403)]
+    assert "pytorchjobs.kubeflow.org" not in snapshot["absent"]  # forbidden, not missing
+    assert {o["kind"] for o in snapshot["objects"]["workloads"]} == {"Deployment", "CronJob"}
+
+
+def test_a_snapshot_without_workloads_is_still_read(snapshot, tmp_path):
+    del snapshot["objects"]["workloads"]  # written before the collector read owners
+    path = tmp_path / "old.json"
+    path.write_text(json.dumps(snapshot))
+    assert "workloads" not in read_snapshot(path)["objects"]
 
 
 # -- least privilege --------------------------------------------------------------------------

@@ -1,12 +1,14 @@
-"""`gpuaudit fix --snapshot FILE`: alone, the cluster's GPU configs are fixed
-on a base of the objects as read; with manifests, the snapshot's telemetry and
-node GPU models size the patches (a MIG slice from observed peak memory)."""
+"""`gpuaudit fix --snapshot FILE`: alone, the workloads that own the cluster's
+GPU pods and its GPU configs are fixed on a base of the objects as read; with
+manifests, the snapshot's telemetry and node GPU models size the patches (a
+MIG slice from observed peak memory)."""
 
 from __future__ import annotations
 
 import json
 import os
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -101,7 +103,56 @@ def test_snapshot_alone_fixes_the_gpu_configs_on_the_objects_as_read(tmp_path, r
     review = (out / "REVIEW.md").read_text()
     # the ClusterPolicy is pointed at the sharing config the cluster already has
     assert "existing sharing config gpu-operator/time-slicing-config" in review
-    assert "not a Deployment an overlay could patch" in review
+    # recorded before the collector read owners: the Deployments cannot be patched
+    assert "the snapshot holds no Deployment (recorded before gpuaudit read the workloads" in review
+
+
+SERVER_WRITTEN = {"managedFields", "resourceVersion", "uid", "creationTimestamp", "generation"}
+
+
+def test_snapshot_alone_patches_the_deployments_that_own_the_pods(
+    tmp_path, run_cli, kubectl, apiserver, kubeconfig
+):
+    apiserver.load(json.loads(SMALL.read_text()))
+    snap = tmp_path / "cluster.json.gz"
+    proc = run_cli("snapshot", "-o", str(snap), "--kubeconfig", str(kubeconfig))
+    assert proc.returncode == 0, proc.stderr
+    out = tmp_path / "overlay"
+    proc = run_cli("fix", "--snapshot", str(snap), "--out", str(out), "--verify")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "0 still there, 0 new; 0 unplanned difference(s)" in proc.stdout
+
+    patches = sorted(p.name for p in (out / "patches").iterdir())
+    assert any("add-dev-shm-deployment-llm-serving" in p for p in patches), patches
+    assert any("drop-hostname-pin-deployment-rag-reranker" in p for p in patches), patches
+    bases = {p.name: yaml.safe_load(p.read_text()) for p in (out / "base").iterdir()}
+    deployments = {o["metadata"]["name"]: o for o in bases.values() if o["kind"] == "Deployment"}
+    assert {"llm-serving", "rag-reranker"} <= set(deployments)
+    for obj in bases.values():
+        assert "status" not in obj and not SERVER_WRITTEN & set(obj["metadata"])
+        annotations = obj["metadata"].get("annotations") or {}
+        assert "kubectl.kubernetes.io/last-applied-configuration" not in annotations
+    # the base is the object as read: its pod template is the running pods'
+    pinned = deployments["rag-reranker"]["spec"]["template"]["spec"]["nodeSelector"]
+    assert pinned == {"kubernetes.io/hostname": "gpu-a100-1"}
+
+    # Built with real kustomize, the Deployments no longer show those findings
+    built = subprocess.run(["kubectl", "kustomize", str(out)], capture_output=True, text=True, check=True)
+    objects = {(o["kind"], o["metadata"]["name"]): o for o in yaml.safe_load_all(built.stdout)}
+    reranker = objects[("Deployment", "rag-reranker")]["spec"]["template"]["spec"]
+    assert "kubernetes.io/hostname" not in (reranker.get("nodeSelector") or {})
+    serving = objects[("Deployment", "llm-serving")]["spec"]["template"]["spec"]
+    assert any(v.get("emptyDir", {}).get("medium") == "Memory" for v in serving["volumes"])
+    proc = run_cli("check", "-", "--rules", "GPA-PL-001,GPA-AP-002", "--format", "json", stdin=built.stdout)
+    found = {(f["rule"], f["resource"]["name"]) for f in json.loads(proc.stdout)["findings"]}
+    assert not found & {("GPA-PL-001", "rag-reranker"), ("GPA-AP-002", "llm-serving")}
+
+    review = (out / "REVIEW.md").read_text()
+    assert "`apps/v1 Deployment inference/llm-serving`" in review
+    # a Job nothing owns keeps its immutable pod template: it says so, and why
+    assert "a Job nothing owns: its pod template cannot change in place" in review
+    # the pods of one Deployment make one finding on it, not one per pod
+    assert review.count("GPA-AP-002 (medium) at") == 1
 
 
 def test_snapshot_telemetry_sizes_a_mig_slice_for_the_manifest(tmp_path, run_cli, kubectl):

@@ -107,7 +107,9 @@ def read_live(
     inputs = Inputs(live=True)
     result = audit_cluster(snapshot, config, rules, telemetry_problem=problem)
     inputs.errors.extend(e for e in result.errors if e.level == "error" and e.file != "telemetry")
-    inputs.items = live.live_items(result.findings, snapshot, label)
+    inputs.items = live.live_items(
+        result.findings, snapshot, label, rules, locators_for(config), Site.from_config(config.site)
+    )
     inputs.findings = [f for f, _ in inputs.items]
     for finding, source in inputs.items:
         if source.content is not None:
@@ -213,7 +215,8 @@ def parse_settings(values: Sequence[str]) -> dict[str, Any]:
     "snapshot_path",
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
     help="A snapshot (gpuaudit snapshot): with PATHS, its pods' GPU memory and GPU models size "
-    "the patches; alone, its GPU configs are fixed with the objects as read for a base.",
+    "the patches; alone, the workloads that own its GPU pods and its GPU configs are fixed, "
+    "with the objects as read for a base.",
 )
 @telemetry_options
 @policy_options
@@ -350,6 +353,14 @@ def _verify(out_dir: Path, plan: Plan, inputs: Inputs, config: Config, rules: li
         f"{len(result.remaining)} still there, {len(result.new)} new; "
         f"{len(result.differences)} unplanned difference(s)"
     )
+    if inputs.live:  # rules judged on live state only: no manifest audit can show them
+        scopes = {r.id: r.scope for r in rules}
+        live_only = sorted({f.rule for f in result.fixed if "manifest" not in scopes.get(f.rule, ())})
+        if live_only:
+            click.echo(
+                f"verify: {', '.join(live_only)} judged on live state only: the built objects cannot show "
+                "them, the next audit of the cluster will"
+            )
     for f in result.remaining:
         click.echo(f"  still there: {f.rule} {f.resource.kind}/{f.resource.name}", err=True)
     for f in result.new:

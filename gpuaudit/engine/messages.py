@@ -76,9 +76,44 @@ def check_template(template: str) -> str | None:
     return None
 
 
+# One expression must not be able to exhaust memory or CPU: `'x' * 10**9`,
+# `9 ** 99 ** 9`. The sandbox already bounds range(); these bound the rest
+# (a rule file is still code-like input: nested loops can take long).
+MAX_REPEAT = 10_000
+MAX_EXPONENT = 64
+
+
+def _power_too_large(base: Any, exponent: Any) -> bool:
+    """Whether base ** exponent would exceed 2 ** 1024 (beyond any float)."""
+    if not isinstance(base, (int, float)) or not isinstance(exponent, (int, float)):
+        return False
+    if abs(exponent) > MAX_EXPONENT:
+        return abs(base) != 1 and base != 0
+    bits = abs(base).bit_length() if isinstance(base, int) else math.log2(abs(base) or 1)
+    return exponent * bits > 1024
+
+
 @cache
-def _sandboxed(template: str) -> Any:
+def _environment() -> Any:
+    from jinja2.exceptions import SecurityError
     from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-    env = ImmutableSandboxedEnvironment(autoescape=False)
-    return env.from_string(template)
+    class BoundedSandbox(ImmutableSandboxedEnvironment):
+        intercepted_binops = frozenset({"*", "**"})
+
+        def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
+            if operator == "**" and _power_too_large(left, right):
+                raise SecurityError(f"{left!r:.20} ** {right!r:.20} is too large a number")
+            if operator == "*":
+                for sequence, times in ((left, right), (right, left)):
+                    repeats = isinstance(sequence, (str, list, tuple)) and isinstance(times, int)
+                    if repeats and len(sequence) * times > MAX_REPEAT:
+                        raise SecurityError(f"repetition longer than {MAX_REPEAT}")
+            return super().call_binop(context, operator, left, right)
+
+    return BoundedSandbox(autoescape=False)
+
+
+@cache
+def _sandboxed(template: str) -> Any:
+    return _environment().from_string(template)

@@ -30,9 +30,12 @@ _SINGLE = ("not", "if", "then", "else")
 class RuleError(ValueError):
     """A rule file that cannot be used: where, and what is wrong (naming the key)."""
 
-    def __init__(self, file: str, line: int | None, message: str) -> None:
+    def __init__(
+        self, file: str, line: int | None, message: str, rule_id: str | None = None
+    ) -> None:
         super().__init__(f"{file}:{line}: {message}" if line else f"{file}: {message}")
         self.file, self.line, self.message = file, line, message
+        self.rule_id = rule_id  # when the file named one: the rule exists, but cannot load
 
 
 @dataclass(frozen=True)
@@ -178,13 +181,16 @@ def rule_from_data(
     unknown = sorted(set(param_overrides) - set(declared))
     if unknown:
         raise RuleError(
-            source, None, f"config sets unknown params for {data['id']}: {', '.join(unknown)}"
+            source,
+            None,
+            f"config sets unknown params for {data['id']}: {', '.join(unknown)}",
+            data["id"],
         )
     for name, value in param_overrides.items():
         problem = _param_problem(value, declared[name]["default"])
         if problem:
             raise RuleError(
-                source, None, f"config sets params for {data['id']}: {name} {problem}"
+                source, None, f"config sets params for {data['id']}: {name} {problem}", data["id"]
             )
     params = {name: param_overrides.get(name, spec["default"]) for name, spec in declared.items()}
 

@@ -9,6 +9,7 @@ from typing import Any
 
 from gpuaudit.facts import Subject
 from gpuaudit.model import Document, Resource
+from gpuaudit.shapes import as_list
 
 CLAIM_KINDS = ("ResourceClaim", "ResourceClaimTemplate")
 # An attribute that names one device, compared for equality.
@@ -50,7 +51,7 @@ def _pins(request: Any, pointer: str) -> Iterator[dict[str, Any]]:
     if isinstance(request.get("exactly"), Mapping):
         places.append((request["exactly"], f"{pointer}/exactly"))
     for holder, where in places:
-        for j, selector in enumerate(holder.get("selectors") or ()):
+        for j, selector in enumerate(as_list(holder.get("selectors"))):
             cel = selector.get("cel") if isinstance(selector, Mapping) else None
             expression = cel.get("expression") if isinstance(cel, Mapping) else None
             if not isinstance(expression, str) or "||" in expression:

@@ -14,15 +14,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from gpuaudit.cluster_state import (
-    STUCK_REASONS,
-    ClusterState,
-    Node,
-    PodState,
-    as_list,
-    as_map,
-    parse_time,
-)
+from gpuaudit.cluster_state import STUCK_REASONS, ClusterState, Node, PodState, parse_time
 from gpuaudit.facts import Subject
 from gpuaudit.facts import config as config_facts
 from gpuaudit.facts.scheduling import (
@@ -33,6 +25,7 @@ from gpuaudit.facts.scheduling import (
 )
 from gpuaudit.facts.workload import HOSTNAME_LABEL, LONG_RUNNING_CLASSES, pod_facts
 from gpuaudit.model import Resource
+from gpuaudit.shapes import as_list, as_map
 
 KUEUE_GATE = "kueue.x-k8s.io/admission"
 

@@ -13,6 +13,7 @@ import yaml
 from gpuaudit import gpus
 from gpuaudit.facts import Subject
 from gpuaudit.model import Document, Resource
+from gpuaudit.shapes import as_list
 from gpuaudit.sources.manifests import load_yaml_with_lines
 
 if TYPE_CHECKING:
@@ -106,7 +107,7 @@ def device_plugin_facts(cfg: Mapping[str, Any], key: str, pointer: str) -> dict[
         section = sharing.get(name)
         if not isinstance(section, Mapping):
             continue
-        resources = [r for r in section.get("resources") or [] if isinstance(r, Mapping)]
+        resources = [r for r in as_list(section.get("resources")) if isinstance(r, Mapping)]
         replicas = [r.get("replicas") for r in resources]
         strategies[name] = {
             "resources": [str(r.get("name")) for r in resources],
@@ -174,7 +175,7 @@ def _rename_conflicts(cfg: Mapping[str, Any], context: Context | None) -> list[d
         section = sharing.get(strategy)
         if not isinstance(section, Mapping) or section.get("renameByDefault") is not True:
             continue
-        for resource in section.get("resources") or ():
+        for resource in as_list(section.get("resources")):
             name = resource.get("name") if isinstance(resource, Mapping) else None
             if name and context.requested.get(str(name)):
                 conflicts.append(

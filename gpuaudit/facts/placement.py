@@ -11,6 +11,7 @@ from typing import Any
 from gpuaudit import gpus
 from gpuaudit.facts.context import Site
 from gpuaudit.facts.scheduling import taint_text, untolerated_taints
+from gpuaudit.shapes import as_list, as_map
 
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 # Node labels that say how many GPUs a node has (gpu-domain.md §6).
@@ -111,7 +112,7 @@ def _per_node_limit(
             where = f"{pointer}/affinity/podAntiAffinity/requiredDuringSchedulingIgnoredDuringExecution/{i}"
             return 1, "podAntiAffinity", where
     best: tuple[int | None, str | None, str | None] = (None, None, None)
-    for i, c in enumerate(spec.get("topologySpreadConstraints") or ()):
+    for i, c in enumerate(as_list(spec.get("topologySpreadConstraints"))):
         if (
             isinstance(c, Mapping)
             and c.get("topologyKey") == HOSTNAME_LABEL
@@ -131,8 +132,8 @@ def _selects(selector: Any, labels: Mapping[str, str]) -> bool:
     selector selects nothing here: it cannot be shown to be self-spreading)."""
     if not isinstance(selector, Mapping):
         return False
-    match_labels = selector.get("matchLabels") or {}
-    exprs = selector.get("matchExpressions") or []
+    match_labels = as_map(selector.get("matchLabels"))
+    exprs = as_list(selector.get("matchExpressions"))
     if not match_labels and not exprs:
         return False
     if not isinstance(match_labels, Mapping) or any(labels.get(str(k)) != str(v) for k, v in match_labels.items()):
@@ -141,7 +142,7 @@ def _selects(selector: Any, labels: Mapping[str, str]) -> bool:
         if not isinstance(e, Mapping):
             return False
         key, op = str(e.get("key")), e.get("operator")
-        values = [str(v) for v in e.get("values") or ()]
+        values = [str(v) for v in as_list(e.get("values"))]
         ok = {
             "In": key in labels and labels[key] in values,
             "NotIn": key not in labels or labels[key] not in values,

@@ -17,6 +17,7 @@ from typing import Any
 from gpuaudit.facts.context import Autoscaler, Context
 from gpuaudit.model import Workload
 from gpuaudit.quantity import QuantityError, parse_quantity
+from gpuaudit.shapes import as_list
 
 _REPLICAS = {
     "Deployment": "/spec/replicas",
@@ -56,7 +57,7 @@ def _ray(obj: Mapping[str, Any], base: str) -> dict[str, Any]:
     autoscaling = cluster.get("enableInTreeAutoscaling") is True
     head_gpus = _has_gpus(_at(cluster, "/headGroupSpec/template/spec"))
     minimum = 0
-    for group in cluster.get("workerGroupSpecs") or ():
+    for group in as_list(cluster.get("workerGroupSpecs")):
         if not isinstance(group, Mapping) or not _has_gpus(_at(group, "/template/spec")):
             continue
         key = "minReplicas" if autoscaling else "replicas"
@@ -84,7 +85,7 @@ def _autoscaler(context: Context, w: Workload) -> Autoscaler | None:
 def _has_gpus(spec: Any) -> bool:
     if not isinstance(spec, Mapping):
         return False
-    for c in spec.get("containers") or ():
+    for c in as_list(spec.get("containers")):
         resources = c.get("resources") if isinstance(c, Mapping) else None
         for section in ("limits", "requests"):
             values = resources.get(section) if isinstance(resources, Mapping) else None

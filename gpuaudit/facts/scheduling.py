@@ -8,6 +8,8 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from gpuaudit.shapes import as_list
+
 _SCHEDULING_EFFECTS = ("NoSchedule", "NoExecute")
 
 
@@ -15,9 +17,9 @@ _SCHEDULING_EFFECTS = ("NoSchedule", "NoExecute")
 
 
 def _expression_matches(expr: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
-    key = expr.get("key")
+    key = expr.get("key") if isinstance(expr.get("key"), str) else None
     op = expr.get("operator")
-    values = [str(v) for v in expr.get("values") or []]
+    values = [str(v) for v in as_list(expr.get("values"))]
     present = key in labels
     value = labels.get(str(key))
     if op == "In":
@@ -38,8 +40,8 @@ def _expression_matches(expr: Mapping[str, Any], labels: Mapping[str, str]) -> b
 
 
 def _term_matches(term: Mapping[str, Any], name: str, labels: Mapping[str, str]) -> bool:
-    exprs = [e for e in term.get("matchExpressions") or [] if isinstance(e, Mapping)]
-    fields = [e for e in term.get("matchFields") or [] if isinstance(e, Mapping)]
+    exprs = [e for e in as_list(term.get("matchExpressions")) if isinstance(e, Mapping)]
+    fields = [e for e in as_list(term.get("matchFields")) if isinstance(e, Mapping)]
     if not exprs and not fields:
         return False  # an empty term matches nothing
     if not all(_expression_matches(e, labels) for e in exprs):

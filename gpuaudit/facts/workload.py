@@ -20,6 +20,7 @@ from gpuaudit.facts.process import container_process_facts, pod_process_facts
 from gpuaudit.facts.scaling import scaling_facts
 from gpuaudit.facts.scheduling import required_terms
 from gpuaudit.model import Container, GpuRequest, PodTemplate, Resource, Workload
+from gpuaudit.shapes import as_list
 
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 LONG_RUNNING_CLASSES = ("service", "daemon")
@@ -232,7 +233,7 @@ def placement_facts(t: PodTemplate) -> dict[str, Any]:
     product = _product_pin(node_selector, terms, t.pointer)
     tolerations = [
         {k: str(v) for k, v in tol.items() if k in ("key", "operator", "value", "effect")}
-        for tol in spec.get("tolerations") or []
+        for tol in as_list(spec.get("tolerations"))
         if isinstance(tol, Mapping)
     ]
     return {
@@ -253,7 +254,7 @@ def _affinity_hosts(terms: list[Mapping[str, Any]]) -> list[str] | None:
     hosts: set[str] = set()
     for term in terms:
         found = None
-        for expr in term.get("matchExpressions") or []:
+        for expr in as_list(term.get("matchExpressions")):
             if (
                 isinstance(expr, Mapping)
                 and expr.get("key") == HOSTNAME_LABEL
@@ -284,7 +285,7 @@ def _product_pin(
                 "pointer": f"{pointer}/nodeSelector/{label.replace('/', '~1')}",
             }
     for i, term in enumerate(terms):
-        for expr in term.get("matchExpressions") or []:
+        for expr in as_list(term.get("matchExpressions")):
             if (
                 isinstance(expr, Mapping)
                 and expr.get("key") in gpus.PRODUCT_LABELS
@@ -309,7 +310,9 @@ def _product_pin(
 def _shm(t: PodTemplate) -> dict[str, Any]:
     """Whether /dev/shm is a memory-backed emptyDir (PyTorch dataloaders and
     NCCL use it; the container default is 64 MiB)."""
-    volumes = {v.get("name"): v for v in t.spec.get("volumes") or [] if isinstance(v, Mapping)}
+    volumes = {
+        str(v.get("name")): v for v in as_list(t.spec.get("volumes")) if isinstance(v, Mapping)
+    }
     for c in t.containers:
         for name, path in c.volume_mounts.items():
             if path.rstrip("/") == "/dev/shm":

@@ -24,7 +24,8 @@ _LEVEL = {
 
 
 # Control characters other than CR/LF (which are encoded) never reach the log.
-_CONTROL = re.compile(r"[\x00-\x09\x0b\x0c\x0e-\x1f\x7f]")
+# Lone surrogates (possible in JSON snapshots) could not be written at all.
+_CONTROL = re.compile("[\x00-\x09\x0b\x0c\x0e-\x1f\x7f\ud800-\udfff]")
 
 
 def _data(text: str) -> str:

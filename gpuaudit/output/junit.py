@@ -18,8 +18,9 @@ from gpuaudit import __version__
 from gpuaudit.audit import AuditResult
 from gpuaudit.model import CATEGORIES, Finding
 
-# Characters XML 1.0 cannot carry, even escaped.
-_INVALID_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
+# Characters XML 1.0 cannot carry, even escaped (lone surrogates included:
+# JSON snapshots can hold them, and no UTF-8 file can).
+_INVALID_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
 
 
 def _text(value: object) -> str:

@@ -12,11 +12,22 @@ from gpuaudit.model import CATEGORIES, SEVERITIES, Finding
 _COLOURS = {"critical": "1;31", "high": "31", "medium": "33", "low": "36", "info": "2"}
 # Escape sequences and other control characters from manifests or a cluster
 # must not reach the terminal (they could rewrite what the reader sees).
-_CONTROL = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-_]|[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+# Whole sequences go (OSC titles and hyperlinks with their payload, CSI with
+# its parameters, 7- or 8-bit), then any control character left over.
+_CONTROL = re.compile(
+    r"\x1b\][^\x07\x1b\x9c]*(?:\x07|\x1b\\|\x9c)?"  # OSC ... BEL or ST
+    r"|(?:\x1b\[|\x9b)[0-9;?<=>]*[ -/]*[@-~]"  # CSI
+    r"|\x1b[@-_]"
+    r"|[\x00-\x08\x0b-\x1f\x7f-\x9f]"
+)
+
+
+# A lone surrogate (JSON can carry one) cannot be written to a UTF-8 stream.
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def clean(text: object) -> str:
-    return _CONTROL.sub("", str(text))
+    return _SURROGATE.sub("\ufffd", _CONTROL.sub("", str(text)))
 
 
 def _pod(finding: Finding) -> str | None:
@@ -96,7 +107,7 @@ def render(result: AuditResult, *, colour: bool = False, **_: Any) -> str:
     if result.cluster is not None:
         c = result.cluster
         causes = (
-            ", ".join(f"{n} {cause}" for cause, n in sorted(c["pending_by_cause"].items()))
+            ", ".join(f"{n} {clean(cause)}" for cause, n in sorted(c["pending_by_cause"].items()))
             or "none"
         )
         lines.append(
@@ -108,9 +119,9 @@ def render(result: AuditResult, *, colour: bool = False, **_: Any) -> str:
         window = (
             f"{t['window_seconds'] / 3600:g} h" if t.get("window_seconds") else "unknown window"
         )
-        signal = t.get("signal") or "no compute signal"
+        signal = clean(t.get("signal") or "no compute signal")
         lines.append(
-            f"Telemetry ({t.get('source')}, {signal}, {window}): "
+            f"Telemetry ({clean(t.get('source'))}, {signal}, {window}): "
             f"{t['gpu_pods_with_data']} of {t['gpu_pods']} GPU pods have data; "
             "the rest are reported as insufficient data, never as idle."
         )

@@ -43,6 +43,7 @@ OBJECT_KEYS = (
     "events",
     "replicasets",
     "jobs",
+    "workloads",
     "configmaps",
     "clusterpolicies",
     "resourceclaims",
@@ -79,6 +80,7 @@ class _Api:
     optional: bool = False  # 404 means "not installed", not an error
     label_selector: str | None = None
     field_selector: str | None = None
+    kind: str = ""  # set on each item: items of a list response carry no kind
 
     @property
     def path(self) -> str:
@@ -109,6 +111,15 @@ CONFIGMAPS_METADATA = _Api("configmaps", "", "v1", "configmaps")
 CLUSTERPOLICIES = _Api("clusterpolicies", "nvidia.com", "v1", "clusterpolicies", optional=True)
 RESOURCECLAIMS = _Api("resourceclaims", "resource.k8s.io", "v1", "resourceclaims", optional=True)
 RESOURCESLICES = _Api("resourceslices", "resource.k8s.io", "v1", "resourceslices", optional=True)
+# The owners of ReplicaSets, Jobs and pods, kept in "workloads" when they own
+# GPU pods (``gpuaudit fix --snapshot`` patches them). Custom resources that own
+# GPU pods are listed too, each at the version its owner references name.
+OWNER_APIS = (
+    _Api("workloads", "apps", "v1", "deployments", kind="Deployment"),
+    _Api("workloads", "apps", "v1", "statefulsets", kind="StatefulSet"),
+    _Api("workloads", "apps", "v1", "daemonsets", kind="DaemonSet"),
+    _Api("workloads", "batch", "v1", "cronjobs", kind="CronJob"),
+)
 # Kueue serves v1beta2 since v0.15 and v1beta1 before; newest first.
 KUEUE_WORKLOADS = tuple(
     _Api("kueueworkloads", "kueue.x-k8s.io", version, "workloads", optional=True)
@@ -286,6 +297,18 @@ class _Typed:
                 api_client
             ).list_replica_set_for_all_namespaces,
             ("batch", "jobs"): client_module.BatchV1Api(api_client).list_job_for_all_namespaces,
+            ("apps", "deployments"): client_module.AppsV1Api(
+                api_client
+            ).list_deployment_for_all_namespaces,
+            ("apps", "statefulsets"): client_module.AppsV1Api(
+                api_client
+            ).list_stateful_set_for_all_namespaces,
+            ("apps", "daemonsets"): client_module.AppsV1Api(
+                api_client
+            ).list_daemon_set_for_all_namespaces,
+            ("batch", "cronjobs"): client_module.BatchV1Api(
+                api_client
+            ).list_cron_job_for_all_namespaces,
         }
         # A separate client whose default Accept header asks for metadata only;
         # default headers override the typed function's own Accept.
@@ -379,6 +402,7 @@ def _collect_objects(collector: _Collector, typed: _Typed) -> dict[str, list[dic
     objects: dict[str, list[dict[str, Any]]] = {key: [] for key in OBJECT_KEYS}
     for api in (NODES, PODS, EVENTS, REPLICASETS, JOBS):
         objects[api.key] = collector.list_all(api) or []
+    objects["workloads"] = _owners(collector, objects)
     # The ClusterPolicy comes before the ConfigMaps: it names one of them.
     objects["clusterpolicies"] = _optional(collector, (CLUSTERPOLICIES,))
     objects["configmaps"] = _configmaps(
@@ -401,6 +425,55 @@ def _optional(collector: _Collector, versions: tuple[_Api, ...]) -> list[dict[st
             return []
     collector.absent.append(versions[0].key)
     return []
+
+
+def _owners(collector: _Collector, objects: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """The objects that own GPU pods, up to the top of each owner chain.
+
+    The core owner kinds are listed whole (one list each, whatever the pods
+    say: RBAC grants exactly these). Custom resources are listed only when a
+    GPU pod's chain names one, one list per (group, version, plural), and the
+    walk goes on through what they add (a RayCluster owned by a RayService).
+    A custom resource API that is not installed is "absent"; a failure is an
+    error naming it, and the chains through it stop where it was.
+    """
+    from gpuaudit.cluster_state import may_use_gpus
+    from gpuaudit.sources import owners
+
+    walk = owners.OwnerWalk([p for p in objects["pods"] if may_use_gpus(p)])
+    walk.add(objects["replicasets"], "apps", "ReplicaSet")
+    walk.add(objects["jobs"], "batch", "Job")
+    listed: set[tuple[str, str]] = set()  # (group, kind) read or tried
+    tried: set[tuple[str, str, str]] = set()  # (group, version, plural)
+    apis = list(OWNER_APIS)
+    while apis:
+        for api in apis:
+            listed.add((api.group, api.kind))
+            tried.add((api.group, api.version, api.plural))
+            items = collector.list_all(api)
+            if items is None and api.optional and not _failed(collector, api):
+                collector.absent.append(f"{api.plural}.{api.group}")
+            walk.add((_with_kind(item, api) for item in items or []), api.group, api.kind)
+        _, unresolved = walk.walk()
+        apis = []
+        for api_version, kind in sorted(unresolved):
+            group, version = owners.group_version(api_version)
+            plural = owners.plurals().get((group, kind))
+            if not group or not plural or (group, version, plural) in tried:
+                continue
+            tried.add((group, version, plural))
+            apis.append(_Api("workloads", group, version, plural, optional=True, kind=kind))
+    return walk.owners()
+
+
+def _failed(collector: _Collector, api: _Api) -> bool:
+    return any(e["endpoint"] == api.endpoint for e in collector.errors)
+
+
+def _with_kind(item: dict[str, Any], api: _Api) -> dict[str, Any]:
+    """The item with its kind and apiVersion, which list items leave out."""
+    api_version = f"{api.group}/{api.version}" if api.group else api.version
+    return {"apiVersion": api_version, "kind": api.kind, **item} if "kind" not in item else item
 
 
 def _configmaps(

@@ -255,11 +255,11 @@ def values(surrogates: bool = False) -> st.SearchStrategy[Any]:
     """A hostile value: a leaf, or a small list or mapping of them (keys are
     field names the facts read, so nested wrong shapes look plausible)."""
     keys = st.one_of(st.sampled_from(field_names()), st.text(max_size=8))
-    return st.recursive(
-        scalars(surrogates),
-        lambda inner: st.lists(inner, max_size=3) | st.dictionaries(keys, inner, max_size=4),
-        max_leaves=8,
-    )
+
+    def containers(inner: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
+        return st.lists(inner, max_size=3) | st.dictionaries(keys, inner, max_size=4)
+
+    return st.recursive(scalars(surrogates), containers, max_leaves=8)
 
 
 def _slots(node: Any) -> Iterator[tuple[Any, Any]]:

@@ -1,0 +1,22 @@
+"""Reading raw Kubernetes objects whose shape nobody checked.
+
+Manifests, snapshot files and API responses are JSON-like data from outside:
+a field may hold a scalar where a list belongs (``tolerations: true``), a
+string where a mapping does. Facts read such a field as absent, never as a
+crash; the fields whose values matter (quantities) are reported instead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+
+def as_map(value: Any) -> Mapping[Any, Any]:
+    """``value`` when it is a mapping, else an empty one."""
+    return value if isinstance(value, Mapping) else {}
+
+
+def as_list(value: Any) -> list[Any]:
+    """``value`` when it is a list, else an empty one."""
+    return value if isinstance(value, list) else []
