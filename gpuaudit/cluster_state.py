@@ -278,14 +278,14 @@ def may_use_gpus(pod: Mapping[str, Any]) -> bool:
     """Whether a raw pod may ask for GPUs. Every fact and count is about such
     pods; on a large cluster most pods ask for none, and building the model
     for them would be most of an audit's time."""
-    spec = pod.get("spec") or {}
+    spec = as_map(pod.get("spec"))
     if spec.get("resourceClaims"):
         return True
-    for container in [*(spec.get("containers") or []), *(spec.get("initContainers") or [])]:
-        resources = (container or {}).get("resources") or {} if isinstance(container, Mapping) else {}
+    for container in [*as_list(spec.get("containers")), *as_list(spec.get("initContainers"))]:
+        resources = as_map(as_map(container).get("resources"))
         if _mentions_gpu(resources.get("limits")) or _mentions_gpu(resources.get("requests")):
             return True
-    return _mentions_gpu((pod.get("metadata") or {}).get("annotations"))
+    return _mentions_gpu(as_map(pod.get("metadata")).get("annotations"))
 
 
 def _unbound(spec: Any) -> Any:
@@ -298,9 +298,15 @@ def build_cluster_state(snapshot: Mapping[str, Any]) -> ClusterState:
     objects = as_map(snapshot.get("objects"))
     locators = builtin_locators()
     nodes = tuple(build_node(n) for n in _objects(objects, "nodes"))
-    intermediates = _owner_index(
-        {"ReplicaSet": _objects(objects, "replicasets"), "Job": _objects(objects, "jobs")}
-    )
+    owners: dict[str, list[Mapping[str, Any]]] = {
+        "ReplicaSet": _objects(objects, "replicasets"),
+        "Job": _objects(objects, "jobs"),
+    }
+    # Owners the collector kept (Deployments, CRDs...) carry their kind: the
+    # walk goes through them to the top, as `gpuaudit fix` does.
+    for obj in _objects(objects, "workloads"):
+        owners.setdefault(str(obj.get("kind", "")), []).append(obj)
+    intermediates = _owner_index(owners)
     pending_messages = _latest_failed_scheduling(_objects(objects, "events"))
     all_pods = _objects(objects, "pods")
     raw_pods = [p for p in all_pods if may_use_gpus(p)]
