@@ -464,20 +464,20 @@ def _api_server(recorded: Path, kubeconfig: Path) -> Iterator[Path]:
 
 def _report_row(snapshot: Path, dest: Path, size: str, args: argparse.Namespace, env) -> Row:
     if not snapshot.exists() or not _has_command("report", "--snapshot"):
-        return Row(
-            "cluster",
-            "gpuaudit report",
-            size,
-            note="not available: needs `gpuaudit report --snapshot` and a snapshot",
-        )
-    argv = (GPUAUDIT, "report", "--snapshot", str(snapshot), "-o", str(dest / "report.html"))
+        note = "not available: needs `gpuaudit report --snapshot` and a snapshot"
+        return Row("cluster", "gpuaudit report", size, note=note)
+    # --no-record: every run reads the same (empty) history, so runs compare.
+    out = ("--out", str(dest / "report"), "--no-record")
+    argv = (GPUAUDIT, "report", "--snapshot", str(snapshot), *out)
     m = measure_interleaved(
         {"report": Command(argv, dest / "report.out", timeout_s=600)},
         repeat=args.cluster_repeat,
         cwd=ROOT,
         env=env,
     )["report"]
-    note = "HTML from the snapshot" if m.returncode == 0 else f"exit {m.returncode}"
+    note = "from the snapshot: HTML, Markdown, JSON"
+    if m.returncode != 0:
+        note = f"exit {m.returncode}: see {dest / 'report.out.err'}"
     return row("cluster", "gpuaudit report", size, m, note=note)
 
 

@@ -61,6 +61,10 @@ class LazyGroup(click.Group):
 @click.version_option(__version__, prog_name="gpuaudit")
 def main() -> None:
     """Audit GPU capacity on Kubernetes: why jobs queue while the GPUs look idle."""
+    from gpuaudit.output.terminal import CleanStream
+
+    if not isinstance(sys.stderr, CleanStream):  # messages quote input: no escapes through
+        sys.stderr = CleanStream(sys.stderr)  # type: ignore[assignment]
 
 
 # --- shared options ---------------------------------------------------------

@@ -12,7 +12,10 @@ _CLEAR_LINE = "\r\x1b[K"
 
 class Status:
     def __init__(self, stream: TextIO | None = None) -> None:
-        self._stream = stream if stream is not None else sys.stderr
+        # Beneath the stream that cleans messages (output/terminal.py): the
+        # status line's own control sequences must reach the terminal.
+        stderr = getattr(sys.stderr, "raw", sys.stderr)
+        self._stream = stream if stream is not None else stderr
         self._enabled = self._stream.isatty()
         self._shown = False
 

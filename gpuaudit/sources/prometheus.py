@@ -85,7 +85,7 @@ class _Client:
         result = data.get("result")
         if not isinstance(result, list):
             raise _QueryFailed("malformed response: no result list")
-        return result
+        return [_series(item) for item in result if isinstance(item, dict)]
 
     def label_values(self, label: str, match: str, start: float, end: float) -> list[str]:
         form = {"match[]": match, "start": f"{start:.3f}", "end": f"{end:.3f}"}
@@ -143,8 +143,23 @@ class _Client:
         if payload.get("status") != "success":
             raise _QueryFailed(_prometheus_message(payload))
         # e.g. Thanos/Mimir partial responses: the data is usable but incomplete
-        self.warnings = [str(w) for w in payload.get("warnings") or []]
+        warnings = payload.get("warnings")
+        self.warnings = [str(w) for w in warnings] if isinstance(warnings, list) else []
         return payload.get("data")
+
+
+def _series(item: Mapping[str, Any]) -> dict[str, Any]:
+    """One series of a vector as the rows expect it: labels as text, the value
+    a [time, sample] pair or None. A Prometheus-compatible server (or a proxy
+    in front of one) may answer anything; a wrong shape is missing data."""
+    metric = item.get("metric")
+    labels = (
+        {str(k): v for k, v in metric.items() if isinstance(v, str)}
+        if isinstance(metric, dict)
+        else {}
+    )
+    value = item.get("value")
+    return {"metric": labels, "value": value if isinstance(value, list) and len(value) == 2 else None}
 
 
 def _prometheus_message(payload: Mapping[str, Any]) -> str:

@@ -59,9 +59,7 @@ def test_many_api_faults_at_once_give_a_labelled_partial_audit(run_cli, small, k
     small.inject("/apis/batch/v1/jobs", status=500)
     small.inject("/apis/resource.k8s.io/v1/resourceclaims", drop=True)
 
-    code, report, _ = audit(
-        run_cli, "--kubeconfig", str(kubeconfig), "--page-size", "3", "--request-timeout", "5"
-    )
+    code, report, _ = audit(run_cli, "--kubeconfig", str(kubeconfig), "--page-size", "3", "--request-timeout", "5")
 
     assert code == 2
     failed = failed_resources(report)
@@ -76,9 +74,7 @@ def test_many_api_faults_at_once_give_a_labelled_partial_audit(run_cli, small, k
 def test_a_hanging_api_server_cannot_hold_the_cli_past_its_deadline(run_cli, small, kubeconfig):
     """run_cli's own timeout (120 s) is the bound; --deadline makes it 3 s."""
     small.inject("/api/v1/pods", delay=60)
-    code, report, _ = audit(
-        run_cli, "--kubeconfig", str(kubeconfig), "--request-timeout", "1", "--deadline", "3"
-    )
+    code, report, _ = audit(run_cli, "--kubeconfig", str(kubeconfig), "--request-timeout", "1", "--deadline", "3")
     assert code == 2
     failed = failed_resources(report)
     assert "pods" in failed
@@ -102,8 +98,13 @@ def test_an_unreachable_or_unauthorised_cluster_is_a_clear_usage_error(run_cli, 
         )
     )
     code, report, _ = audit(
-        run_cli, "--kubeconfig", str(tmp_path / "kc.yaml"), "--request-timeout", "1",
-        "--deadline", "5",
+        run_cli,
+        "--kubeconfig",
+        str(tmp_path / "kc.yaml"),
+        "--request-timeout",
+        "1",
+        "--deadline",
+        "5",
     )
     assert code == 2
     assert len(failed_resources(report)) >= 5  # every resource names why it is missing
@@ -122,8 +123,13 @@ def _junk_telemetry(snapshot: dict) -> None:
     t = snapshot["telemetry"]
     t["window"] = {"seconds": "a week", "start": 5}
     t["signals"] = ["compute"]
-    t["gpus"] = [None, 7, "row", {"pod": ["x"], "coverage": "NaN", "compute_mean": 1e308,
-                                   "gpus": float("inf"), "extra": [1]}, *t["gpus"]]
+    t["gpus"] = [
+        None,
+        7,
+        "row",
+        {"pod": ["x"], "coverage": "NaN", "compute_mean": 1e308, "gpus": float("inf"), "extra": [1]},
+        *t["gpus"],
+    ]
     t["pods"] = {"not": "a list"}
     t["errors"] = ["boom", {"query": {"a": 1}}]
 
@@ -131,13 +137,17 @@ def _junk_telemetry(snapshot: dict) -> None:
 def _junk_objects(snapshot: dict) -> None:
     pods = snapshot["objects"]["pods"]
     pods[0]["spec"] = "not a spec"
-    pods[1]["status"] = {"containerStatuses": [{"restartCount": "many", "state": "waiting"}],
-                         "conditions": "Ready", "startTime": "2026-01-01T00:00:00"}
+    pods[1]["status"] = {
+        "containerStatuses": [{"restartCount": "many", "state": "waiting"}],
+        "conditions": "Ready",
+        "startTime": "2026-01-01T00:00:00",
+    }
     pods[2]["metadata"]["ownerReferences"] = [{"kind": ["ReplicaSet"], "name": None}, "x"]
     snapshot["objects"]["nodes"][0]["metadata"]["labels"] = ["gpu"]
     snapshot["objects"]["nodes"][1]["status"] = {"capacity": {"nvidia.com/gpu": "-8"}}
-    snapshot["objects"]["events"].append({"metadata": {}, "reason": "FailedScheduling",
-                                           "involvedObject": "pod", "message": None})
+    snapshot["objects"]["events"].append(
+        {"metadata": {}, "reason": "FailedScheduling", "involvedObject": "pod", "message": None}
+    )
     snapshot["objects"]["resourceclaims"][0]["status"] = True
     snapshot["objects"]["kueueworkloads"][0]["status"] = {"conditions": [{"type": ["Admitted"]}]}
 
@@ -152,15 +162,28 @@ def test_a_snapshot_with_junk_inside_is_audited_not_crashed_on(run_cli, tmp_path
         assert proc.returncode in (0, 1, 2)
         assert proc.stdout
     code, report, _ = audit(run_cli, "--snapshot", str(path))
+    assert code in (1, 2)  # findings (and, for junk in telemetry, its warnings): judged
     assert report["summary"]["cluster"]["gpu_nodes"] > 0
 
 
 # --- Prometheus answers no real Prometheus gives ---------------------------------------
 
-_METRICS = ("DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_FREE",
-            "DCGM_FI_PROF_SM_ACTIVE", "DCGM_FI_PROF_PCIE_TX_BYTES")
-_LABELS = {"Hostname": "gpu-a100-0", "gpu": "0", "UUID": "GPU-0", "namespace": "ml", "pod": "p-0",
-           "container": "c", "modelName": "NVIDIA A100-SXM4-80GB"}
+_METRICS = (
+    "DCGM_FI_DEV_GPU_UTIL",
+    "DCGM_FI_DEV_FB_USED",
+    "DCGM_FI_DEV_FB_FREE",
+    "DCGM_FI_PROF_SM_ACTIVE",
+    "DCGM_FI_PROF_PCIE_TX_BYTES",
+)
+_LABELS = {
+    "Hostname": "gpu-a100-0",
+    "gpu": "0",
+    "UUID": "GPU-0",
+    "namespace": "ml",
+    "pod": "p-0",
+    "container": "c",
+    "modelName": "NVIDIA A100-SXM4-80GB",
+}
 
 
 def _probe_answer() -> bytes:
@@ -168,8 +191,7 @@ def _probe_answer() -> bytes:
     return json.dumps({"status": "success", "data": {"resultType": "vector", "result": result}}).encode()
 
 
-_numbers = st.sampled_from(["NaN", "+Inf", "-Inf", "1e400", "-1", "0", "0.5", "abc", "", None, 1e308,
-                            [], {}])
+_numbers = st.sampled_from(["NaN", "+Inf", "-Inf", "1e400", "-1", "0", "0.5", "abc", "", None, 1e308, [], {}])
 _items = st.one_of(
     st.fixed_dictionaries({"metric": st.just(_LABELS), "value": st.tuples(st.just(0), _numbers)}),
     st.fixed_dictionaries({"metric": st.sampled_from([None, [], "x", {"pod": ["p"]}, _LABELS])}),
@@ -177,36 +199,46 @@ _items = st.one_of(
     st.sampled_from([None, 1, "x", []]),
 )
 _bodies = st.one_of(
-    st.builds(lambda items: {"status": "success", "data": {"resultType": "vector", "result": items}},
-              st.lists(_items, max_size=4)),
-    st.sampled_from([
-        {"status": "success", "data": {"resultType": "matrix", "result": []}},
-        {"status": "success", "data": {"resultType": "vector", "result": {}}},
-        {"status": "success", "data": None},
-        {"status": "success"},
-        {"status": "error", "errorType": "bad_data", "error": "\x1b[31mno"},
-        {"status": "success", "warnings": [None, 5], "data": {"resultType": "vector", "result": []}},
-        [],
-        "ok",
-        None,
-    ]),
+    st.builds(
+        lambda items: {"status": "success", "data": {"resultType": "vector", "result": items}},
+        st.lists(_items, max_size=4),
+    ),
+    st.sampled_from(
+        [
+            {"status": "success", "data": {"resultType": "matrix", "result": []}},
+            {"status": "success", "data": {"resultType": "vector", "result": {}}},
+            {"status": "success", "data": None},
+            {"status": "success"},
+            {"status": "error", "errorType": "bad_data", "error": "\x1b[31mno"},
+            {"status": "success", "warnings": [None, 5], "data": {"resultType": "vector", "result": []}},
+            {"status": "success", "warnings": 5, "data": {"resultType": "vector", "result": []}},
+            [],
+            "ok",
+            None,
+        ]
+    ),
 )
 _replies = st.one_of(
     _bodies.map(lambda body: Reply(200, json.dumps(body).encode())),
-    st.sampled_from([
-        Reply(200, b"<html>proxy login</html>", content_type="text/html"),
-        Reply(200, b'{"status": "success", "data": {"resultType": "vec'),
-        Reply(200, b"\xff\xfe\x00garbage"),
-        Reply(204, b""),
-        Reply(302, b""),
-        Reply(500, b"upstream exploded"),
-        Reply(429, b"slow down"),
-    ]),
+    st.sampled_from(
+        [
+            Reply(200, b"<html>proxy login</html>", content_type="text/html"),
+            Reply(200, b'{"status": "success", "data": {"resultType": "vec'),
+            Reply(200, b"\xff\xfe\x00garbage"),
+            Reply(204, b""),
+            Reply(302, b""),
+            Reply(500, b"upstream exploded"),
+            Reply(429, b"slow down"),
+        ]
+    ),
 )
 
 
-@settings(max_examples=max(20, EXAMPLES // 3), deadline=None,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=max(20, EXAMPLES // 3),
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
 @given(st.lists(_replies, min_size=1, max_size=6))
 def test_any_prometheus_answer_gives_finite_telemetry_or_a_reason(replies):
     """Whatever the server says, the telemetry source either returns an
@@ -236,9 +268,18 @@ def test_the_audit_survives_a_prometheus_that_answers_nonsense(run_cli, tmp_path
     snapshot = copy.deepcopy(cluster_seed())
     snapshot["telemetry"] = None
     (tmp_path / "snap.json").write_text(json.dumps(snapshot))
-    nonsense = Reply(200, json.dumps({"status": "success", "data": {"resultType": "vector",
-             "result": [{"metric": _LABELS, "value": [0, "NaN"]},
-                        {"metric": _LABELS, "value": [0, "+Inf"]}]}}).encode())
+    nonsense = Reply(
+        200,
+        json.dumps(
+            {
+                "status": "success",
+                "data": {
+                    "resultType": "vector",
+                    "result": [{"metric": _LABELS, "value": [0, "NaN"]}, {"metric": _LABELS, "value": [0, "+Inf"]}],
+                },
+            }
+        ).encode(),
+    )
 
     def handler(request):
         if "count by (__name__)" in request.query:
@@ -246,8 +287,7 @@ def test_the_audit_survives_a_prometheus_that_answers_nonsense(run_cli, tmp_path
         return nonsense
 
     with StubServer(handler) as stub:
-        code, report, _ = audit(run_cli, "--snapshot", str(tmp_path / "snap.json"),
-                                "--prometheus", stub.url)
+        code, report, _ = audit(run_cli, "--snapshot", str(tmp_path / "snap.json"), "--prometheus", stub.url)
     assert code in (1, 2)
     telemetry = report["summary"]["telemetry"]
     assert telemetry is None or telemetry["gpu_pods_with_data"] <= telemetry["gpu_pods"]

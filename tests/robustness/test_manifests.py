@@ -70,17 +70,22 @@ BROKEN: dict[str, tuple[str | bytes, str, int | None, str]] = {
     "bomb.yaml": (alias_bomb(), "alias bomb", 1, "error"),
     "binary.yaml": (b"\x7fELF\x00\x01\x02", "binary file", None, "error"),
     "latin1.yaml": ("name: caf\xe9\n".encode("latin-1"), "not valid UTF-8", 1, "error"),
-    "dup.yaml": ("apiVersion: v1\nkind: Pod\nmetadata: {name: d}\nkind: Pod\n",
-                 "duplicate key 'kind'", 4, "error"),
-    "helm.yaml": ("apiVersion: v1\nkind: Pod\nmetadata:\n  name: {{ .Values.name }}\n",
-                  "not auditable until rendered", 4, "warning"),
-    "placeholder.yaml": (POD_WITH.format(name="ph", gpus="$GPU_PER_NODE", cpu=4),
-                         "'$GPU_PER_NODE' is not a GPU count", 8, "error"),
-    "null-gpus.yaml": (POD_WITH.format(name="nul", gpus="null", cpu=4),
-                       "None is not a GPU count", 8, "error"),
+    "dup.yaml": ("apiVersion: v1\nkind: Pod\nmetadata: {name: d}\nkind: Pod\n", "duplicate key 'kind'", 4, "error"),
+    "helm.yaml": (
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {{ .Values.name }}\n",
+        "not auditable until rendered",
+        4,
+        "warning",
+    ),
+    "placeholder.yaml": (
+        POD_WITH.format(name="ph", gpus="$GPU_PER_NODE", cpu=4),
+        "'$GPU_PER_NODE' is not a GPU count",
+        8,
+        "error",
+    ),
+    "null-gpus.yaml": (POD_WITH.format(name="nul", gpus="null", cpu=4), "None is not a GPU count", 8, "error"),
     "negative.yaml": (POD_WITH.format(name="neg", gpus=-2, cpu=4), "-2 is negative", 8, "error"),
-    "overflow.yaml": (POD_WITH.format(name="big", gpus='"1e400"', cpu=4), "out of range", 8,
-                      "error"),
+    "overflow.yaml": (POD_WITH.format(name="big", gpus='"1e400"', cpu=4), "out of range", 8, "error"),
     "deep-flow.yaml": ("[" * 100_000 + "\n", "nesting", 1, "error"),
     "deep-block.yaml": (nested(MAX_DEPTH + 50), f"deeper than {MAX_DEPTH}", 1, "error"),
     "deep-libyaml.yaml": (nested(1500), "nesting", None, "error"),
@@ -190,9 +195,7 @@ def test_a_50_mb_file_is_refused_by_size_without_being_read(run_cli, tmp_path):
 
     assert proc.returncode == 2
     [error] = errors_by_file(report)["huge.yaml"]
-    assert error["message"] == (
-        f"file is {50 * 1024 * 1024:,} bytes; the limit is {MAX_FILE_BYTES:,} bytes"
-    )
+    assert error["message"] == (f"file is {50 * 1024 * 1024:,} bytes; the limit is {MAX_FILE_BYTES:,} bytes")
     assert [f["rule"] for f in report["findings"]] == ["GPA-PL-001"]
 
 
@@ -310,8 +313,16 @@ def test_extreme_quantities_are_errors_never_infinities(run_cli, tmp_path):
     pods = [
         POD_WITH.format(name=f"q{i}", gpus=gpus, cpu=cpu)
         for i, (gpus, cpu) in enumerate(
-            [("1e-300", "8Ei"), ("-1", "4"), ('"1e400"', "4"), ("1", '"-1e300"'), ("1", "9Ei"),
-             ("1", ".inf"), ("1", ".nan"), ("9223372036854775808", "1")]
+            [
+                ("1e-300", "8Ei"),
+                ("-1", "4"),
+                ('"1e400"', "4"),
+                ("1", '"-1e300"'),
+                ("1", "9Ei"),
+                ("1", ".inf"),
+                ("1", ".nan"),
+                ("9223372036854775808", "1"),
+            ]
         )
     ]
     (tmp_path / "q.yaml").write_text("---\n".join(pods))
@@ -321,14 +332,35 @@ def test_extreme_quantities_are_errors_never_infinities(run_cli, tmp_path):
         json.loads(proc.stdout)  # strict JSON: no NaN, no Infinity
     report = json.loads(run_cli("check", "q.yaml", "--format", "json").stdout)
     messages = " | ".join(e["message"] for e in report["errors"])
-    for expected in ("-1 is negative", "'1e400' is out of range", "'-1e300' is negative",
-                     "'9Ei' is out of range", "inf is not a finite", "nan is not a finite"):
+    for expected in (
+        "-1 is negative",
+        "'1e400' is out of range",
+        "'-1e300' is negative",
+        "'9Ei' is out of range",
+        "inf is not a finite",
+        "nan is not a finite",
+    ):
         assert expected in messages
     assert report["summary"]["resources"] == len(pods)  # none lost
 
 
-YAML_NUMBERS = ("0", "-0", "-1", ".nan", ".inf", "-.inf", "1e308", "2e-300", "1e999", "0x10",
-                "9223372036854775808", "99999999999999999999999999", "1_000", "0o17", "+12")
+YAML_NUMBERS = (
+    "0",
+    "-0",
+    "-1",
+    ".nan",
+    ".inf",
+    "-.inf",
+    "1e308",
+    "2e-300",
+    "1e999",
+    "0x10",
+    "9223372036854775808",
+    "99999999999999999999999999",
+    "1_000",
+    "0o17",
+    "+12",
+)
 
 
 @pytest.mark.parametrize("value", [*map(json.dumps, NASTY_STRINGS), *YAML_NUMBERS])

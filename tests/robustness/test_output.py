@@ -86,6 +86,55 @@ def test_terminal_output_never_carries_escape_sequences(run_cli, tmp_path):
     assert "  Pod ns/pod\n" in out  # reported, the escape sequences removed whole
 
 
+def _stderr_on_a_terminal(args: list[str], cwd: Path) -> bytes:
+    """What a command writes to stderr when stderr is a terminal (a pty):
+    click strips colour codes for pipes only, so a pipe would hide escapes."""
+    import pty
+    import select
+
+    leader, follower = pty.openpty()
+    try:
+        subprocess.run(
+            [str(Path(sys.executable).with_name("gpuaudit")), *args],
+            cwd=cwd,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=follower,
+            timeout=120,
+        )
+        os.close(follower)
+        follower = -1
+        chunks = []
+        while select.select([leader], [], [], 1)[0]:
+            try:
+                chunk = os.read(leader, 65536)
+            except OSError:  # EIO: the child side is closed
+                break
+            if not chunk:
+                break
+            chunks.append(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(leader)
+        if follower != -1:
+            os.close(follower)
+
+
+@pytest.mark.skipif(not hasattr(os, "openpty"), reason="no pseudo-terminals here")
+def test_messages_on_a_terminal_carry_no_escape_sequences(tmp_path):
+    (tmp_path / f"evil{ESCAPES.replace(chr(13), '').replace(chr(8), '')}.yaml").write_text("kind: Pod\n  bad: [\n")
+    (tmp_path / ".gpuaudit.yaml").write_text(f"policies: [{json.dumps('rules' + ESCAPES)}]\n")
+    snapshot = tmp_path / f"snap{ESCAPES.replace(chr(13), '').replace(chr(8), '')}.json"
+    snapshot.write_text("{not json")
+    for args in (["fix", ".", "--out", "out"], ["rules", "list"], ["audit", "--snapshot", snapshot.name]):
+        stderr = _stderr_on_a_terminal(args, tmp_path)
+        assert b"rules" in stderr or b"evil" in stderr or b"snap" in stderr, (args, stderr)
+        assert not TERMINAL_CONTROL.search(stderr.decode(errors="replace").replace("\r\n", "\n")), (
+            args,
+            stderr,
+        )
+
+
 def _everything_hostile(text: str) -> AuditResult:
     """A result whose every string field holds ``text``: what a hostile
     cluster or snapshot could put in front of each formatter."""
@@ -145,8 +194,9 @@ def test_every_format_renders_hostile_text_validly(text):
         elif name == "github":
             commands = rendered.rstrip("\n").split("\n")  # the runner splits on \n only
             assert len(commands) == 3  # one finding, two input problems: nothing injected
-            assert all(re.match(r"^::(error|warning|notice)( [a-z]+=[^,:\n]*(,[a-z]+=[^,:\n]*)*)?::", c)
-                       for c in commands)
+            assert all(
+                re.match(r"^::(error|warning|notice)( [a-z]+=[^,:\n]*(,[a-z]+=[^,:\n]*)*)?::", c) for c in commands
+            )
         elif name == "policyreport":
             reports = [d for d in yaml.safe_load_all(rendered) if d]
             assert reports and all(d["apiVersion"] == "wgpolicyk8s.io/v1alpha2" for d in reports)
@@ -323,8 +373,8 @@ def test_a_history_writer_killed_inside_its_transaction_corrupts_nothing(tmp_pat
             "import sqlite3, sys, time\n"
             "db = sqlite3.connect(sys.argv[1], isolation_level=None)\n"
             "db.execute('BEGIN IMMEDIATE')\n"
-            "db.execute(\"UPDATE runs SET gpus_total = -1\")\n"
-            "db.execute(\"INSERT INTO runs (cluster, collected_at, recorded_at, command) "
+            'db.execute("UPDATE runs SET gpus_total = -1")\n'
+            'db.execute("INSERT INTO runs (cluster, collected_at, recorded_at, command) '
             "VALUES ('c', 'x', 'x', 'half')\")\n"
             "print('in transaction', flush=True)\n"
             "time.sleep(60)\n",

@@ -67,16 +67,13 @@ BAD_RULES = {
     # file -> (content, what the error says, line or None)
     "yaml.yaml": ("id: [\n", "invalid YAML", 2),
     "severity.yaml": (rule(2).replace("severity: low", "severity: urgent"), "'urgent'", 4),
-    "fact.yaml": (rule(3).replace("cpu_request: {type", "cpu_requests: {type"),
-                  "unknown fact 'cpu_requests'", 9),
-    "param.yaml": (rule(4).replace("maximum: 100", "maximum: {$param: cores}"), "undeclared param",
-                   9),
+    "fact.yaml": (rule(3).replace("cpu_request: {type", "cpu_requests: {type"), "unknown fact 'cpu_requests'", 9),
+    "param.yaml": (rule(4).replace("maximum: 100", "maximum: {$param: cores}"), "undeclared param", 9),
     "list.yaml": ("- id: SITE-005\n", "is not of type 'object'", None),
     "empty.yaml": ("", "is not of type 'object'", None),
     "binary.yaml": (b"\xff\xfe\x00\x01", "cannot read", None),
     "template.yaml": (rule(8, "{{ container"), "invalid template", 12),
-    "keyword.yaml": (rule(9).replace("maximum: 100", 'maximum: "lots"'), "cannot be evaluated",
-                     None),
+    "keyword.yaml": (rule(9).replace("maximum: 100", 'maximum: "lots"'), "cannot be evaluated", None),
     "dup.yaml": (rule(1), "already used", None),
 }
 
@@ -142,14 +139,17 @@ def test_a_hostile_message_template_runs_nothing_and_loses_no_finding(run_cli, r
 
 BAD_CONFIGS = [
     # (config text, what stderr says)
-    ("exemptions:\n- {rule: GPA-PL-001, reason: x, expires: '2026-13-45'}\n",
-     ".gpuaudit.yaml:2: expires '2026-13-45' is not a date"),
-    ("exemptions:\n- rule: GPA-PL-001\n  reason: x\n  expires: 2026-02-30\n",
-     ".gpuaudit.yaml:4: expires '2026-02-30' is not a date"),
+    (
+        "exemptions:\n- {rule: GPA-PL-001, reason: x, expires: '2026-13-45'}\n",
+        ".gpuaudit.yaml:2: expires '2026-13-45' is not a date",
+    ),
+    (
+        "exemptions:\n- rule: GPA-PL-001\n  reason: x\n  expires: 2026-02-30\n",
+        ".gpuaudit.yaml:4: expires '2026-02-30' is not a date",
+    ),
     ("exemptions:\n- {rule: GPA-PL-001, reason: x, expires: tomorrow}\n", "expires"),
     ("exemptions:\n- {rule: GPA-PL-001}\n", "'reason' is a required property"),
-    ("podspecs:\n- {kind: X, groups: [x.io], pods: [{at: /spec, replicas: 3}]}\n",
-     "at podspecs.0.pods.0.replicas"),
+    ("podspecs:\n- {kind: X, groups: [x.io], pods: [{at: /spec, replicas: 3}]}\n", "at podspecs.0.pods.0.replicas"),
     ("podspecs:\n- {kind: X, groups: x.io, pods: []}\n", "at podspecs.0.groups"),
     ("site: {gpus_per_node: many}\n", "at site.gpus_per_node"),
     ("fail_on: 5\n", "at fail_on"),
@@ -189,9 +189,7 @@ def test_a_rule_selection_that_names_nothing_is_said_not_silently_empty(run_cli,
     code, report, _ = audit(run_cli, "--rules", "placment,GPA-PL-001")
     assert code == 1  # GPA-PL-001 still ran and found the pin
     [warning] = report["errors"]
-    assert warning["level"] == "warning" and "'placment' is no rule id or category" in warning[
-        "message"
-    ]
+    assert warning["level"] == "warning" and "'placment' is no rule id or category" in warning["message"]
 
     (repo / ".gpuaudit.yaml").write_text("rules: [placment]\n")
     code, report, _ = audit(run_cli)
