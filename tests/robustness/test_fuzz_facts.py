@@ -111,7 +111,10 @@ def test_config_objects_never_raise(data):
     if isinstance(obj.get("data"), dict):
         for key, text in list(obj["data"].items()):
             if isinstance(text, str) and data.draw(st.booleans(), label="mutate embedded"):
-                embedded = yaml.safe_load(text)
+                try:
+                    embedded = yaml.safe_load(text)
+                except yaml.YAMLError:
+                    continue  # already not YAML: as hostile as it gets
                 obj["data"][key] = dump([mutate(data, embedded)])
     policy = mutate(
         data,
