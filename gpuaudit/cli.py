@@ -63,7 +63,7 @@ def main() -> None:
     """Audit GPU capacity on Kubernetes: why jobs queue while the GPUs look idle."""
     from gpuaudit.output.terminal import CleanStream
 
-    if not isinstance(sys.stderr, CleanStream):  # messages quote input: no escapes through
+    if sys.stderr is not None and not isinstance(sys.stderr, CleanStream):  # messages quote input
         sys.stderr = CleanStream(sys.stderr)  # type: ignore[assignment]
 
 
