@@ -35,26 +35,19 @@ LAZY_COMMANDS = {
 
 
 class LazyGroup(click.Group):
+    """Imports a command's module only when that command runs."""
+
     def list_commands(self, ctx: click.Context) -> list[str]:
-        return sorted([*super().list_commands(ctx), *self._available()])
+        return sorted([*super().list_commands(ctx), *LAZY_COMMANDS])
 
     def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
         if name in self.commands:
             return self.commands[name]
         target = LAZY_COMMANDS.get(name)
-        if target is None or name not in self._available():
+        if target is None:
             return None
         module, attribute = target.split(":")
         return getattr(import_module(module), attribute)
-
-    @staticmethod
-    def _available() -> list[str]:
-        here = Path(__file__).parent / "commands"
-        return [
-            n
-            for n, t in LAZY_COMMANDS.items()
-            if (here / f"{t.split(':')[0].rsplit('.', 1)[1]}.py").exists()
-        ]
 
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})

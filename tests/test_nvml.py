@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from gpuaudit.durations import parse_duration
 from gpuaudit.sources import nvml as sampler
 from gpuaudit.sources.samples import aggregate_samples, load_pods_json, quantile
 from gpuaudit.sources.telemetry import TelemetryUnavailable
@@ -375,7 +376,7 @@ def test_quantile_interpolates_like_promql():
 @pytest.mark.parametrize("text,seconds", [("1s", 1), ("500ms", 0.5), ("2m", 120), ("1h", 3600),
                                           ("90", 90), ("1.5s", 1.5)])
 def test_parse_duration(text: str, seconds: float):
-    assert sampler.parse_duration(text) == seconds
+    assert parse_duration(text) == seconds
 
 
 # --- the fake against the real pynvml ------------------------------------------

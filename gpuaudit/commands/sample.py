@@ -51,6 +51,7 @@ def sample(
 ) -> None:
     """Sample GPU utilisation, memory, PCIe and processes with NVML into JSON lines;
     `gpuaudit audit --samples FILE` uses them like Prometheus aggregates."""
+    from gpuaudit.durations import parse_duration
     from gpuaudit.sources import nvml
     from gpuaudit.sources.samples import aggregate_samples, load_pods_json
     from gpuaudit.sources.telemetry import TelemetryUnavailable
@@ -61,7 +62,7 @@ def sample(
             result = aggregate_samples(list(aggregate_files), pods_by_uid=pods)
             click.echo(json.dumps(result, indent=2, allow_nan=False))
             return
-        seconds, every = nvml.parse_duration(duration), nvml.parse_duration(interval)
+        seconds, every = parse_duration(duration), parse_duration(interval)
         if output is None:
             ticks = nvml.sample(
                 interval=every,

@@ -3,7 +3,6 @@ snapshot, and GPU telemetry (audit, snapshot, report, fix)."""
 
 from __future__ import annotations
 
-import re
 import sys
 from collections.abc import Callable, Sequence
 from datetime import datetime, timezone
@@ -13,16 +12,17 @@ from typing import Any
 import click
 
 from gpuaudit.config import Config
-
-_DURATION = re.compile(r"^(\d+)([smhdw])$")
-_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+from gpuaudit.durations import parse_duration
 
 
-def parse_duration(value: str) -> int:
-    match = _DURATION.match(value.strip())
-    if not match:
-        raise click.BadParameter(f"{value!r} is not a duration like 30m, 12h or 7d")
-    return int(match.group(1)) * _SECONDS[match.group(2)]
+def seconds_option(value: str, option: str) -> int:
+    try:
+        seconds = round(parse_duration(value))
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint=option) from None
+    if seconds <= 0:
+        raise click.BadParameter(f"{value!r} is not a positive duration", param_hint=option)
+    return seconds
 
 
 def cluster_options(func: Callable[..., Any]) -> Callable[..., Any]:
@@ -234,8 +234,8 @@ def load_telemetry(
     try:
         snapshot["telemetry"] = query_telemetry(
             url,
-            window_seconds=parse_duration(window),
-            step_seconds=parse_duration(step),
+            window_seconds=seconds_option(window, "--window"),
+            step_seconds=seconds_option(step, "--step"),
             end=until.replace(tzinfo=timezone.utc) if until else None,
             params=settings.get("params"),
             queries=settings.get("queries"),

@@ -70,17 +70,6 @@ def pod_of_pid(pid: int, proc_root: str = "/proc") -> tuple[str | None, str | No
     return pod_of_cgroup(text)
 
 
-def parse_duration(text: str | float) -> float:
-    """Seconds from ``90``, ``1.5``, ``500ms``, ``30s``, ``5m``, ``2h``."""
-    if isinstance(text, (int, float)):
-        return float(text)
-    found = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*", text)
-    if not found:
-        raise ValueError(f"not a duration: {text!r} (use e.g. 500ms, 30s, 5m, 1h)")
-    scale = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, None: 1}[found.group(2)]
-    return float(found.group(1)) * scale
-
-
 class NvmlUnavailable(RuntimeError):
     """NVML cannot be used here (no driver, no GPU, no nvidia-ml-py)."""
 

@@ -1,0 +1,18 @@
+"""Durations as people write them on a command line: 500ms, 30s, 5m, 12h, 7d, 2w."""
+
+from __future__ import annotations
+
+import re
+
+_DURATION = re.compile(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d|w)?\s*")
+_SECONDS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800, None: 1}
+
+
+def parse_duration(text: str | float) -> float:
+    """Seconds from ``90``, ``1.5``, ``500ms``, ``30s``, ``5m``, ``2h``, ``7d``, ``2w``."""
+    if isinstance(text, (int, float)):
+        return float(text)
+    found = _DURATION.fullmatch(text)
+    if not found:
+        raise ValueError(f"not a duration: {text!r} (use e.g. 500ms, 30s, 5m, 12h, 7d)")
+    return float(found.group(1)) * _SECONDS[found.group(2)]
