@@ -64,7 +64,7 @@ class Inputs:
         return build_context(site, self.documents, [], self.bare).shared_names
 
 
-def read_inputs(paths: Sequence[str], config: Config, rules: Sequence[Rule]) -> Inputs:
+def read_fix_inputs(paths: Sequence[str], config: Config, rules: Sequence[Rule]) -> Inputs:
     inputs = Inputs()
     plain: list[str] = []
     for path in paths:
@@ -265,7 +265,7 @@ def fix(
         run.evidence = live.evidence(snapshot)
         run.evidence_source = str(snapshot_path)
     if paths:
-        inputs = read_inputs(paths, config, rules)
+        inputs = read_fix_inputs(paths, config, rules)
     else:
         inputs = read_live(snapshot, str(snapshot_path), config, rules, problem)
     run.shared_names = inputs.shared_names(config)
