@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import time
 from collections.abc import Iterator, Mapping
 from contextlib import closing, contextmanager
 from dataclasses import dataclass, field
@@ -83,6 +84,23 @@ def _parse(text: str) -> datetime:
     return datetime.fromisoformat(text.replace("Z", "+00:00"))
 
 
+def _use_wal(connection: sqlite3.Connection) -> None:
+    """Switch to WAL journaling. Changing the journal mode takes an exclusive
+    lock without waiting on the busy timeout, so two runs creating the same
+    database at once retry here until the timeout is spent."""
+    deadline = time.monotonic() + BUSY_TIMEOUT_S
+    delay = 0.01
+    while True:
+        try:
+            connection.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() + delay > deadline:
+                raise
+            time.sleep(delay)
+            delay = min(delay * 2, 0.5)
+
+
 def _connect(path: Path) -> sqlite3.Connection:
     path = Path(path)
     if path.parent and not path.parent.exists():
@@ -91,7 +109,7 @@ def _connect(path: Path) -> sqlite3.Connection:
         # isolation_level=None: transactions are explicit (BEGIN IMMEDIATE below).
         connection = sqlite3.connect(str(path), timeout=BUSY_TIMEOUT_S, isolation_level=None)
         connection.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
-        connection.execute("PRAGMA journal_mode = WAL")
+        _use_wal(connection)
     except sqlite3.DatabaseError as exc:
         raise HistoryError(f"{path}: cannot open the history database: {exc}") from exc
     return connection
