@@ -63,62 +63,63 @@ def main() -> None:
 # --- shared options ---------------------------------------------------------
 
 
-def policy_options(func: Callable[..., Any]) -> Callable[..., Any]:
-    options = [
-        click.option(
-            "--config",
-            "config_path",
-            type=click.Path(dir_okay=False, path_type=Path),
-            help="Config file (default: .gpuaudit.yaml found upward from here).",
-        ),
-        click.option(
-            "--policies",
-            "policy_dirs",
-            multiple=True,
-            type=click.Path(file_okay=False, path_type=Path),
-            help="Extra rule folder (repeatable).",
-        ),
-        click.option(
-            "--rules",
-            "include",
-            default="",
-            help="Only these rule ids or categories (comma-separated).",
-        ),
-        click.option(
-            "--exclude-rules", "exclude", default="", help="Rule ids or categories to leave out."
-        ),
-    ]
-    for option in reversed(options):
-        func = option(func)
-    return func
+def option_group(*options: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """One decorator for several click options, applied in the order written."""
+
+    def apply(func: Any) -> Any:
+        for option in reversed(options):
+            func = option(func)
+        return func
+
+    return apply
 
 
-def output_options(func: Callable[..., Any]) -> Callable[..., Any]:
-    options = [
-        click.option(
-            "--format",
-            "formats",
-            multiple=True,
-            default=("text",),
-            show_default=True,
-            help=f"One of {', '.join(FORMATS)}; NAME=FILE writes that format to FILE (repeatable).",
-        ),
-        click.option(
-            "-o",
-            "--output",
-            type=click.Path(dir_okay=False, path_type=Path),
-            help="Write the (single) format to this file instead of stdout.",
-        ),
-        click.option(
-            "--fail-on",
-            type=click.Choice(SEVERITIES),
-            default=None,
-            help="Exit 1 when a finding is at or above this severity [default: high].",
-        ),
-    ]
-    for option in reversed(options):
-        func = option(func)
-    return func
+policy_options = option_group(
+    click.option(
+        "--config",
+        "config_path",
+        type=click.Path(dir_okay=False, path_type=Path),
+        help="Config file (default: .gpuaudit.yaml found upward from here).",
+    ),
+    click.option(
+        "--policies",
+        "policy_dirs",
+        multiple=True,
+        type=click.Path(file_okay=False, path_type=Path),
+        help="Extra rule folder (repeatable).",
+    ),
+    click.option(
+        "--rules",
+        "include",
+        default="",
+        help="Only these rule ids or categories (comma-separated).",
+    ),
+    click.option("--exclude-rules", "exclude", default="", help="Rule ids or categories to leave out."),
+)
+
+
+output_options = option_group(
+    click.option(
+        "--format",
+        "formats",
+        multiple=True,
+        default=("text",),
+        show_default=True,
+        help=f"One of {', '.join(FORMATS)}; NAME=FILE writes that format to FILE (repeatable).",
+    ),
+    click.option(
+        "-o",
+        "--output",
+        type=click.Path(dir_okay=False, path_type=Path),
+        help="Write the (single) format to this file instead of stdout.",
+    ),
+    click.option(
+        "--fail-on",
+        type=click.Choice(SEVERITIES),
+        default=None,
+        help="Exit 1 when a finding is at or above this severity [default: high].",
+    ),
+)
 
 
 def split_names(value: str) -> tuple[str, ...]:
@@ -161,42 +162,38 @@ def emit(result: AuditResult, formats: Sequence[str], output: Path | None) -> No
 # --- check ------------------------------------------------------------------
 
 
-def input_options(func: Callable[..., Any]) -> Callable[..., Any]:
-    options = [
-        click.option(
-            "--helm-chart",
-            "helm_charts",
-            multiple=True,
-            type=click.Path(exists=True, file_okay=False, path_type=Path),
-            help="Render this chart with `helm template` and audit the result (repeatable).",
-        ),
-        click.option(
-            "--values",
-            "helm_values",
-            multiple=True,
-            type=click.Path(exists=True, dir_okay=False, path_type=Path),
-            help="Values file for --helm-chart (repeatable).",
-        ),
-        click.option(
-            "--no-kustomize",
-            is_flag=True,
-            help="Read directories with a kustomization as plain files instead of rendering them.",
-        ),
-        click.option(
-            "--baseline",
-            "baseline_path",
-            type=click.Path(exists=True, dir_okay=False, path_type=Path),
-            help="Hide the findings recorded in this baseline; report the rest.",
-        ),
-        click.option(
-            "--write-baseline",
-            type=click.Path(dir_okay=False, path_type=Path),
-            help="Record the current findings in this file (exit 0 unless input errors).",
-        ),
-    ]
-    for option in reversed(options):
-        func = option(func)
-    return func
+input_options = option_group(
+    click.option(
+        "--helm-chart",
+        "helm_charts",
+        multiple=True,
+        type=click.Path(exists=True, file_okay=False, path_type=Path),
+        help="Render this chart with `helm template` and audit the result (repeatable).",
+    ),
+    click.option(
+        "--values",
+        "helm_values",
+        multiple=True,
+        type=click.Path(exists=True, dir_okay=False, path_type=Path),
+        help="Values file for --helm-chart (repeatable).",
+    ),
+    click.option(
+        "--no-kustomize",
+        is_flag=True,
+        help="Read directories with a kustomization as plain files instead of rendering them.",
+    ),
+    click.option(
+        "--baseline",
+        "baseline_path",
+        type=click.Path(exists=True, dir_okay=False, path_type=Path),
+        help="Hide the findings recorded in this baseline; report the rest.",
+    ),
+    click.option(
+        "--write-baseline",
+        type=click.Path(dir_okay=False, path_type=Path),
+        help="Record the current findings in this file (exit 0 unless input errors).",
+    ),
+)
 
 
 @main.command()
@@ -229,9 +226,7 @@ def check(
     if helm_values and not helm_charts:
         raise click.UsageError("--values applies to --helm-chart")
     config = load_config_or_exit(config_path)
-    rules, rule_errors = load_policy(
-        config, policy_dirs, split_names(include), split_names(exclude)
-    )
+    rules, rule_errors = load_policy(config, policy_dirs, split_names(include), split_names(exclude))
     result = check_manifests(
         paths,
         config,
@@ -273,16 +268,12 @@ def rules() -> None:
 @rules.command("list")
 @policy_options
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text")
-def rules_list(
-    config_path: Path | None, policy_dirs: tuple[Path, ...], include: str, exclude: str, fmt: str
-) -> None:
+def rules_list(config_path: Path | None, policy_dirs: tuple[Path, ...], include: str, exclude: str, fmt: str) -> None:
     """The rules that would run, in diagnostic order."""
     config = load_config_or_exit(config_path)
     loaded, errors = load_policy(config, policy_dirs, split_names(include), split_names(exclude))
     for e in errors:
-        click.echo(
-            f"gpuaudit: {e.file}{':' + str(e.line) if e.line else ''}: {e.message}", err=True
-        )
+        click.echo(f"gpuaudit: {e.file}{':' + str(e.line) if e.line else ''}: {e.message}", err=True)
     from gpuaudit.model import CATEGORIES
 
     loaded.sort(key=lambda r: (CATEGORIES.index(r.category), r.id))
@@ -331,8 +322,7 @@ def rules_explain(
     click.echo(f"{rule.id}: {rule.title}")
     click.echo(
         f"category: {rule.category}   severity: {rule.severity}   scope: {', '.join(rule.scope)}"
-        f"   target: {rule.target}"
-        + (f"   needs: {', '.join(rule.requires)}" if rule.requires else "")
+        f"   target: {rule.target}" + (f"   needs: {', '.join(rule.requires)}" if rule.requires else "")
     )
     if rule.params:
         click.echo("params: " + ", ".join(f"{k}={v}" for k, v in rule.params.items()))
@@ -358,9 +348,7 @@ def rules_validate(paths: tuple[Path, ...]) -> None:
 
 
 @rules.command("test")
-@click.argument(
-    "dirs", nargs=-1, required=True, type=click.Path(exists=True, file_okay=False, path_type=Path)
-)
+@click.argument("dirs", nargs=-1, required=True, type=click.Path(exists=True, file_okay=False, path_type=Path))
 @click.option("-v", "--verbose", is_flag=True, help="List passing cases too.")
 def rules_test(dirs: tuple[Path, ...], verbose: bool) -> None:
     """Run the pass/fail cases (<rule>.cases.yaml) of the rules under DIRS,

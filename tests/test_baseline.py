@@ -5,20 +5,8 @@ from __future__ import annotations
 
 import json
 
-PINNED = """\
-apiVersion: v1
-kind: Pod
-metadata:
-  name: pinned
-  namespace: ml
-spec:
-  nodeName: gpu-node-1
-  containers:
-  - name: cuda
-    resources:
-      requests: {cpu: "4", memory: 16Gi}
-      limits: {nvidia.com/gpu: 1}
-"""
+from tests.manifests import PINNED
+
 TRAINING = """\
 apiVersion: kubeflow.org/v1
 kind: PyTorchJob

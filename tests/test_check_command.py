@@ -8,26 +8,14 @@ from pathlib import Path
 import jsonschema
 import pytest
 
+from tests.manifests import PINNED
+
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples" / "manifests"
 SARIF_SCHEMA = json.loads(
     (Path(__file__).parent / "schemas" / "sarif-schema-2.1.0.json").read_text()
 )
 
-PINNED = """\
-apiVersion: v1
-kind: Pod
-metadata:
-  name: pinned
-  namespace: ml
-spec:
-  nodeName: gpu-node-1
-  containers:
-  - name: cuda
-    resources:
-      requests: {cpu: "4", memory: 16Gi}
-      limits: {nvidia.com/gpu: 1}
-"""
 CLEAN = """\
 apiVersion: batch/v1
 kind: Job

@@ -13,23 +13,11 @@ import jsonschema
 import pytest
 import yaml
 
+from tests.manifests import PINNED
+
 SCHEMAS = Path(__file__).parent / "schemas"
 SARIF_SCHEMA = json.loads((SCHEMAS / "sarif-schema-2.1.0.json").read_text())
 
-PINNED = """\
-apiVersion: v1
-kind: Pod
-metadata:
-  name: pinned
-  namespace: ml
-spec:
-  nodeName: gpu-node-1
-  containers:
-  - name: cuda
-    resources:
-      requests: {cpu: "4", memory: 16Gi}
-      limits: {nvidia.com/gpu: 1}
-"""
 # A message with characters each format must escape: XML, newlines, %, commas.
 HOSTILE = """\
 apiVersion: apps/v1

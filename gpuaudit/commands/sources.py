@@ -4,13 +4,14 @@ snapshot, and GPU telemetry (audit, snapshot, report, fix)."""
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 import click
 
+from gpuaudit.cli import option_group
 from gpuaudit.config import Config
 from gpuaudit.durations import parse_duration
 
@@ -25,84 +26,76 @@ def seconds_option(value: str, option: str) -> int:
     return seconds
 
 
-def cluster_options(func: Callable[..., Any]) -> Callable[..., Any]:
-    options = [
-        click.option(
-            "--snapshot",
-            "snapshot_path",
-            type=click.Path(exists=True, dir_okay=False, path_type=Path),
-            help="Audit this snapshot file instead of a live cluster.",
-        ),
-        click.option(
-            "--kubeconfig",
-            type=click.Path(dir_okay=False),
-            help="kubeconfig file (default: $KUBECONFIG).",
-        ),
-        click.option("--context", help="kubeconfig context."),
-        click.option("--in-cluster", is_flag=True, help="Use the pod's service account."),
-        click.option(
-            "--request-timeout",
-            type=float,
-            default=30.0,
-            show_default=True,
-            help="Seconds per API request.",
-        ),
-        click.option(
-            "--page-size",
-            type=click.IntRange(1, 10000),
-            default=500,
-            show_default=True,
-            help="Objects per list request.",
-        ),
-        click.option(
-            "--deadline",
-            type=float,
-            default=300.0,
-            show_default=True,
-            help="Seconds for the whole collection.",
-        ),
-    ]
-    for option in reversed(options):
-        func = option(func)
-    return func
+cluster_options = option_group(
+    click.option(
+        "--snapshot",
+        "snapshot_path",
+        type=click.Path(exists=True, dir_okay=False, path_type=Path),
+        help="Audit this snapshot file instead of a live cluster.",
+    ),
+    click.option(
+        "--kubeconfig",
+        type=click.Path(dir_okay=False),
+        help="kubeconfig file (default: $KUBECONFIG).",
+    ),
+    click.option("--context", help="kubeconfig context."),
+    click.option("--in-cluster", is_flag=True, help="Use the pod's service account."),
+    click.option(
+        "--request-timeout",
+        type=float,
+        default=30.0,
+        show_default=True,
+        help="Seconds per API request.",
+    ),
+    click.option(
+        "--page-size",
+        type=click.IntRange(1, 10000),
+        default=500,
+        show_default=True,
+        help="Objects per list request.",
+    ),
+    click.option(
+        "--deadline",
+        type=float,
+        default=300.0,
+        show_default=True,
+        help="Seconds for the whole collection.",
+    ),
+)
 
 
-def telemetry_options(func: Callable[..., Any]) -> Callable[..., Any]:
-    options = [
-        click.option(
-            "--prometheus",
-            "prometheus_url",
-            help="Prometheus-compatible URL with DCGM exporter series.",
-        ),
-        click.option("--window", default="7d", show_default=True, help="Telemetry window (e.g. 24h, 7d)."),
-        click.option("--step", default="60s", show_default=True, help="Resolution of the telemetry aggregation."),
-        click.option(
-            "--until",
-            type=click.DateTime(["%Y-%m-%dT%H:%M:%S", "%Y-%m-%dT%H:%M:%SZ", "%Y-%m-%d"]),
-            help="End of the telemetry window, UTC (default: now).",
-        ),
-        click.option(
-            "--prometheus-token-file",
-            type=click.Path(exists=True, dir_okay=False),
-            help="File holding a bearer token for Prometheus.",
-        ),
-        click.option(
-            "--prometheus-user",
-            help="Basic-auth user (password from $GPUAUDIT_PROMETHEUS_PASSWORD).",
-        ),
-        click.option("--prometheus-ca", type=click.Path(exists=True, dir_okay=False), help="CA bundle."),
-        click.option("--prometheus-header", multiple=True, help="Extra header NAME=VALUE (repeatable)."),
-        click.option(
-            "--samples",
-            "sample_files",
-            multiple=True,
-            type=click.Path(exists=True, dir_okay=False, path_type=Path),
-            help="NVML samples written by `gpuaudit sample` (repeatable).",
-        ),
-    ]
-    for option in reversed(options):
-        func = option(func)
-    return func
+telemetry_options = option_group(
+    click.option(
+        "--prometheus",
+        "prometheus_url",
+        help="Prometheus-compatible URL with DCGM exporter series.",
+    ),
+    click.option("--window", default="7d", show_default=True, help="Telemetry window (e.g. 24h, 7d)."),
+    click.option("--step", default="60s", show_default=True, help="Resolution of the telemetry aggregation."),
+    click.option(
+        "--until",
+        type=click.DateTime(["%Y-%m-%dT%H:%M:%S", "%Y-%m-%dT%H:%M:%SZ", "%Y-%m-%d"]),
+        help="End of the telemetry window, UTC (default: now).",
+    ),
+    click.option(
+        "--prometheus-token-file",
+        type=click.Path(exists=True, dir_okay=False),
+        help="File holding a bearer token for Prometheus.",
+    ),
+    click.option(
+        "--prometheus-user",
+        help="Basic-auth user (password from $GPUAUDIT_PROMETHEUS_PASSWORD).",
+    ),
+    click.option("--prometheus-ca", type=click.Path(exists=True, dir_okay=False), help="CA bundle."),
+    click.option("--prometheus-header", multiple=True, help="Extra header NAME=VALUE (repeatable)."),
+    click.option(
+        "--samples",
+        "sample_files",
+        multiple=True,
+        type=click.Path(exists=True, dir_okay=False, path_type=Path),
+        help="NVML samples written by `gpuaudit sample` (repeatable).",
+    ),
+)
 
 
 CLUSTER_PARAMS = (

@@ -354,3 +354,18 @@ def hostile_snapshots(draw: st.DrawFn) -> dict[str, Any]:
         index = draw(st.integers(0, len(items) - 1), label="object")
         items[index] = mutate(data, items[index], surrogates=True)
     return snapshot
+
+
+# A GPU pod pinned to one node, the manifest the robustness tests put next to bad input.
+PINNED = """\
+apiVersion: v1
+kind: Pod
+metadata: {name: pinned, namespace: ml}
+spec:
+  nodeName: gpu-node-1
+  containers:
+  - name: cuda
+    resources:
+      requests: {cpu: "4", memory: 8Gi}
+      limits: {nvidia.com/gpu: 1}
+"""

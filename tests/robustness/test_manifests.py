@@ -24,20 +24,8 @@ import yaml
 from gpuaudit.audit import check_manifests, load_policy
 from gpuaudit.config import Config
 from gpuaudit.sources.manifests import MAX_DEPTH, MAX_FILE_BYTES
-from tests.robustness.hostile import NASTY_STRINGS, manifest_seeds
+from tests.robustness.hostile import NASTY_STRINGS, PINNED, manifest_seeds
 
-PINNED = """\
-apiVersion: v1
-kind: Pod
-metadata: {name: pinned, namespace: ml}
-spec:
-  nodeName: gpu-node-1
-  containers:
-  - name: cuda
-    resources:
-      requests: {cpu: "4", memory: 8Gi}
-      limits: {nvidia.com/gpu: 1}
-"""
 POD_WITH = """\
 apiVersion: v1
 kind: Pod

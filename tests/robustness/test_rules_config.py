@@ -15,18 +15,8 @@ from pathlib import Path
 
 import pytest
 
-PINNED = """\
-apiVersion: v1
-kind: Pod
-metadata: {name: pinned, namespace: ml}
-spec:
-  nodeName: gpu-node-1
-  containers:
-  - name: cuda
-    resources:
-      requests: {cpu: "4", memory: 8Gi}
-      limits: {nvidia.com/gpu: 1}
-"""
+from tests.robustness.hostile import PINNED
+
 RULE = """\
 id: SITE-{n:03d}
 title: Site rule {n}

@@ -81,6 +81,9 @@ class Declined:
     reason: str
 
 
+NO_CONTAINER = Declined("the finding names no container")
+
+
 Planner = Callable[[Context], "Proposal | Declined"]
 PLANNERS: dict[str, Planner] = {}
 

@@ -7,6 +7,7 @@ from typing import Any
 from gpuaudit import gpus
 from gpuaudit.remediate import pointers, sizing
 from gpuaudit.remediate.planners import (
+    NO_CONTAINER,
     NVIDIA_GPU,
     Confidence,
     Context,
@@ -177,17 +178,11 @@ def _gpu_raw(ctx: Context, section: str, resource: str) -> Any:
     return pointers.get(ctx.document.obj, pointers.join(c.resources_pointer, section, resource))
 
 
-def _container_or_declined(ctx: Context) -> Declined | None:
-    return Declined("the finding names no container") if ctx.container is None else None
-
-
 @planner("gpu-requests-equal-limits")
 def gpu_requests_equal_limits(ctx: Context) -> Proposal | Declined:
-    missing = _container_or_declined(ctx)
-    if missing:
-        return missing
     c = ctx.container
-    assert c is not None
+    if c is None:
+        return NO_CONTAINER
     fixes = [
         {
             "name": r.resource,
@@ -210,11 +205,9 @@ def gpu_requests_equal_limits(ctx: Context) -> Proposal | Declined:
 
 @planner("gpu-limits-from-requests")
 def gpu_limits_from_requests(ctx: Context) -> Proposal | Declined:
-    missing = _container_or_declined(ctx)
-    if missing:
-        return missing
     c = ctx.container
-    assert c is not None
+    if c is None:
+        return NO_CONTAINER
     fixes = [
         {"name": r.resource, "value": _gpu_raw(ctx, "requests", r.resource)}
         for r in c.gpus
@@ -234,11 +227,9 @@ def gpu_limits_from_requests(ctx: Context) -> Proposal | Declined:
 
 @planner("whole-gpu-quantity")
 def whole_gpu_quantity(ctx: Context) -> Proposal | Declined:
-    missing = _container_or_declined(ctx)
-    if missing:
-        return missing
     c = ctx.container
-    assert c is not None
+    if c is None:
+        return NO_CONTAINER
     fractional = [r for r in c.gpus if r.mode == "whole" and r.count is not None and r.count != int(r.count)]
     if not fractional:
         return Declined("no fractional whole-GPU count")
@@ -301,11 +292,9 @@ def drop_init_container_gpus(ctx: Context) -> Proposal | Declined:
 
 @planner("match-gpus-to-parallelism")
 def match_gpus_to_parallelism(ctx: Context) -> Proposal | Declined:
-    missing = _container_or_declined(ctx)
-    if missing:
-        return missing
     c = ctx.container
-    assert c is not None
+    if c is None:
+        return NO_CONTAINER
     parallelism = ctx.facts.get("parallelism") or {}
     total = parallelism.get("total")
     whole = [r for r in c.gpus if r.mode == "whole"]
@@ -333,11 +322,9 @@ def match_gpus_to_parallelism(ctx: Context) -> Proposal | Declined:
 
 @planner("drop-visible-devices-env")
 def drop_visible_devices_env(ctx: Context) -> Proposal | Declined:
-    missing = _container_or_declined(ctx)
-    if missing:
-        return missing
     c = ctx.container
-    assert c is not None
+    if c is None:
+        return NO_CONTAINER
     if "NVIDIA_VISIBLE_DEVICES" not in c.env:
         return Declined("the container no longer sets NVIDIA_VISIBLE_DEVICES")
     params = {

@@ -6,6 +6,7 @@ from collections.abc import Mapping
 
 from gpuaudit.remediate import pointers, sizing
 from gpuaudit.remediate.planners import (
+    NO_CONTAINER,
     Context,
     Declined,
     Proposal,
@@ -22,7 +23,7 @@ from gpuaudit.remediate.planners import (
 def cpu_request_per_gpu(ctx: Context) -> Proposal | Declined:
     c = ctx.container
     if c is None:
-        return Declined("the finding names no container")
+        return NO_CONTAINER
     gpu_count = (ctx.facts.get("gpu") or {}).get("count")
     if not isinstance(gpu_count, (int, float)) or gpu_count <= 0:
         return Declined("the GPU count is unknown")
@@ -104,7 +105,7 @@ def add_dev_shm(ctx: Context) -> Proposal | Declined:
 def memory_request(ctx: Context) -> Proposal | Declined:
     c = ctx.container
     if c is None:
-        return Declined("the finding names no container")
+        return NO_CONTAINER
     gpu_count = (ctx.facts.get("gpu") or {}).get("count")
     if not isinstance(gpu_count, (int, float)) or gpu_count <= 0:
         return Declined("the GPU count is unknown")
@@ -128,7 +129,7 @@ def memory_request(ctx: Context) -> Proposal | Declined:
 def raise_cpu_limit(ctx: Context) -> Proposal | Declined:
     c = ctx.container
     if c is None:
-        return Declined("the finding names no container")
+        return NO_CONTAINER
     gpu_count = (ctx.facts.get("gpu") or {}).get("count")
     if not isinstance(gpu_count, (int, float)) or gpu_count <= 0:
         return Declined("the GPU count is unknown")
