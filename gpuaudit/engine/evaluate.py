@@ -151,6 +151,19 @@ def evaluate(
     return result
 
 
+def combine(parts: Sequence[Evaluation]) -> Evaluation:
+    """One evaluation from evaluations of the same rules over consecutive
+    parts of the subjects, in order. What every part reports alike (the
+    rules skipped, an expired exemption, a rule that cannot run) is kept once."""
+    whole = Evaluation(skipped=list(parts[0].skipped) if parts else [])
+    for part in parts:
+        whole.findings += part.findings
+        whole.suppressed += part.suppressed
+        whole.insufficient += part.insufficient
+    whole.warnings = list(dict.fromkeys(w for part in parts for w in part.warnings))
+    return whole
+
+
 def _rule_problem(rule: Rule, what: str, exc: Exception) -> InputError:
     detail = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
     return InputError(rule.source, None, f"rule {rule.id}: {what}: {type(exc).__name__}: {detail}")

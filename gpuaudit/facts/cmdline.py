@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 _K8S_VAR = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)")
 _SHELL_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}|\$([A-Za-z_][A-Za-z0-9_]*)")
+_INNER_SPACE = re.compile(r"\S\s+\S")  # words to split, once the ends are stripped
 
 
 @dataclass(frozen=True)
@@ -25,6 +26,8 @@ class Token:
 
 
 def expand(text: str, env: Mapping[str, str]) -> str:
+    if "$" not in text:
+        return text
     def k8s(m: re.Match[str]) -> str:
         return env.get(m.group(1), m.group(0))
 
@@ -40,7 +43,7 @@ def tokens(command: Sequence[str], args: Sequence[str], env: Mapping[str, str]) 
     for field, items in (("command", command), ("args", args)):
         for i, item in enumerate(items):
             text = expand(item, env)
-            if any(ch.isspace() for ch in text.strip()):
+            if _INNER_SPACE.search(text):
                 try:
                     words = shlex.split(text, comments=False)
                 except ValueError:  # unbalanced quotes: split on whitespace
@@ -55,6 +58,8 @@ def flag(words: Sequence[Token], names: Sequence[str]) -> Token | None:
     """The value of the last ``--name value`` or ``--name=value`` among ``names``."""
     found: Token | None = None
     for i, word in enumerate(words):
+        if not word.text.startswith("-"):  # most words are values, not flags
+            continue
         head, eq, value = word.text.partition("=")
         if head not in names:
             continue

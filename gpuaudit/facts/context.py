@@ -9,7 +9,7 @@ resources the workloads request).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -93,6 +93,24 @@ def build_context(
         shared_names=_shared_names(site, [*documents, *bare]),
         requested=_requested(workloads),
         autoscalers=_autoscalers(documents),
+    )
+
+
+def merge_contexts(site: Site, parts: Sequence[Context]) -> Context:
+    """The context of the whole input from those of its parts (in input
+    order), as build_context over all of it would give."""
+    known = [p.shared_names for p in parts if p.shared_names is not None]
+    requested: dict[str, dict[str, None]] = {}
+    autoscalers: dict[tuple[str, str, str], Autoscaler] = {}
+    for part in parts:
+        for name, labels in part.requested.items():
+            requested.setdefault(name, {}).update(dict.fromkeys(labels))
+        autoscalers.update(part.autoscalers)
+    return Context(
+        site=site,
+        shared_names=frozenset().union(*known) if known else None,
+        requested={name: tuple(labels) for name, labels in requested.items()},
+        autoscalers=autoscalers,
     )
 
 

@@ -5,6 +5,7 @@ they load and its size, DataLoader workers. Read from command lines and env
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
@@ -26,30 +27,54 @@ DATALOADER_FLAGS = (
 DATALOADER_ENV = ("DATALOADER_NUM_WORKERS", "NUM_WORKERS")
 
 
-def container_process_facts(w: Workload, t: PodTemplate, c: Container) -> dict[str, Any]:
-    words = tokens(c.command, c.args, c.env)
-    env_index = _env_index(w, c)
-    visible = env_index.get("NVIDIA_VISIBLE_DEVICES")
+@dataclass(frozen=True)
+class CommandLine:
+    """What one container's command line and env say, read once for both
+    the pod's facts and the container's."""
+
+    words: list[Token]
+    env_index: Mapping[str, int]  # env variable -> its index in the container's env list
+    parallelism: Mapping[str, Any] | None
+
+
+def command_lines(w: Workload, t: PodTemplate) -> dict[str, CommandLine]:
+    """The command line of each container of ``t``, by its pointer."""
+    spec = _parallel_spec(w, t)
+    lines = {}
+    for c in (*t.init_containers, *t.containers):
+        words = tokens(c.command, c.args, c.env)
+        env_index = _env_index(w, c)
+        lines[c.pointer] = CommandLine(words, env_index, container_parallelism(c, words, spec, env_index))
+    return lines
+
+
+def container_process_facts(c: Container, line: CommandLine) -> dict[str, Any]:
+    visible = line.env_index.get("NVIDIA_VISIBLE_DEVICES")
     return {
-        "parallelism": container_parallelism(c, words, _parallel_spec(w, t), env_index),
+        "parallelism": line.parallelism,
         "visible_devices_pointer": f"{c.pointer}/env/{visible}" if visible is not None else None,
     }
 
 
-def pod_process_facts(w: Workload, t: PodTemplate, placement: Mapping[str, Any], context: Context) -> dict[str, Any]:
+def pod_process_facts(
+    w: Workload,
+    t: PodTemplate,
+    placement: Mapping[str, Any],
+    context: Context,
+    lines: Mapping[str, CommandLine],
+) -> dict[str, Any]:
+    """``lines``: command_lines(w, t)."""
     parallelism = None
     model = None
     workers: int | None = None
     for c in t.containers:
-        words = tokens(c.command, c.args, c.env)
-        workers = _max(workers, _dataloader_workers(words, c.env))
+        line = lines[c.pointer]
+        workers = _max(workers, _dataloader_workers(line.words, c.env))
         if not c.gpus:
             continue
-        env_index = _env_index(w, c)
-        mine = container_parallelism(c, words, _parallel_spec(w, t), env_index)
-        parallelism = parallelism or mine
+        parallelism = parallelism or line.parallelism
         if model is None:
-            model = _model(w, t, c, words, env_index, placement, context, mine)
+            model = _model(w, t, c, line, placement, context)
     return {"parallelism": parallelism, "model": model, "dataloader_workers": workers}
 
 
@@ -57,12 +82,11 @@ def _model(
     w: Workload,
     t: PodTemplate,
     c: Container,
-    words: list[Token],
-    env_index: Mapping[str, int],
+    line: CommandLine,
     placement: Mapping[str, Any],
     context: Context,
-    parallelism: Mapping[str, Any] | None,
 ) -> dict[str, Any] | None:
+    words, env_index, parallelism = line.words, line.env_index, line.parallelism
     raw = resolve(w.document.obj, c.pointer)
     ref = find_model(words, c.env, c.pointer, env_index, raw if isinstance(raw, Mapping) else {}, t.labels)
     if ref is None:

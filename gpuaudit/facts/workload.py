@@ -16,7 +16,7 @@ from gpuaudit.facts import placement as site_placement
 from gpuaudit.facts.context import Context
 from gpuaudit.facts.gpu_names import unadvertised_shared, unknown_mig_profiles
 from gpuaudit.facts.lifecycle import lifecycle_facts
-from gpuaudit.facts.process import container_process_facts, pod_process_facts
+from gpuaudit.facts.process import CommandLine, command_lines, container_process_facts, pod_process_facts
 from gpuaudit.facts.scaling import scaling_facts
 from gpuaudit.facts.scheduling import required_terms
 from gpuaudit.model import Container, GpuRequest, PodTemplate, Resource, Workload
@@ -34,15 +34,18 @@ def subjects(workload: Workload, context: Context | None = None) -> Iterator[Sub
     context = context or Context()
     doc = workload.document
     base = _identity(workload)
-    templates = [(t, pod_facts(workload, t, base, context)) for t in workload.templates]
+    templates = []
+    for t in workload.templates:
+        lines = command_lines(workload, t)
+        templates.append((t, lines, pod_facts(workload, t, base, context, lines)))
     yield Subject(
         "workload",
-        workload_facts(workload, base, [p for _, p in templates], context),
+        workload_facts(workload, base, [p for _, _, p in templates], context),
         Resource(doc.api_version, doc.kind, doc.namespace, doc.name),
         doc,
         workload.annotations,
     )
-    for template, pod in templates:
+    for template, lines, pod in templates:
         annotations = {**template.annotations, **workload.annotations}
         yield Subject(
             "pod",
@@ -53,7 +56,7 @@ def subjects(workload: Workload, context: Context | None = None) -> Iterator[Sub
         )
         for c in (*template.init_containers, *template.containers):
             facts = container_facts(c, template, base)
-            facts.update(container_process_facts(workload, template, c))
+            facts.update(container_process_facts(c, lines[c.pointer]))
             yield Subject(
                 "container",
                 facts,
@@ -145,8 +148,13 @@ def container_facts(c: Container, template: PodTemplate, base: Mapping[str, Any]
 
 
 def pod_facts(
-    w: Workload, t: PodTemplate, base: Mapping[str, Any], context: Context | None = None
+    w: Workload,
+    t: PodTemplate,
+    base: Mapping[str, Any],
+    context: Context | None = None,
+    lines: Mapping[str, CommandLine] | None = None,
 ) -> dict[str, Any]:
+    """``lines``: command_lines(w, t), when the caller has read them already."""
     context = context or Context()
     main = [r for c in t.containers for r in c.gpus]
     init = [r for c in t.init_containers for r in c.gpus]
@@ -164,7 +172,7 @@ def pod_facts(
         "gpu": gpu,
         "placement": placement,
         "shm": _shm(t),
-        **pod_process_facts(w, t, placement, context),
+        **pod_process_facts(w, t, placement, context, lines or command_lines(w, t)),
     }
 
 

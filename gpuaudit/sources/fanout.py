@@ -1,36 +1,45 @@
-"""Read many manifest files on all cores, with the same result as reading
-them one by one.
+"""Audit a large input on all cores, with the same result as auditing it in
+one process.
 
-Parsing YAML is most of what `gpuaudit check` does on a large repository, and
-each file parses on its own. So the file list is cut into contiguous slices;
-forked workers read all but the first while this process reads the first,
-and each worker sends back what it read (plain dicts, lists and strings, the
-same objects read_file builds) with ``marshal``, which is several times
-quicker than pickle for such data. Results are appended in slice order, so
-documents and errors come out in exactly the serial order.
+Reading, modelling and judging each file is independent, except for one
+thing: some facts need to know what the rest of the input holds (the
+context: device-plugin configs, autoscalers, which GPU resources the
+workloads request). So the work runs in two phases over contiguous shards
+of the input. Forked workers take all shards but the first, this process
+the first:
 
-Only on Linux (fork is safe and cheap there), only from a single-threaded
-process (forking threads can deadlock), and only for enough files to repay a
-worker. A worker that fails for any reason has its slice read here instead.
+1. ``first(shard)`` reads and models the shard, giving a state that stays
+   where it was made and a small *part* (the shard's context) that is sent
+   to this process;
+2. ``combine(parts)`` merges the parts, in shard order, into what every
+   shard needs (the whole input's context), sent to each worker;
+3. ``second(state, shared)`` judges the shard; its (small) result comes
+   back. Results are returned in shard order.
+
+Parts, the shared value and results travel as pickles over pipes, one frame
+each way per phase. Only on Linux (fork is safe and cheap there), only from
+a single-threaded process (forking threads can deadlock). A worker that
+fails for any reason has its shard done here instead: failures cost time,
+never results.
 """
 
 from __future__ import annotations
 
-import marshal
 import os
+import pickle
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import fields
-from pathlib import Path
 from typing import Any
 
-from gpuaudit.model import Document, InputError
+First = Callable[[Sequence[Any]], tuple[Any, Any]]  # shard -> (state, part)
+Combine = Callable[[list[Any]], Any]  # parts in shard order -> shared
+Second = Callable[[Any, Any], Any]  # (state, shared) -> result
 
-Reader = Callable[[Path, Any], None]  # read_file(path, result)
+_LENGTH = 8  # bytes of a frame's length prefix
 
 
-def workers_for(files: int, min_per_worker: int) -> int:
-    """How many processes should read ``files`` files (1: read them here)."""
+def workers_for(items: int, min_per_worker: int) -> int:
+    """How many processes should share ``items`` items (1: do them here)."""
     if not sys.platform.startswith("linux") or not hasattr(os, "fork"):
         return 1
     if "threading" in sys.modules and sys.modules["threading"].active_count() > 1:
@@ -39,111 +48,151 @@ def workers_for(files: int, min_per_worker: int) -> int:
         cpus = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
         cpus = os.cpu_count() or 1
-    return max(1, min(cpus, files // min_per_worker))
+    return max(1, min(cpus, items // min_per_worker))
 
 
-def read_in_parallel(
-    files: Sequence[Path],
-    result: Any,
-    read_file: Reader,
-    new_result: Callable[[], Any],
-    min_per_worker: int,
-) -> bool:
-    """Read ``files`` into ``result`` across processes, at least
-    ``min_per_worker`` files each; False when one process should do it (the
-    caller then reads them itself)."""
-    count = workers_for(len(files), min_per_worker)
-    if count < 2:
-        return False
-    size = -(-len(files) // count)
-    slices = [files[i : i + size] for i in range(0, len(files), size)]
-    children = [_spawn(part, read_file, new_result) for part in slices[1:]]
-    for path in slices[0]:
-        read_file(path, result)
-    for part, child in zip(slices[1:], children, strict=True):
-        data = _collect(child)
-        if data is None:  # no worker, or it failed: read its slice here
-            for path in part:
-                read_file(path, result)
-            continue
-        _unpack(marshal.loads(data), result)
-    return True
+def run_sharded(
+    items: Sequence[Any], processes: int, first: First, combine: Combine, second: Second
+) -> list[Any]:
+    """``second``'s result for each of ``processes`` contiguous shards of
+    ``items``, in order (see the module's docstring)."""
+    if processes < 2 or len(items) < 2:
+        state, part = first(items)
+        return [second(state, combine([part]))]
+    size = -(-len(items) // processes)
+    shards = [items[i : i + size] for i in range(0, len(items), size)]
+    workers = [None, *(_Worker.start(shard, first, second) for shard in shards[1:])]
+    states: dict[int, Any] = {}  # of the shards whose first phase ran here
 
+    def here(i: int) -> Any:  # a shard's state, its first phase run here if need be
+        if i not in states:
+            states[i] = first(shards[i])[0]
+        return states[i]
 
-def _collect(child: tuple[int, int] | None) -> bytes | None:
-    """What a worker sent, once it exited cleanly; None otherwise."""
-    if child is None:
-        return None
-    pid, pipe = child
-    with os.fdopen(pipe, "rb") as reader:
-        data = reader.read()
-    _, status = os.waitpid(pid, 0)
-    return data if os.waitstatus_to_exitcode(status) == 0 and data else None
+    def drop(i: int) -> None:
+        workers[i].stop()  # type: ignore[union-attr]
+        workers[i] = None
 
-
-def _spawn(
-    part: Sequence[Path], read_file: Reader, new_result: Callable[[], Any]
-) -> tuple[int, int] | None:
-    """A worker reading ``part``: (pid, read end of its pipe), or None when
-    none can be started (process or file limits)."""
     try:
-        read_end, write_end = os.pipe()
-    except OSError:
-        return None
-    try:
-        pid = os.fork()
-    except OSError:
-        os.close(read_end)
-        os.close(write_end)
-        return None
-    if pid:
-        os.close(write_end)
-        return pid, read_end
-    # The worker: never returns, never runs the parent's exit handlers or
-    # flushes its buffers (os._exit).
-    code = 1
-    try:
-        os.close(read_end)
-        mine = new_result()
-        for path in part:
-            read_file(path, mine)
-        data = marshal.dumps(_pack(mine))
-        with os.fdopen(write_end, "wb") as writer:
-            writer.write(data)
-        code = 0
+        states[0], part = first(shards[0])
+        parts = [part]
+        for i, worker in enumerate(workers[1:], 1):
+            received, part = worker.receive() if worker else (False, None)
+            if not received:
+                if worker:
+                    drop(i)
+                states[i], part = first(shards[i])
+            parts.append(part)
+        shared = combine(parts)
+        try:
+            frame = _frame(shared)
+        except Exception:  # it cannot be pickled: the workers' shards are done here
+            frame = None
+        for i, worker in enumerate(workers):
+            if worker and (frame is None or not worker.send(frame)):
+                drop(i)
+        results = [second(states[0], shared)]
+        for i, worker in enumerate(workers[1:], 1):
+            received, result = worker.receive() if worker else (False, None)
+            if not received:
+                if worker:
+                    drop(i)
+                result = second(here(i), shared)
+            results.append(result)
+        return results
     finally:
-        os._exit(code)
+        for worker in workers:
+            if worker:
+                worker.stop()
 
 
-# What a worker's ReadResult holds, field by field: counts are added, lists
-# (of these dataclasses) extended. A field of any other shape makes the worker
-# fail, and its slice is read here: new fields are never silently dropped.
-_ITEM_TYPES = {cls.__name__: cls for cls in (Document, InputError)}
+class _Worker:
+    """A forked process doing one shard, and the two pipes to talk to it."""
+
+    def __init__(self, pid: int, up: int, down: int) -> None:
+        self.pid, self.up, self.down = pid, up, down
+
+    @classmethod
+    def start(cls, shard: Sequence[Any], first: First, second: Second) -> _Worker | None:
+        """None when none can be started (process or file limits)."""
+        pipes: list[int] = []
+        try:
+            pipes += os.pipe()  # up: worker -> this process
+            pipes += os.pipe()  # down: this process -> worker
+            pid = os.fork()
+        except OSError:
+            for fd in pipes:
+                os.close(fd)
+            return None
+        up_read, up_write, down_read, down_write = pipes
+        if pid:
+            os.close(up_write)
+            os.close(down_read)
+            return cls(pid, up_read, down_write)
+        # The worker: never returns, never runs the parent's exit handlers or
+        # flushes its buffers (os._exit). When this process goes away, the
+        # worker's read gets end-of-file and it exits.
+        code = 1
+        try:
+            os.close(up_read)
+            os.close(down_write)
+            state, part = first(shard)
+            _write(up_write, _frame(part))
+            shared = _read_frame(down_read)
+            _write(up_write, _frame(second(state, shared)))
+            code = 0
+        finally:
+            os._exit(code)
+
+    def receive(self) -> tuple[bool, Any]:
+        """(True, the worker's next frame), or (False, None) when it failed."""
+        try:
+            return True, _read_frame(self.up)
+        except (OSError, EOFError, pickle.UnpicklingError):
+            return False, None
+
+    def send(self, frame: bytes) -> bool:
+        try:
+            _write(self.down, frame)
+        except OSError:  # the worker is gone (EPIPE)
+            return False
+        return True
+
+    def stop(self) -> None:
+        """Close the pipes and reap the process (done, failed or stuck)."""
+        if self.pid:
+            for fd in (self.up, self.down):
+                os.close(fd)
+            try:
+                os.kill(self.pid, 9)
+                os.waitpid(self.pid, 0)
+            except (ProcessLookupError, ChildProcessError):
+                pass
+            self.pid = 0
 
 
-def _pack(result: Any) -> dict[str, Any]:
-    packed: dict[str, Any] = {}
-    for f in fields(result):
-        value = getattr(result, f.name)
-        if isinstance(value, int):
-            packed[f.name] = value
-        elif isinstance(value, list):
-            packed[f.name] = [_pack_item(item) for item in value]
-        else:
-            raise TypeError(f"cannot send ReadResult.{f.name} between processes")
-    return packed
+def _frame(value: Any) -> bytes:
+    data = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+    return len(data).to_bytes(_LENGTH, "little") + data
 
 
-def _pack_item(item: Any) -> tuple[str, dict[str, Any]]:
-    name = type(item).__name__
-    if _ITEM_TYPES.get(name) is not type(item):
-        raise TypeError(f"cannot send a {name} between processes")
-    return name, {f.name: getattr(item, f.name) for f in fields(item)}
+def _write(fd: int, frame: bytes) -> None:
+    view = memoryview(frame)
+    while view:
+        view = view[os.write(fd, view) :]
 
 
-def _unpack(packed: dict[str, Any], result: Any) -> None:
-    for name, value in packed.items():
-        if isinstance(value, int):
-            setattr(result, name, getattr(result, name) + value)
-        else:
-            getattr(result, name).extend(_ITEM_TYPES[kind](**attrs) for kind, attrs in value)
+def _read_frame(fd: int) -> Any:
+    length = int.from_bytes(_read_exactly(fd, _LENGTH), "little")
+    return pickle.loads(_read_exactly(fd, length))
+
+
+def _read_exactly(fd: int, size: int) -> bytes:
+    chunks, left = [], size
+    while left:
+        chunk = os.read(fd, min(left, 1 << 20))
+        if not chunk:
+            raise EOFError("the worker closed its pipe")
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)

@@ -16,55 +16,74 @@ from pathlib import Path
 
 from gpuaudit.model import InputError
 from gpuaudit.sources import kustomize
-from gpuaudit.sources.manifests import ReadResult, iter_manifest_files, read_files, read_paths
+from gpuaudit.sources.manifests import ReadResult, iter_manifest_files, read_file, read_paths
+
+# One thing to audit: a file still to read, or what was read already.
+Item = Path | ReadResult
 
 
-def read_inputs(
+def gather_inputs(
     paths: Sequence[str],
     stdin_text: str | None = None,
     *,
     render_kustomize: bool = True,
     helm_charts: Sequence[Path] = (),
     helm_values: Sequence[Path] = (),
-) -> ReadResult:
-    result = ReadResult()
-    plain: list[str] = []
+) -> list[Item]:
+    """Everything to audit, in order. Files are left to read where they are
+    audited (perhaps another core: sources/fanout.py); stdin, rendered
+    kustomizations and charts, and problems come read already."""
+    items: list[Item] = []
     directories: list[str] = []
     for path in paths:
-        (directories if path != "-" and Path(path).is_dir() else plain).append(path)
-    _merge(result, read_paths(plain, stdin_text=stdin_text))
+        if path == "-" or not Path(path).exists():
+            items.append(read_paths([path], stdin_text=stdin_text))  # stdin, or the error
+        elif Path(path).is_dir():
+            directories.append(path)
+        else:
+            items.append(Path(path))
     for directory in directories:
-        _read_directory(Path(directory), directory, render_kustomize, result)
-    for chart in helm_charts:
-        _merge(result, kustomize.render_helm_chart(chart, helm_values))
-    return result
+        items += _gather_directory(Path(directory), directory, render_kustomize)
+    items += (kustomize.render_helm_chart(chart, helm_values) for chart in helm_charts)
+    return items
 
 
-def _read_directory(root: Path, shown: str, render: bool, result: ReadResult) -> None:
+def read_items(items: Sequence[Item], result: ReadResult) -> None:
+    for item in items:
+        if isinstance(item, Path):
+            read_file(item, result)
+        else:
+            result.documents.extend(item.documents)
+            result.errors.extend(item.errors)
+            result.bare.extend(item.bare)
+            result.files += item.files
+
+
+def _gather_directory(root: Path, shown: str, render: bool) -> list[Item]:
     roots = _kustomization_dirs(root) if render else []
     consumed: set[Path] = set()
+    items: list[Item] = []
     if roots:
         command = kustomize.kustomize_command()
         if command is None:
-            result.errors.append(
-                InputError(
-                    str(kustomize.kustomization_in(roots[0]) or roots[0]),
-                    None,
-                    f"{len(roots)} kustomization(s) under {shown} not rendered: neither kubectl "
-                    "nor kustomize is on PATH; their files are audited as plain manifests",
-                    level="warning",
-                )
+            problem = InputError(
+                str(kustomize.kustomization_in(roots[0]) or roots[0]),
+                None,
+                f"{len(roots)} kustomization(s) under {shown} not rendered: neither kubectl "
+                "nor kustomize is on PATH; their files are audited as plain manifests",
+                level="warning",
             )
+            items.append(ReadResult(errors=[problem]))
         else:
             for directory in roots:
                 rendered = kustomize.render_kustomization(directory, command, shown)
-                _merge(result, rendered.result)
+                items.append(rendered.result)
                 consumed |= rendered.consumed
                 # A directory that failed to build is not read file by file either:
                 # its patches are fragments, not objects.
                 consumed |= {p.resolve() for p in iter_manifest_files(directory)}
-    files = [f for f in iter_manifest_files(root) if not (consumed and f.resolve() in consumed)]
-    read_files(files, result)  # on all cores when there are many
+    items += (f for f in iter_manifest_files(root) if not (consumed and f.resolve() in consumed))
+    return items
 
 
 def _kustomization_dirs(root: Path) -> list[Path]:
@@ -75,10 +94,3 @@ def _kustomization_dirs(root: Path) -> list[Path]:
         if kustomize.kustomization_in(here) is not None:
             found.append(here)
     return found
-
-
-def _merge(into: ReadResult, part: ReadResult) -> None:
-    into.documents.extend(part.documents)
-    into.errors.extend(part.errors)
-    into.bare.extend(part.bare)
-    into.files += part.files
