@@ -5,8 +5,8 @@ repository and of a pre-commit run goes.
 
 Writes bench/out/profile-repo.{txt,html} and profile-precommit.{txt,html} and
 prints the top of each text profile. The repository run is pinned to one CPU
-(``taskset -c 0``), so the reading that would otherwise run in a forked worker
-shows up in the profile too. Needs pyinstrument in the project's venv
+(``taskset -c 0``): `check` then audits every shard in one process, so the
+half that would otherwise run in a forked worker shows up in the profile too. Needs pyinstrument in the project's venv
 (bench/setup-peers.sh installs it).
 """
 

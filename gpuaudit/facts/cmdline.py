@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 import shlex
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 _K8S_VAR = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)")
@@ -28,6 +28,7 @@ class Token:
 def expand(text: str, env: Mapping[str, str]) -> str:
     if "$" not in text:
         return text
+
     def k8s(m: re.Match[str]) -> str:
         return env.get(m.group(1), m.group(0))
 
@@ -37,7 +38,25 @@ def expand(text: str, env: Mapping[str, str]) -> str:
     return _SHELL_VAR.sub(shell, _K8S_VAR.sub(k8s, text))
 
 
-def tokens(command: Sequence[str], args: Sequence[str], env: Mapping[str, str]) -> list[Token]:
+class Words(list[Token]):
+    """The tokens of a command line, and the value each flag has in it (facts
+    look up dozens of flag spellings per container)."""
+
+    def __init__(self, items: Iterable[Token] = ()) -> None:
+        super().__init__(items)
+        # flag -> (position, value) of its last occurrence that has a value
+        self.flags: dict[str, tuple[int, Token]] = {}
+        for i, word in enumerate(self):
+            if not word.text.startswith("-"):
+                continue
+            head, eq, value = word.text.partition("=")
+            if eq:
+                self.flags[head] = (i, Token(value, word.field, word.index))
+            elif i + 1 < len(self) and not self[i + 1].text.startswith("-"):
+                self.flags[head] = (i, self[i + 1])
+
+
+def tokens(command: Sequence[str], args: Sequence[str], env: Mapping[str, str]) -> Words:
     """Words of command + args; items holding a shell line are split."""
     out: list[Token] = []
     for field, items in (("command", command), ("args", args)):
@@ -51,20 +70,12 @@ def tokens(command: Sequence[str], args: Sequence[str], env: Mapping[str, str]) 
             else:
                 words = [text.strip()]
             out.extend(Token(w, field, i) for w in words if w)
-    return out
+    return Words(out)
 
 
 def flag(words: Sequence[Token], names: Sequence[str]) -> Token | None:
-    """The value of the last ``--name value`` or ``--name=value`` among ``names``."""
-    found: Token | None = None
-    for i, word in enumerate(words):
-        if not word.text.startswith("-"):  # most words are values, not flags
-            continue
-        head, eq, value = word.text.partition("=")
-        if head not in names:
-            continue
-        if eq:
-            found = Token(value, word.field, word.index)
-        elif i + 1 < len(words) and not words[i + 1].text.startswith("-"):
-            found = words[i + 1]
-    return found
+    """The value of the last ``--name value`` or ``--name=value`` among ``names``
+    (each starting with "-")."""
+    flags = (words if isinstance(words, Words) else Words(words)).flags
+    found = [flags[name] for name in names if name in flags]
+    return max(found, key=lambda hit: hit[0])[1] if found else None

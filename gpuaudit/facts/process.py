@@ -11,7 +11,7 @@ from typing import Any
 
 import yaml
 
-from gpuaudit.facts.cmdline import Token, flag, tokens
+from gpuaudit.facts.cmdline import Token, Words, flag, tokens
 from gpuaudit.facts.context import Context
 from gpuaudit.facts.model_size import ModelRef, find_dtype, find_model, model_facts
 from gpuaudit.facts.parallelism import container_parallelism
@@ -32,7 +32,7 @@ class CommandLine:
     """What one container's command line and env say, read once for both
     the pod's facts and the container's."""
 
-    words: list[Token]
+    words: Words
     env_index: Mapping[str, int]  # env variable -> its index in the container's env list
     parallelism: Mapping[str, Any] | None
 
