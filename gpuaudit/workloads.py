@@ -106,6 +106,8 @@ def build_workloads(
 
 
 def _tokens(pointer: str) -> list[str]:
+    if "~" not in pointer:  # nothing escaped: most pointers
+        return [t for t in pointer.split("/") if t]
     return [t.replace("~1", "/").replace("~0", "~") for t in pointer.split("/") if t != ""]
 
 

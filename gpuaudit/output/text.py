@@ -27,7 +27,10 @@ _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def clean(text: object) -> str:
-    return _SURROGATE.sub("\ufffd", _CONTROL.sub("", str(text)))
+    text = str(text)
+    if text.isprintable():  # no control character, no surrogate: most text
+        return text
+    return _SURROGATE.sub("\ufffd", _CONTROL.sub("", text))
 
 
 def _pod(finding: Finding) -> str | None:
