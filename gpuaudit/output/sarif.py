@@ -111,4 +111,6 @@ def render(result: AuditResult, **_: Any) -> str:
         ],
         "results": [_result(f, index.get(f.rule, -1)) for f in result.findings if f.rule in index],
     }
-    return json.dumps({"$schema": SCHEMA, "version": "2.1.0", "runs": [run]}, indent=2) + "\n"
+    # Read by tools (code scanning), not people: compact, which json writes in
+    # C; indenting takes its pure-Python encoder (0.13 s for 2,000 results).
+    return json.dumps({"$schema": SCHEMA, "version": "2.1.0", "runs": [run]}, separators=(",", ":")) + "\n"
