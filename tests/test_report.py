@@ -176,6 +176,7 @@ def demo_report(tmp_path_factory) -> dict[str, Any]:
         "md": (out / "report.md").read_text(),
         "html": out / "report.html",
         "findings": json.loads(audit.stdout)["findings"],
+        "audit_summary": json.loads(audit.stdout)["summary"],
         "out": out,
     }
 
@@ -198,6 +199,19 @@ def test_demo_snapshot_is_what_the_script_generates(tmp_path: Path) -> None:
 
 
 # --- numbers: report.json against the snapshot and the findings ------------------------
+
+
+def test_the_audit_and_the_review_count_the_same_gpus(demo: Reading, demo_report: dict[str, Any]) -> None:
+    """A platform engineer reads `gpuaudit audit`, leadership the review: both
+    count physical GPUs, so a 1g MIG slice is a seventh of one, not one."""
+    cluster = demo_report["audit_summary"]["cluster"]
+    review = demo_report["json"]["first_screen"]["gpus"]
+    assert cluster["gpus_total"] == review["total"]
+    assert cluster["gpus_allocated"] == pytest.approx(review["allocated"], abs=0.01)
+    assert cluster["gpus_allocated"] == pytest.approx(demo.held(), abs=0.01)
+    devices = sum(sum(_requests(p).values()) for p in demo.bound)  # a slice counts one here
+    assert devices > demo.held() + 1  # the demo's MIG slices make the two counts differ
+
 
 
 def test_gpu_counts_equal_the_snapshot(demo: Reading, demo_report: dict[str, Any]) -> None:

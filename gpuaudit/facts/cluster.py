@@ -17,6 +17,7 @@ from typing import Any
 from gpuaudit.cluster_state import STUCK_REASONS, ClusterState, Node, PodState, parse_time
 from gpuaudit.facts import Subject
 from gpuaudit.facts import config as config_facts
+from gpuaudit.facts.capacity import physical_gpus
 from gpuaudit.facts.scheduling import (
     parse_failed_scheduling,
     selects_node,
@@ -74,7 +75,7 @@ def subjects(state: ClusterState) -> Iterator[Subject]:
             yield Subject(subject.target, subject.facts, subject.resource, None, scope="cluster")
     yield Subject(
         "cluster",
-        cluster_facts(state, gpu_nodes, gpu_pods, held),
+        cluster_facts(state, gpu_nodes, gpu_pods),
         Resource("", "Cluster", "", state.source),
         None,
         scope="cluster",
@@ -91,7 +92,9 @@ def requests_gpus(pod: PodState) -> bool:
 
 
 def _pod_gpus(pod: PodState) -> float:
-    """Whole-GPU-equivalents a pod holds: device-plugin GPUs and MIG slices count one each."""
+    """Devices a pod holds in its resources' own units (a GPU, a MIG slice or a
+    shared replica counts one), as node allocatable counts them; physical
+    GPUs are facts/capacity.py's."""
     total = 0.0
     for t in pod.workload.templates:
         per_container = [sum(r.count or 0 for r in c.gpus if r.mode != "dra") for c in t.containers]
@@ -290,8 +293,13 @@ def cluster_facts(
     state: ClusterState,
     gpu_nodes: Sequence[Node],
     gpu_pods: Sequence[PodState],
-    held: Mapping[str, float],
 ) -> dict[str, Any]:
+    by_name = {n.name: n for n in gpu_nodes}
+    # Physical GPUs, as the capacity review counts them (a MIG slice is its
+    # share of a GPU), so that both give the same total.
+    allocated = sum(
+        physical_gpus(p, by_name[p.node])[0] for p in gpu_pods if p.holds_gpus and p.node in by_name
+    )
     configs = [s.facts for doc in state.configs for s in config_facts.subjects(doc)]
     nodes_by_strategy = Counter(
         (n.labels.get("nvidia.com/gpu.sharing-strategy") or "none") for n in gpu_nodes
@@ -326,7 +334,7 @@ def cluster_facts(
         "pointer": "",
         "gpu_nodes": len(gpu_nodes),
         "gpus_total": sum(n.gpus for n in gpu_nodes),
-        "gpus_allocated": sum(held.values()),
+        "gpus_allocated": round(allocated, 2),
         "sharing": {
             "active_nodes": active,
             "time_slicing_nodes": nodes_by_strategy.get("time-slicing", 0),
