@@ -593,6 +593,11 @@ def build_pending(c: Cluster) -> None:
 
 # --- telemetry ---------------------------------------------------------------------
 
+# How busy the memory interface is for each unit of SM activity (DRAM_ACTIVE
+# over GR_ENGINE_ACTIVE): one ratio for every pod, an illustration, not a
+# measurement; GenTD26, which the rest follows, has no memory-bandwidth series.
+DRAM_PER_COMPUTE = 0.6
+
 
 def telemetry(c: Cluster) -> dict[str, Any]:
     rng = random.Random(SEED + 1)
@@ -613,6 +618,7 @@ def telemetry(c: Cluster) -> dict[str, Any]:
             metrics = {k: min(v * jitter, 1.0) if k.startswith("compute") else v for k, v in behaviour.items()}
             metrics.setdefault("coverage", round(_between(rng, 0.97, 1.0), 3))
             metrics["fb_total_mib"] = MIG_MIB if mig_id is not None else memory
+            metrics["dram_active_mean"] = metrics["compute_mean"] * DRAM_PER_COMPUTE
             identity = {
                 "node": node,
                 "gpu": str(gpu),
@@ -651,6 +657,7 @@ def telemetry(c: Cluster) -> dict[str, Any]:
                             "fb_total_mib": memory,
                             "resident_fraction": 0.0,
                             "resident_idle_fraction": 0.0,
+                            "dram_active_mean": 0.0,
                             "coverage": 1.0,
                         },
                     )
@@ -664,11 +671,12 @@ def telemetry(c: Cluster) -> dict[str, Any]:
             "memory": "DCGM_FI_DEV_FB_USED",
             "occupancy": None,
             "tensor": None,
+            "dram": "DCGM_FI_PROF_DRAM_ACTIVE",
             "pcie": None,
             "nvlink": None,
         },
         params={"resident_fb_mib": 1024, "idle_compute": 0.05},
-        queries=9,
+        queries=10,
         gpu_rows=rows,
         errors=[],
     )

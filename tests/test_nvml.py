@@ -124,7 +124,8 @@ def _two_gpus() -> FakeNvml:
                    pcie_kbps=(2048, 4096), processes=[FakeProcess(2345, 20 * GIB)], mig=[],
                    gpm={fake.NVML_GPM_METRIC_SM_UTIL: 90.0,
                         fake.NVML_GPM_METRIC_SM_OCCUPANCY: 40.0,
-                        fake.NVML_GPM_METRIC_ANY_TENSOR_UTIL: 30.0})
+                        fake.NVML_GPM_METRIC_ANY_TENSOR_UTIL: 30.0,
+                        fake.NVML_GPM_METRIC_DRAM_BW_UTIL: 70.0})
     return FakeNvml([idle, busy])
 
 
@@ -161,6 +162,7 @@ def test_sampler_writes_one_record_per_gpu_and_tick(tmp_path: Path):
     assert busy[0]["sm_util_pct"] is None  # GPM needs two samples
     assert [r["sm_util_pct"] for r in busy[1:]] == [90.0] * 4
     assert busy[1]["sm_occupancy_pct"] == 40.0 and busy[1]["tensor_util_pct"] == 30.0
+    assert busy[1]["dram_bw_util_pct"] == 70.0 and first["dram_bw_util_pct"] is None
     assert busy[1]["processes"][0]["pod_uid"] == UID_BUSY
     assert busy[1]["processes"][0]["pod"] is None  # no name for that UID
 
@@ -188,6 +190,8 @@ def test_aggregate_finds_the_resident_idle_pod(tmp_path: Path):
     assert busy["compute_mean"] == pytest.approx(0.9)  # GPM SM util, not the 97% busy time
     assert busy["occupancy_mean"] == pytest.approx(0.4)
     assert busy["tensor_active_mean"] == pytest.approx(0.3)
+    assert busy["dram_active_mean"] == pytest.approx(0.7) and idle["dram_active_mean"] is None
+    assert got["signals"]["dram"] == "nvml.gpm.dram_bw_util"
     assert len(got["gpus"]) == 2
     json.dumps(got, allow_nan=False)
 

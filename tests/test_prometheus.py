@@ -154,13 +154,14 @@ class Synthetic:
         self.families.setdefault(metric, []).append((labels, list(samples)))
 
     def gpu(self, end: int, labels: dict[str, str], times, *, compute=None, fb=None,
-            free=None, reserved=None, util=None, sm=None, pcie=None) -> None:
+            free=None, reserved=None, util=None, sm=None, pcie=None, dram=None) -> None:
         for metric, value in (("DCGM_FI_PROF_GR_ENGINE_ACTIVE", compute),
                               ("DCGM_FI_DEV_FB_USED", fb), ("DCGM_FI_DEV_FB_FREE", free),
                               ("DCGM_FI_DEV_FB_RESERVED", reserved),
                               ("DCGM_FI_DEV_GPU_UTIL", util), ("DCGM_FI_PROF_SM_ACTIVE", sm),
                               ("DCGM_FI_PROF_PCIE_TX_BYTES", pcie),
-                              ("DCGM_FI_PROF_PCIE_RX_BYTES", pcie)):
+                              ("DCGM_FI_PROF_PCIE_RX_BYTES", pcie),
+                              ("DCGM_FI_PROF_DRAM_ACTIVE", dram)):
             if value is not None:
                 self.add(metric, labels,
                          ((t, value(k) if callable(value) else value) for k, t in enumerate(times)))
@@ -196,7 +197,7 @@ def _build_synthetic(now: float) -> Synthetic:
     syn.gpu(end, {**exporter, "gpu": "1", "UUID": _uuid("b1"), "exported_pod": "train-0",
                   "exported_namespace": "research", "exported_container": "trainer"}, full,
             compute=lambda k: 0.4 if k % 2 else 0.6, fb=30000.0, free=51920.0,
-            pcie=lambda k: 1e6 * (k % 3))
+            pcie=lambda k: 1e6 * (k % 3), dram=lambda k: 0.7 if k % 2 else 0.5)
     # A GPU no pod holds: only the exporter's own labels.
     syn.gpu(end, {**exporter, "gpu": "2", "UUID": _uuid("b2")}, full,
             compute=0.0, fb=0.0, free=81920.0)
@@ -262,6 +263,7 @@ def test_label_variants_mig_fallback_gaps_nan(synthetic):
     # SM_ACTIVE is absent: the fallback is recorded.
     assert got["signals"]["compute"] == "DCGM_FI_PROF_GR_ENGINE_ACTIVE"
     assert got["signals"]["pcie"] == "DCGM_FI_PROF_PCIE_TX_BYTES"
+    assert got["signals"]["dram"] == "DCGM_FI_PROF_DRAM_ACTIVE"
     assert got["signals"]["nvlink"] is None and got["signals"]["tensor"] is None
     assert got["window"]["seconds"] == WINDOW and got["window"]["step_seconds"] == STEP
     assert got["params"]["resident_fb_mib"] == 1024
@@ -287,6 +289,8 @@ def test_label_variants_mig_fallback_gaps_nan(synthetic):
     assert train["fb_total_mib"] == pytest.approx(81920)  # no FB_RESERVED series: counts as 0
     assert train["pcie_tx_mean_bps"] == pytest.approx(1e6 * 60 / 61)  # 20x 0, 21x 1e6, 20x 2e6
     assert train["pcie_rx_mean_bps"] == pytest.approx(1e6 * 60 / 61)
+    assert train["dram_active_mean"] == pytest.approx((31 * 0.5 + 30 * 0.7) / 61)  # even steps 0.5
+    assert _pod(got, "ml", "mig-idle")["dram_active_mean"] is None  # no series: no value, not 0
     assert not any(p["pod"].startswith("nvidia-dcgm-exporter") for p in got["pods"])
     free_gpu = [g for g in got["gpus"] if g["uuid"] == _uuid("b2")]
     assert len(free_gpu) == 1 and free_gpu[0]["pod"] is None and free_gpu[0]["node"] == "node-b"

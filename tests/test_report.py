@@ -231,6 +231,18 @@ def test_gpu_counts_equal_the_snapshot(demo: Reading, demo_report: dict[str, Any
     assert states == pytest.approx(gpus["allocated"], abs=0.02)
 
 
+def test_memory_bandwidth_is_read_from_dram_active(demo_report: dict[str, Any]) -> None:
+    """The demo's DCGM_FI_PROF_DRAM_ACTIVE is 0.6x each GPU's compute, so every
+    group's GPU-weighted memory bandwidth is 0.6x its weighted compute."""
+    activity = demo_report["json"]["activity"]
+    rows = [*activity["by_cluster"], *activity["by_pool"], *activity["by_team"]]
+    measured = [r for r in rows if r["gpus_measured"]]
+    assert measured
+    for row in measured:
+        assert row["memory_bandwidth"] == pytest.approx(0.6 * row["compute_mean"], abs=0.002), row["key"]
+    assert "Memory bandwidth" in demo_report["md"]
+
+
 def test_pending_cost_coverage_and_gpu_hours(demo: Reading, demo_report: dict[str, Any]) -> None:
     report = demo_report["json"]
     first = report["first_screen"]

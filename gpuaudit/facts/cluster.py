@@ -435,4 +435,5 @@ _TELEMETRY_KEYS = (
     "nvlink_mean_bps",
     "occupancy_mean",
     "tensor_active_mean",
+    "dram_active_mean",
 )

@@ -181,7 +181,7 @@ def _activity_values(holders: Sequence[Holder]) -> dict[str, Any]:
         "compute_p95": rounded(_weighted(measured, lambda t: t.get("compute_p95"))),
         "vram_used_ratio": rounded(used / capacity) if capacity else None,
         "vram_used_mib": round(used) if measured and capacity else None,
-        "memory_bandwidth": rounded(_weighted(measured, lambda t: (t.get("extra") or {}).get("dram_active_mean"))),
+        "memory_bandwidth": rounded(_weighted(measured, lambda t: t.get("dram_active_mean"))),
         "pcie_bps_per_gpu": round(sum(h.telemetry["pcie_mean_bps"] for h in pcie) / pcie_gpus) if pcie_gpus else None,
         "tensor_active": rounded(_weighted(measured, lambda t: t.get("tensor_active_mean"))),
         "occupancy": rounded(_weighted(measured, lambda t: t.get("occupancy_mean"))),

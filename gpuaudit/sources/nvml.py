@@ -1,8 +1,8 @@
 """NVML sampler for GPU nodes without a DCGM exporter (``gpuaudit sample``).
 
 Every ``interval`` seconds it writes one JSON line per GPU and per MIG
-instance: utilisation, memory, PCIe throughput, GPM SM utilisation/occupancy
-and tensor activity (Hopper and newer), and the compute processes with their
+instance: utilisation, memory, PCIe throughput, GPM SM utilisation/occupancy,
+tensor activity and DRAM bandwidth (Hopper and newer), and the compute processes with their
 pod UID, read from ``/proc/<pid>/cgroup`` (the sampler needs ``hostPID`` to see
 other pods' processes). Units are in the field names: ``_pct`` percent 0..100,
 ``_bytes``, ``_bytes_per_s``. A value NVML cannot give is ``null``; the
@@ -219,11 +219,11 @@ class _Sampler:
                 "fb_total_bytes": info.total, "fb_reserved_bytes": getattr(info, "reserved", None)}
 
     def _gpm(self, dev: _Device, errors: list[str]) -> dict[str, Any]:
-        """SM utilisation, occupancy and tensor activity between this tick's GPM
-        sample and the previous one (the first tick has none)."""
+        """SM utilisation, occupancy, tensor activity and DRAM bandwidth between
+        this tick's GPM sample and the previous one (the first tick has none)."""
         nvml = self.nvml
         out: dict[str, Any] = dict.fromkeys(("sm_util_pct", "sm_occupancy_pct",
-                                             "tensor_util_pct"))
+                                             "tensor_util_pct", "dram_bw_util_pct"))
         if not dev.gpm:
             return out
         sample = self._call(errors, "gpm alloc", nvml.nvmlGpmSampleAlloc)
@@ -242,7 +242,8 @@ class _Sampler:
             return out
         metrics = (("sm_util_pct", nvml.NVML_GPM_METRIC_SM_UTIL),
                    ("sm_occupancy_pct", nvml.NVML_GPM_METRIC_SM_OCCUPANCY),
-                   ("tensor_util_pct", nvml.NVML_GPM_METRIC_ANY_TENSOR_UTIL))
+                   ("tensor_util_pct", nvml.NVML_GPM_METRIC_ANY_TENSOR_UTIL),
+                   ("dram_bw_util_pct", nvml.NVML_GPM_METRIC_DRAM_BW_UTIL))
         request = gpm_request(nvml, previous, sample, [m for _, m in metrics])
         done = self._call(errors, "gpm metrics", nvml.nvmlGpmMetricsGet, request)
         self._call(None, "gpm free", nvml.nvmlGpmSampleFree, previous)

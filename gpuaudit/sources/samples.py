@@ -173,7 +173,7 @@ def aggregate_samples(paths: Sequence[Path], *, params: Mapping[str, Any] | None
             key = (rec.get("node"), rec.get("gpu"), rec.get("uuid"), rec.get("mig_id"), uid)
             row = rows.setdefault(key, {"rec": rec, "holder": holder, "ts": set(),
                                         "compute": [], "fb": [], "total": [], "both": [],
-                                        "tx": [], "rx": [], "occ": [], "tensor": []})
+                                        "tx": [], "rx": [], "occ": [], "tensor": [], "dram": []})
             used = holder["used_bytes"] if holder["used_bytes"] is not None else device_used
             fb = used / MIB if used is not None else None
             row["ts"].add(rec["ts"])
@@ -190,6 +190,8 @@ def aggregate_samples(paths: Sequence[Path], *, params: Mapping[str, Any] | None
                 row["occ"].append(rec["sm_occupancy_pct"] / 100)
             if rec.get("tensor_util_pct") is not None:
                 row["tensor"].append(rec["tensor_util_pct"] / 100)
+            if rec.get("dram_bw_util_pct") is not None:
+                row["dram"].append(rec["dram_bw_util_pct"] / 100)
 
     gpu_rows = []
     for (node, gpu, uuid, mig_id, uid), row in rows.items():
@@ -212,6 +214,7 @@ def aggregate_samples(paths: Sequence[Path], *, params: Mapping[str, Any] | None
             "pcie_rx_mean_bps": _mean(row["rx"]),
             "occupancy_mean": _mean(row["occ"]),
             "tensor_active_mean": _mean(row["tensor"]),
+            "dram_active_mean": _mean(row["dram"]),
             "coverage": min(1.0, len(row["ts"]) / expected),
         }
         identity = {"node": node, "gpu": gpu, "uuid": uuid, "model": first.get("model"),
@@ -229,6 +232,7 @@ def aggregate_samples(paths: Sequence[Path], *, params: Mapping[str, Any] | None
         "pcie": "nvml.pcie_throughput" if used("pcie_tx_bytes_per_s") else None,
         "occupancy": "nvml.gpm.sm_occupancy" if used("sm_occupancy_pct") else None,
         "tensor": "nvml.gpm.any_tensor_util" if used("tensor_util_pct") else None,
+        "dram": "nvml.gpm.dram_bw_util" if used("dram_bw_util_pct") else None,
         "nvlink": None,
     }
     window = telemetry.window(datetime.fromtimestamp(start, tz=timezone.utc),

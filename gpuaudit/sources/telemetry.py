@@ -42,10 +42,11 @@ ROLLUP: dict[str, str] = {
     "nvlink_mean_bps": "sum",
     "occupancy_mean": "mean",
     "tensor_active_mean": "mean",
+    "dram_active_mean": "mean",
     "coverage": "mean",
 }
 METRIC_KEYS: tuple[str, ...] = tuple(ROLLUP)
-SIGNAL_NAMES: tuple[str, ...] = ("compute", "occupancy", "tensor", "memory", "pcie", "nvlink")
+SIGNAL_NAMES: tuple[str, ...] = ("compute", "occupancy", "tensor", "dram", "memory", "pcie", "nvlink")
 # Identity of a GPU row, in output order.
 GPU_KEYS: tuple[str, ...] = (
     "node", "gpu", "uuid", "model", "mig_profile", "mig_id", "namespace", "pod", "container",

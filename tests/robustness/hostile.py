@@ -339,7 +339,10 @@ def hostile_snapshots(draw: st.DrawFn) -> dict[str, Any]:
     data = draw(st.data())
     snapshot = copy.deepcopy(cluster_seed())
     for _ in range(draw(st.integers(1, 4), label="targets")):
-        where = draw(st.sampled_from([*snapshot["objects"], "telemetry", "snapshot"]))
+        # An earlier edit of the top level may have removed or replaced "objects".
+        objects = snapshot.get("objects")
+        kinds = list(objects) if isinstance(objects, dict) else []
+        where = draw(st.sampled_from([*kinds, "telemetry", "snapshot"]))
         if where == "snapshot":
             snapshot = mutate(data, snapshot, surrogates=True, max_edits=1)
             continue
@@ -347,7 +350,6 @@ def hostile_snapshots(draw: st.DrawFn) -> dict[str, Any]:
             if isinstance(snapshot.get("telemetry"), dict):
                 snapshot["telemetry"] = mutate(data, snapshot["telemetry"], surrogates=True)
             continue
-        objects = snapshot.get("objects")
         items = objects.get(where) if isinstance(objects, dict) else None
         if not isinstance(items, list) or not items:
             continue
