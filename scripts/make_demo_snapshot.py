@@ -27,6 +27,9 @@ shaped like the public traces in ../shared/data:
   a training pod asking for a GPU model the cluster does not have.
 - Kueue-gated sweep pods waiting for quota.
 
+The Deployments and StatefulSets that own the pods are recorded as a
+collector keeps them, so `gpuaudit fix --snapshot` patches them.
+
 Binding and FailedScheduling messages come from tests/clusters/scheduler.py
 (the 1.34 scheduler's message format), not from gpuaudit's own code.
 ``--history DB`` also records five earlier monthly runs (synthetic, marked
@@ -36,6 +39,7 @@ command "demo") so the report's trend has something to show.
 from __future__ import annotations
 
 import argparse
+import copy
 import hashlib
 import random
 import sys
@@ -167,6 +171,10 @@ class Cluster:
         self.next_gpu: dict[str, int] = {}
         self.devices: dict[tuple[str, str], list[tuple[int, str | None]]] = {}
         self.owners: dict[tuple[str, str, str], dict[str, Any]] = {}
+        # Deployments and StatefulSets, built from their first pod (a collector
+        # keeps the objects that own GPU pods, so `gpuaudit fix` can patch them).
+        self.workloads: dict[tuple[str, str, str], dict[str, Any]] = {}
+        self.deployment_of: dict[tuple[str, str], str] = {}  # (namespace, ReplicaSet) -> Deployment
 
     # owners (one object per name, however often asked for)
     def deployment(self, namespace: str, name: str, team: str) -> dict[str, Any]:
@@ -184,6 +192,7 @@ class Cluster:
     def _deployment(self, namespace: str, name: str, team: str) -> dict[str, Any]:
         template_hash = _suffix(namespace, name, length=10)
         rs = f"{name}-{template_hash}"
+        self.deployment_of[(namespace, rs)] = name
         self.replicasets.append(
             {
                 "apiVersion": "apps/v1",
@@ -271,6 +280,7 @@ class Cluster:
             "status": {"phase": "Pending"},
         }
         self.pods.append(pod)
+        self._count_in_workload(pod)
         if node is None:
             if not gates:
                 message = self.scheduler.fit_error(pod)
@@ -302,6 +312,39 @@ class Cluster:
             self.behaviour[(namespace, name)] = behaviour
         self.devices[(namespace, name)] = self._devices(node, gpus, resource)
         return pod
+
+    def _count_in_workload(self, pod: dict[str, Any]) -> None:
+        """Add ``pod`` to the Deployment or StatefulSet that owns it; the first
+        pod gives the template (before it is bound to a node)."""
+        meta = pod["metadata"]
+        owner = meta["ownerReferences"][0]
+        if owner["kind"] == "ReplicaSet":
+            kind, name = "Deployment", self.deployment_of[(meta["namespace"], owner["name"])]
+        elif owner["kind"] == "StatefulSet":
+            kind, name = "StatefulSet", owner["name"]
+        else:
+            return  # Jobs are kept as they are
+        key = (kind, meta["namespace"], name)
+        if key in self.workloads:
+            self.workloads[key]["spec"]["replicas"] += 1
+            return
+        spec = {k: v for k, v in copy.deepcopy(pod["spec"]).items() if k != "schedulingGates"}
+        self.workloads[key] = {
+            "apiVersion": "apps/v1",
+            "kind": kind,
+            "metadata": {
+                "name": name,
+                "namespace": meta["namespace"],
+                "uid": _uid(kind, name),
+                "labels": {"team": meta["labels"]["team"]},
+            },
+            "spec": {
+                "replicas": 1,
+                "selector": {"matchLabels": {"app": meta["labels"]["app"]}},
+                **({"serviceName": name} if kind == "StatefulSet" else {}),
+                "template": {"metadata": {"labels": dict(meta["labels"])}, "spec": spec},
+            },
+        }
 
     def _devices(self, node: str, gpus: int, resource: str) -> list[tuple[int, str | None]]:
         first = self.next_gpu.get(node, 0)
@@ -720,6 +763,7 @@ def build() -> dict[str, Any]:
             "resourceclaims": [],
             "resourceslices": [],
             "kueueworkloads": cluster.kueue,
+            "workloads": list(cluster.workloads.values()),
         },
         "absent": ["resource.k8s.io/v1"],
         "errors": [],

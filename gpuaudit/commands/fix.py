@@ -295,7 +295,8 @@ def fix(
         click.echo(f"gpuaudit: {out_dir} is not empty (use --force to write into it)", err=True)
         sys.exit(2)
     layout = overlay.layout(plan, out_dir)
-    layout.files["REVIEW.md"] = review.render(plan, layout, str(out_dir), paths, inputs.labels)
+    read = paths or (str(snapshot_path),)
+    layout.files["REVIEW.md"] = review.render(plan, layout, str(out_dir), read, inputs.labels)
     try:
         _write(out_dir, layout, inputs.files)
     except (UnsafePathError, OSError) as exc:

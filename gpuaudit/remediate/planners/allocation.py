@@ -71,10 +71,10 @@ def move_to_shared_gpu(ctx: Context) -> Proposal | Declined:
                 "request": 1 if request.request is not None else None,
             }
         )
-    telemetry = ctx.facts.get("telemetry") or {}
+    # The patch resizes every replica: size it from the peak over all the
+    # owner's pods (this finding's pod is one of them) where the run has it.
     seen = ctx.run.evidence_for(ctx.document)
-    if not telemetry.get("fb_used_max_mib") and seen is not None and seen.telemetry:
-        telemetry = seen.telemetry
+    telemetry = seen.telemetry if seen is not None and seen.telemetry else ctx.facts.get("telemetry") or {}
     peak = telemetry.get("fb_used_max_mib")
     unadvertised = _unadvertised(ctx)
     headroom = float(ctx.params["headroom"])
