@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuaudit.config import Config
-from gpuaudit.engine.evaluate import Evaluation, combine, evaluate
+from gpuaudit.engine.evaluate import Evaluation, combine, evaluate, site_inputs
 from gpuaudit.engine.rules import Rule, builtin_policies_dir, load_rules
 from gpuaudit.facts import Subject
 from gpuaudit.facts import claims as claim_facts
@@ -167,7 +167,7 @@ def audit_cluster(
     from gpuaudit.facts import cluster as cluster_facts
 
     state = build_cluster_state(snapshot)
-    inputs = {"cluster"}
+    inputs = {"cluster", *site_inputs(config.site)}
     if state.telemetry and state.telemetry.get("pods") is not None:
         inputs.add("telemetry")
     unavailable = {}
@@ -304,7 +304,7 @@ def check_manifests(
     def judge(modelled: tuple, context: Context) -> _JudgedShard:
         read, workloads, field_errors = modelled
         evaluations = [
-            evaluate(rules, group, inputs={"manifest"}, exemptions=config.exemptions)
+            evaluate(rules, group, inputs={"manifest", *site_inputs(config.site)}, exemptions=config.exemptions)
             for group in subject_groups(read.documents, workloads, context, read.bare)
         ]
         if not keep_subjects:

@@ -65,7 +65,9 @@ def test_json_output_has_the_documented_keys_and_exit_code_1(run_cli):
     rules = json.loads(run_cli("rules", "list", "--format", "json").stdout)
     cluster_only = {r["id"] for r in rules if "manifest" not in r["scope"]}
     assert "GPA-ME-001" in cluster_only
-    assert {s["rule"] for s in report["skipped"]} == cluster_only
+    needs_site = {r["id"] for r in rules if any(x.startswith("site.") for x in r["requires"])}
+    assert needs_site == {"GPA-PL-002", "GPA-PL-004"}  # examples/ has no .gpuaudit.yaml
+    assert {s["rule"] for s in report["skipped"]} == cluster_only | needs_site
     pin = next(f for f in report["findings"] if f["rule"] == "GPA-PL-001")
     assert pin["location"]["file"].endswith("notebook.yaml") and pin["location"]["line"] == 17
     assert pin["resource"]["name"] == "notebook-alice"
@@ -152,6 +154,28 @@ def test_config_params_exemptions_and_annotations(run_cli, tmp_path):
     assert report["suppressed"][0]["reason"] == "licence dongle on that node"
     warnings = " ".join(e["message"] for e in report["errors"])
     assert "unknown config key 'colour'" in warnings and "expired on 2020-01-01" in warnings
+
+
+def test_a_rule_that_needs_a_site_fact_says_so_instead_of_passing(run_cli, tmp_path):
+    (tmp_path / "job.yaml").write_text(CLEAN)  # no toleration for any GPU taint
+    report = json.loads(run_cli("check", "job.yaml", "--format", "json", "--rules", "GPA-PL-004").stdout)
+    assert report["findings"] == []
+    assert [s["rule"] for s in report["skipped"]] == ["GPA-PL-004"]
+    assert "needs site.gpu_taints in .gpuaudit.yaml" in report["skipped"][0]["reason"]
+
+    (tmp_path / ".gpuaudit.yaml").write_text(
+        "site:\n  gpu_taints: [{key: nvidia.com/gpu, effect: NoSchedule}]\n"
+    )
+    report = json.loads(run_cli("check", "job.yaml", "--format", "json", "--rules", "GPA-PL-004").stdout)
+    assert [f["rule"] for f in report["findings"]] == ["GPA-PL-004"] and report["skipped"] == []
+
+
+def test_rules_may_require_every_site_fact_the_config_has_and_no_other():
+    rule_schema = json.loads((ROOT / "policies" / "rule.schema.json").read_text())
+    config_schema = json.loads((ROOT / "gpuaudit" / "data" / "config.schema.json").read_text())
+    required = set(rule_schema["properties"]["requires"]["items"]["enum"])
+    site = {f"site.{key}" for key in config_schema["properties"]["site"]["properties"]}
+    assert {r for r in required if r.startswith("site.")} == site
 
 
 def test_ignore_annotation_needs_a_reason(run_cli, tmp_path):

@@ -20,7 +20,7 @@ from gpuaudit.audit import audit_cluster, check_manifests, load_policy, locators
 from gpuaudit.cli import load_config_or_exit, policy_options, split_names
 from gpuaudit.commands.sources import load_snapshot, load_telemetry, telemetry_options
 from gpuaudit.config import Config
-from gpuaudit.engine.evaluate import evaluate
+from gpuaudit.engine.evaluate import evaluate, site_inputs
 from gpuaudit.engine.rules import Rule
 from gpuaudit.facts.context import Site, build_context
 from gpuaudit.model import Document, Finding, InputError
@@ -159,6 +159,7 @@ def rechecker(config: Config, rules: Sequence[Rule], inputs: Inputs):
     locators = locators_for(config)
     workloads, _ = build_workloads(inputs.documents, locators)
     context = build_context(Site.from_config(config.site), inputs.documents, workloads, inputs.bare)
+    have = {"manifest", *site_inputs(config.site)}
 
     def still_found(finding: Finding, obj: Mapping[str, Any]) -> bool:
         rule = by_id.get(finding.rule)
@@ -167,7 +168,7 @@ def rechecker(config: Config, rules: Sequence[Rule], inputs: Inputs):
         doc = Document(dict(obj), "", 1)
         patched, _ = build_workloads([doc], locators)
         subjects = manifest_subjects([doc], patched, context)
-        found = evaluate([rule], subjects, inputs={"manifest"}, exemptions=config.exemptions)
+        found = evaluate([rule], subjects, inputs=have, exemptions=config.exemptions)
         return verify.finding_key(finding) in {verify.finding_key(f) for f in found.findings}
 
     return still_found

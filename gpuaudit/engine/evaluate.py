@@ -23,6 +23,17 @@ _MISSING_INPUT = {
 }
 
 
+def _missing_input(name: str) -> str:
+    if name.startswith("site."):
+        return f"needs {name} in .gpuaudit.yaml: a fact about the site that manifests cannot tell"
+    return _MISSING_INPUT.get(name, f"needs {name}")
+
+
+def site_inputs(site: Mapping[str, Any] | None) -> set[str]:
+    """The site facts a config declares, as inputs rules can require (site.<key>)."""
+    return {f"site.{key}" for key, value in (site or {}).items() if value not in (None, "", [], {})}
+
+
 @dataclass(frozen=True)
 class Exemption:
     rule: str
@@ -92,9 +103,7 @@ def evaluate(
         if not any(scope in have for scope in rule.scope):
             missing.append(rule.scope[0])
         if missing:
-            reason = (unavailable or {}).get(missing[0]) or _MISSING_INPUT.get(
-                missing[0], f"needs {missing[0]}"
-            )
+            reason = (unavailable or {}).get(missing[0]) or _missing_input(missing[0])
             result.skipped.append(Skipped(rule.id, reason))
             continue
         for scope in rule.scope:
