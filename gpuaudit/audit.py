@@ -311,7 +311,8 @@ def check_manifests(
             for e in evaluations:
                 e.findings = [replace(f, subject=None) for f in e.findings]
                 e.suppressed = [(replace(f, subject=None), why) for f, why in e.suppressed]
-        return _JudgedShard(read.errors, field_errors, evaluations, len(read.documents), _gpu_workloads(workloads))
+        gpu_workloads = sum(1 for w in workloads if w.requests_gpus)
+        return _JudgedShard(read.errors, field_errors, evaluations, len(read.documents), gpu_workloads)
 
     processes = 1 if keep_subjects else workers_for(len(items), _MIN_FILES_PER_PROCESS)
     shards = run_sharded(items, processes, model, partial(merge_contexts, site), judge)
@@ -329,13 +330,4 @@ def check_manifests(
         rules=list(rules),
         resources=sum(shard.resources for shard in shards),
         gpu_workloads=sum(shard.gpu_workloads for shard in shards),
-    )
-
-
-def _gpu_workloads(workloads: Iterable[Workload]) -> int:
-    return sum(
-        1
-        for w in workloads
-        if any(c.gpus for t in w.templates for c in (*t.containers, *t.init_containers))
-        or any(t.extra_gpus for t in w.templates)
     )

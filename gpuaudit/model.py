@@ -159,6 +159,13 @@ class Workload:
         return self.document.namespace
 
     @property
+    def requests_gpus(self) -> bool:
+        """Some container, init container or pod-level claim asks for GPUs."""
+        return any(
+            c.gpus for t in self.templates for c in (*t.containers, *t.init_containers)
+        ) or any(t.extra_gpus for t in self.templates)
+
+    @property
     def annotations(self) -> Mapping[str, str]:
         meta = self.document.obj.get("metadata")
         ann = meta.get("annotations") if isinstance(meta, dict) else None

@@ -86,9 +86,7 @@ def subjects(state: ClusterState) -> Iterator[Subject]:
 
 
 def requests_gpus(pod: PodState) -> bool:
-    return any(
-        c.gpus for t in pod.workload.templates for c in (*t.containers, *t.init_containers)
-    ) or any(t.extra_gpus for t in pod.workload.templates)
+    return pod.workload.requests_gpus
 
 
 def _pod_gpus(pod: PodState) -> float:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from gpuaudit.quantity import QuantityError, parse_quantity
 from gpuaudit.remediate import pointers, sizing
 from gpuaudit.remediate.planners import (
     NO_CONTAINER,
@@ -18,15 +19,23 @@ from gpuaudit.remediate.planners import (
 
 # --- application -----------------------------------------------------------------------
 
+UNKNOWN_GPU_COUNT = Declined("the GPU count is unknown")
+
+
+def _gpu_count(ctx: Context) -> float | None:
+    """The GPUs the pod asks for; None when that is not a known positive number."""
+    count = (ctx.facts.get("gpu") or {}).get("count")
+    return count if isinstance(count, (int, float)) and count > 0 else None
+
 
 @planner("cpu-request-per-gpu")
 def cpu_request_per_gpu(ctx: Context) -> Proposal | Declined:
     c = ctx.container
     if c is None:
         return NO_CONTAINER
-    gpu_count = (ctx.facts.get("gpu") or {}).get("count")
-    if not isinstance(gpu_count, (int, float)) or gpu_count <= 0:
-        return Declined("the GPU count is unknown")
+    gpu_count = _gpu_count(ctx)
+    if gpu_count is None:
+        return UNKNOWN_GPU_COUNT
     per_gpu = float(ctx.params["min_cpu_per_gpu"])
     cores = sizing.cpu_cores_for(gpu_count, per_gpu)
     current = pointers.get(ctx.document.obj, pointers.join(c.resources_pointer, "requests", "cpu"))
@@ -55,8 +64,6 @@ def add_dev_shm(ctx: Context) -> Proposal | Declined:
     spec = template.spec
     volumes = {v.get("name"): v for v in spec.get("volumes") or [] if isinstance(v, Mapping)}
     gpu_users = [c for c in template.containers if c.gpus] or list(template.containers)
-    from gpuaudit.quantity import QuantityError, parse_quantity
-
     try:
         wanted = parse_quantity(ctx.params["size_limit"])
     except QuantityError as exc:
@@ -106,11 +113,9 @@ def memory_request(ctx: Context) -> Proposal | Declined:
     c = ctx.container
     if c is None:
         return NO_CONTAINER
-    gpu_count = (ctx.facts.get("gpu") or {}).get("count")
-    if not isinstance(gpu_count, (int, float)) or gpu_count <= 0:
-        return Declined("the GPU count is unknown")
-    from gpuaudit.quantity import QuantityError, parse_quantity
-
+    gpu_count = _gpu_count(ctx)
+    if gpu_count is None:
+        return UNKNOWN_GPU_COUNT
     try:
         per_gpu = parse_quantity(ctx.params["memory_per_gpu"])
     except QuantityError as exc:
@@ -130,9 +135,9 @@ def raise_cpu_limit(ctx: Context) -> Proposal | Declined:
     c = ctx.container
     if c is None:
         return NO_CONTAINER
-    gpu_count = (ctx.facts.get("gpu") or {}).get("count")
-    if not isinstance(gpu_count, (int, float)) or gpu_count <= 0:
-        return Declined("the GPU count is unknown")
+    gpu_count = _gpu_count(ctx)
+    if gpu_count is None:
+        return UNKNOWN_GPU_COUNT
     per_gpu = float(ctx.params["min_cpu_limit_per_gpu"])
     cores = sizing.cpu_cores_for(gpu_count, per_gpu)
     limit = pointers.get(ctx.document.obj, pointers.join(c.resources_pointer, "limits", "cpu"))
