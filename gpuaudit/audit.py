@@ -194,9 +194,8 @@ def audit_cluster(
         today=state.collected_at.date(),
         unavailable=unavailable,
     )
-    finished = ("Succeeded", "Failed")
-    gpu_pods = [p for p in state.pods if cluster_facts.requests_gpus(p) and p.phase not in finished]
-    covered = cluster_facts.telemetry_pods(state.telemetry)
+    # One pod subject per GPU pod that has not finished, with its telemetry.
+    gpu_pods = [s for s in subjects if s.target == "pod"]
     telemetry = None
     if state.telemetry is not None:
         telemetry = {
@@ -205,7 +204,7 @@ def audit_cluster(
             "window_seconds": (state.telemetry.get("window") or {}).get("seconds"),
             "queries": state.telemetry.get("queries"),
             "gpu_pods": len(gpu_pods),
-            "gpu_pods_with_data": sum(1 for p in gpu_pods if (p.namespace, p.name) in covered),
+            "gpu_pods_with_data": sum(1 for s in gpu_pods if s.facts.get("telemetry") is not None),
         }
     return AuditResult(
         findings=evaluation.findings,
@@ -214,7 +213,7 @@ def audit_cluster(
         errors=[*errors, *evaluation.warnings],
         rules=list(rules),
         resources=state.pods_total + len(state.nodes),
-        gpu_workloads=len({(p.owner.kind, p.namespace, p.owner.name) for p in gpu_pods}),
+        gpu_workloads=len({(s.resource.kind, s.resource.namespace, s.resource.name) for s in gpu_pods}),
         telemetry=telemetry,
         state=state,
         subjects=subjects,

@@ -13,6 +13,7 @@ from gpuaudit import gpus
 from gpuaudit.model import Document, InputError, Workload
 from gpuaudit.quantity import QuantityError, parse_quantity
 from gpuaudit.shapes import as_list, as_map
+from gpuaudit.sources.owners import controller_ref
 from gpuaudit.sources.telemetry import normalized as normalized_telemetry
 from gpuaudit.workloads import GPU_RESOURCE, KindLocator, build_workloads, builtin_locators, group_of
 
@@ -50,9 +51,8 @@ class Node:
         whole = self.gpu_capacity.get("nvidia.com/gpu", 0.0) + self.gpu_capacity.get(
             "nvidia.com/gpu.shared", 0.0
         )
-        per = int(replicas) if replicas.isdigit() and int(replicas) > 0 else 1
-        others = sum(v for k, v in self.gpu_capacity.items() if k in ("amd.com/gpu",))
-        return whole / per + others
+        per = max(int(replicas), 1) if replicas.isdigit() else 1
+        return whole / per + self.gpu_capacity.get("amd.com/gpu", 0.0)
 
 
 @dataclass(frozen=True)
@@ -168,11 +168,6 @@ def _owner_index(
     return index
 
 
-def _controller(meta: Mapping[str, Any]) -> Mapping[str, Any] | None:
-    refs = [r for r in as_list(meta.get("ownerReferences")) if isinstance(r, Mapping)]
-    return next((r for r in refs if r.get("controller")), refs[0] if refs else None)
-
-
 def resolve_owner(
     pod: Mapping[str, Any],
     intermediates: Mapping[tuple[str, str, str], Mapping[str, Any]],
@@ -183,7 +178,7 @@ def resolve_owner(
     meta = as_map(pod.get("metadata"))
     namespace = str(meta.get("namespace", ""))
     api_version, kind, name = "v1", "Pod", str(meta.get("name", ""))
-    ref = _controller(meta)
+    ref = controller_ref(pod)
     for _ in range(5):  # owner chains are short; a cycle must not loop forever
         if ref is None:
             break
@@ -193,7 +188,7 @@ def resolve_owner(
             str(ref.get("name", "")),
         )
         parent = intermediates.get((kind, namespace, name))
-        ref = _controller(as_map(parent.get("metadata"))) if parent is not None else None
+        ref = controller_ref(parent) if parent is not None else None
     located = locators.get((group_of(api_version), kind))
     workload_class = located.workload_class if located else ("pod" if kind == "Pod" else "other")
     return Owner(api_version, kind, name, workload_class)

@@ -34,11 +34,14 @@ class GpuModel:
 
 
 @cache
-def _catalogue() -> tuple[tuple[tuple[str, ...], GpuModel], ...]:
+def _entries() -> list[dict[str, Any]]:
     text = resources.files("gpuaudit").joinpath("data/gpus.yaml").read_text()
-    entries: list[dict[str, Any]] = yaml.load(
-        text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-    )
+    return yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+
+
+@cache
+def _catalogue() -> tuple[tuple[tuple[str, ...], GpuModel], ...]:
+    entries = _entries()
     return tuple(
         (tuple(e["match"]), GpuModel(e["model"], float(e["memory_gib"]), dict(e.get("mig") or {})))
         for e in entries
@@ -62,8 +65,9 @@ def mig_profile_memory_gib(profile: str) -> float | None:
         return None
 
 
-def all_mig_profiles() -> set[str]:
-    return {p for _, model in _catalogue() for p in model.mig}
+@cache
+def all_mig_profiles() -> frozenset[str]:
+    return frozenset(p for _, model in _catalogue() for p in model.mig)
 
 
 # A MIG profile name: compute slices, memory, then optional variants
@@ -85,13 +89,9 @@ def known_mig_profile(profile: str) -> bool:
 
 @cache
 def _pci_index() -> dict[str, GpuModel]:
-    text = resources.files("gpuaudit").joinpath("data/gpus.yaml").read_text()
-    entries: list[dict[str, Any]] = yaml.load(
-        text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-    )
     models = {model.model: model for _, model in _catalogue()}
     return {
-        str(pci).upper(): models[e["model"]] for e in entries for pci in e.get("pci") or ()
+        str(pci).upper(): models[e["model"]] for e in _entries() for pci in e.get("pci") or ()
     }
 
 

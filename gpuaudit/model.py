@@ -195,6 +195,11 @@ class Resource:
             out["node"] = self.node
         return out
 
+    def label(self) -> str:
+        """``Kind namespace/name [container]``, as findings name what they are about."""
+        text = f"{self.kind} {self.namespace + '/' if self.namespace else ''}{self.name}"
+        return text + (f" [{self.container}]" if self.container else "")
+
 
 @dataclass(frozen=True)
 class Location:

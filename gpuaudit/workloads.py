@@ -49,6 +49,7 @@ class KindLocator:
     groups: tuple[str, ...]
     workload_class: str
     pods: tuple[Locator, ...]
+    plural: str | None = None  # the resource's plural, for listing it from a cluster
 
 
 def parse_locators(entries: Sequence[Mapping[str, Any]]) -> dict[tuple[str, str], KindLocator]:
@@ -68,7 +69,8 @@ def parse_locators(entries: Sequence[Mapping[str, Any]]) -> dict[tuple[str, str]
             )
             for p in entry["pods"]
         )
-        kl = KindLocator(entry["kind"], tuple(entry["groups"]), entry.get("class", "other"), pods)
+        plural = str(entry["plural"]) if entry.get("plural") else None
+        kl = KindLocator(entry["kind"], tuple(entry["groups"]), entry.get("class", "other"), pods, plural)
         for group in kl.groups:
             table[(group, kl.kind)] = kl
     return table
@@ -81,7 +83,7 @@ def builtin_locators() -> dict[tuple[str, str], KindLocator]:
 
 
 def group_of(api_version: str) -> str:
-    return api_version.rpartition("/")[0] if "/" in api_version else ""
+    return api_version.rpartition("/")[0]
 
 
 def build_workloads(
@@ -256,13 +258,8 @@ class _TemplateBuilder:
             command=_str_list(c.get("command")),
             args=_str_list(c.get("args")),
             env=_env(c.get("env")),
-            gpus=tuple(self._gpus(resources_, res_ptr)),
-            cpu_request=self._quantity(resources_, res_ptr, "requests", "cpu"),
-            cpu_limit=self._quantity(resources_, res_ptr, "limits", "cpu"),
-            memory_request=self._quantity(resources_, res_ptr, "requests", "memory"),
-            memory_limit=self._quantity(resources_, res_ptr, "limits", "memory"),
             volume_mounts=_mounts(c.get("volumeMounts")),
-            resources_pointer=res_ptr,
+            **self._resource_fields(resources_, res_ptr),
         )
 
     def _resources_only(
@@ -279,15 +276,21 @@ class _TemplateBuilder:
             command=_str_list(node.get("command")),
             args=_str_list(node.get("args")),
             env=_env(node.get("env")),
-            gpus=tuple(self._gpus(res, res_ptr)),
-            cpu_request=self._quantity(res, res_ptr, "requests", "cpu"),
-            cpu_limit=self._quantity(res, res_ptr, "limits", "cpu"),
-            memory_request=self._quantity(res, res_ptr, "requests", "memory"),
-            memory_limit=self._quantity(res, res_ptr, "limits", "memory"),
             volume_mounts={},
-            resources_pointer=res_ptr,
+            **self._resource_fields(res, res_ptr),
         )
         return PodTemplate(role, at, replicas, (container,), (), {}, {}, {})
+
+    def _resource_fields(self, resources_: Mapping[str, Any], res_ptr: str) -> dict[str, Any]:
+        """A container's GPUs, CPU and memory from its ``resources`` at ``res_ptr``."""
+        return {
+            "gpus": tuple(self._gpus(resources_, res_ptr)),
+            "cpu_request": self._quantity(resources_, res_ptr, "requests", "cpu"),
+            "cpu_limit": self._quantity(resources_, res_ptr, "limits", "cpu"),
+            "memory_request": self._quantity(resources_, res_ptr, "requests", "memory"),
+            "memory_limit": self._quantity(resources_, res_ptr, "limits", "memory"),
+            "resources_pointer": res_ptr,
+        }
 
     def _quantity(
         self, resources_: Mapping[str, Any], res_ptr: str, section: str, name: str

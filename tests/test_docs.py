@@ -23,6 +23,7 @@ import yaml
 from gpuaudit.audit import load_policy
 from gpuaudit.config import Config, load_config
 from tests.cli_options import command_options, unknown_options
+from tests.precommit_env import precommit_env
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
@@ -301,8 +302,7 @@ def test_pre_commit_recipe_uses_the_published_hooks():
 def test_pre_commit_recipe_runs_with_the_real_framework(tmp_path):
     """The recipe's hooks through pre-commit itself, from this repository's
     last commit (what a `rev:` would point at)."""
-    if shutil.which("pre-commit") is None and not (VENV_BIN / "pre-commit").exists():
-        pytest.skip("pre-commit is not installed")
+    env = precommit_env(tmp_path / "home")
     head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True)
     if head.returncode != 0:
         pytest.skip("not a git checkout")
@@ -316,8 +316,6 @@ def test_pre_commit_recipe_runs_with_the_real_framework(tmp_path):
     git = ["git", "-C", str(work)]
     subprocess.run([*git, "init", "-q"], check=True)
     subprocess.run([*git, "add", "."], check=True)
-    env = {**os.environ, "PRE_COMMIT_HOME": str(tmp_path / "home"), "NO_COLOR": "1"}
-    env["PATH"] = os.pathsep.join([str(VENV_BIN), env.get("PATH", "")])
     proc = subprocess.run(
         ["pre-commit", "run", "--all-files"], cwd=work, env=env, capture_output=True, text=True, timeout=900
     )

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import os
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
+
+from tests.precommit_env import precommit_env
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -28,9 +28,9 @@ GOOD = BAD.replace("  nodeName: gpu-node-1\n", "")
 
 @pytest.fixture(scope="module")
 def precommit_home(tmp_path_factory):
-    if shutil.which("pre-commit") is None:
-        pytest.skip("pre-commit is not installed")
-    return tmp_path_factory.mktemp("pre-commit-home")
+    home = tmp_path_factory.mktemp("pre-commit-home")
+    precommit_env(home)  # skips when pre-commit is not installed
+    return home
 
 
 def git(repo: Path, *args: str) -> None:
@@ -38,7 +38,7 @@ def git(repo: Path, *args: str) -> None:
 
 
 def try_repo(repo: Path, home: Path, *files: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PRE_COMMIT_HOME": str(home), "NO_COLOR": "1"}
+    env = precommit_env(home)
     return subprocess.run(
         ["pre-commit", "try-repo", str(ROOT), "gpuaudit", "--files", *files],
         cwd=repo,

@@ -226,9 +226,6 @@ def test_gpu_counts_equal_the_snapshot(demo: Reading, demo_report: dict[str, Any
         assert gpus[state] == pytest.approx(demo.held(state), abs=0.01), state
     free = sum(max(demo.node_gpus[n] - held_per_node[n], 0) for n in demo.node_gpus)
     assert gpus["free"] == pytest.approx(free, abs=0.01)
-    # every allocated GPU is in exactly one state
-    states = sum(gpus[s] for s in ("active", "resident_idle", "idle", "no_data"))
-    assert states == pytest.approx(gpus["allocated"], abs=0.02)
 
 
 def test_memory_bandwidth_is_read_from_dram_active(demo_report: dict[str, Any]) -> None:

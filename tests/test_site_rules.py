@@ -4,13 +4,12 @@ ones; `rules validate` takes folders or the files pre-commit passes; the
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import textwrap
 from pathlib import Path
 
-import pytest
+from tests.precommit_env import precommit_env
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -140,15 +139,13 @@ def hook_source(tmp_path: Path) -> Path:
 
 
 def test_policies_hook_under_pre_commit(tmp_path):
-    if shutil.which("pre-commit") is None:
-        pytest.skip("pre-commit is not installed")
+    env = precommit_env(tmp_path / "home")
     repo = tmp_path / "repo"
     repo.mkdir()
     git(repo, "init", "-q")
     site(repo)
     (repo / "README.md").write_text("rules for our GPU clusters\n")
     git(repo, "add", ".")
-    env = {**os.environ, "PRE_COMMIT_HOME": str(tmp_path / "home"), "NO_COLOR": "1"}
     source = hook_source(tmp_path)
 
     def hook(*files: str) -> subprocess.CompletedProcess[str]:

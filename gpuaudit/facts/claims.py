@@ -10,6 +10,7 @@ from typing import Any
 from gpuaudit.facts import Subject
 from gpuaudit.model import Document, Resource
 from gpuaudit.shapes import as_list
+from gpuaudit.workloads import resolve
 
 CLAIM_KINDS = ("ResourceClaim", "ResourceClaimTemplate")
 # An attribute that names one device, compared for equality.
@@ -24,7 +25,7 @@ def subjects(doc: Document) -> Iterator[Subject]:
     if doc.kind not in CLAIM_KINDS or not doc.api_version.startswith("resource.k8s.io/"):
         return
     base = "/spec/spec" if doc.kind == "ResourceClaimTemplate" else "/spec"
-    spec = _at(doc.obj, base)
+    spec = resolve(doc.obj, base)
     devices = spec.get("devices") if isinstance(spec, Mapping) else None
     requests = devices.get("requests") if isinstance(devices, Mapping) else None
     requests = requests if isinstance(requests, list) else []
@@ -66,9 +67,3 @@ def _pins(request: Any, pointer: str) -> Iterator[dict[str, Any]]:
                     "expression": " ".join(expression.split()),
                     "pointer": f"{where}/selectors/{j}/cel/expression",
                 }
-
-
-def _at(obj: Any, pointer: str) -> Any:
-    for token in (t for t in pointer.split("/") if t):
-        obj = obj.get(token) if isinstance(obj, Mapping) else None
-    return obj

@@ -39,7 +39,7 @@ def subjects(state: ClusterState) -> Iterator[Subject]:
     for pod in state.pods:
         if pod.holds_gpus and pod.node:
             held[pod.node] += _pod_gpus(pod)
-    gpu_pods = [p for p in state.pods if requests_gpus(p)]
+    gpu_pods = [p for p in state.pods if p.workload.requests_gpus]
     for pod in gpu_pods:
         if pod.phase in ("Succeeded", "Failed"):
             continue
@@ -83,10 +83,6 @@ def subjects(state: ClusterState) -> Iterator[Subject]:
 
 
 # --- pods -------------------------------------------------------------------------
-
-
-def requests_gpus(pod: PodState) -> bool:
-    return pod.workload.requests_gpus
 
 
 def _pod_gpus(pod: PodState) -> float:
@@ -376,11 +372,6 @@ def kueue_pending(workload: Mapping[str, Any]) -> dict[str, Any] | None:
 
 
 # --- telemetry ---------------------------------------------------------------------
-
-
-def telemetry_pods(telemetry: Mapping[str, Any] | None) -> set[tuple[str, str]]:
-    """(namespace, pod) pairs that have telemetry rows."""
-    return set(_telemetry_index(telemetry))
 
 
 def _telemetry_index(telemetry: Mapping[str, Any] | None) -> dict[tuple[str, str], dict[str, Any]]:

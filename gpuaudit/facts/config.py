@@ -86,13 +86,14 @@ def is_device_plugin_config(value: Any) -> bool:
 def _parse_embedded(text: Any) -> Any:
     if not isinstance(text, str) or "version" not in text:
         return None
-    return _parse_config_text(text)
+    return parse_config_text(text)
 
 
 @lru_cache(maxsize=256)
-def _parse_config_text(text: str) -> Any:
-    """Parsed once per text: the input context and the subjects both read it
-    (callers treat the result as read-only)."""
+def parse_config_text(text: str) -> Any:
+    """YAML text embedded in an object (a ConfigMap value, a Serve config),
+    parsed once per text: the input context and the facts both read it
+    (callers treat the result as read-only); None when it is not YAML."""
     try:
         return yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     except yaml.YAMLError:
@@ -169,23 +170,25 @@ def _rename_conflicts(cfg: Mapping[str, Any], context: Context | None) -> list[d
     renameByDefault the device plugin offers only ``<name>.shared``."""
     if context is None:
         return []
+    return [
+        {"requested": name, "advertised": f"{name}.shared", "workloads": list(context.requested[name])}
+        for name in renamed_resources(cfg)
+        if context.requested.get(name)
+    ]
+
+
+def renamed_resources(cfg: Mapping[str, Any]) -> Iterator[str]:
+    """The resources a device-plugin config renames to ``<name>.shared``
+    (time-slicing or MPS with renameByDefault: true)."""
     sharing = cfg.get("sharing") if isinstance(cfg.get("sharing"), Mapping) else {}
-    conflicts = []
     for strategy in ("timeSlicing", "mps"):
         section = sharing.get(strategy)
         if not isinstance(section, Mapping) or section.get("renameByDefault") is not True:
             continue
         for resource in as_list(section.get("resources")):
             name = resource.get("name") if isinstance(resource, Mapping) else None
-            if name and context.requested.get(str(name)):
-                conflicts.append(
-                    {
-                        "requested": str(name),
-                        "advertised": f"{name}.shared",
-                        "workloads": list(context.requested[str(name)]),
-                    }
-                )
-    return conflicts
+            if name:
+                yield str(name)
 
 
 def _mig_unserved(mig_strategy: str | None, context: Context | None) -> list[str]:

@@ -122,14 +122,7 @@ def _shared_names(site: Site, documents: Iterable[Document]) -> frozenset[str] |
         known = True
     for cfg in config_facts.device_plugin_configs(documents):
         known = True
-        sharing = cfg.get("sharing") if isinstance(cfg.get("sharing"), Mapping) else {}
-        for strategy in ("timeSlicing", "mps"):
-            section = sharing.get(strategy)
-            if not isinstance(section, Mapping) or section.get("renameByDefault") is not True:
-                continue
-            for resource in section.get("resources") or ():
-                if isinstance(resource, Mapping) and resource.get("name"):
-                    names.add(f"{resource['name']}.shared")
+        names.update(f"{name}.shared" for name in config_facts.renamed_resources(cfg))
     return frozenset(names) if known else None
 
 

@@ -92,7 +92,7 @@ def container_parallelism(
         pointer = pointer or where
     if not sizes:
         return None
-    gpus = _whole_gpus(c)
+    gpus = whole_gpus(c)
     facts: dict[str, Any] = {
         "tensor": _number(sizes.get("tensor")),
         "pipeline": _number(sizes.get("pipeline")),
@@ -153,7 +153,7 @@ def _number(value: int | str | None) -> int | None:
     return value if isinstance(value, int) else None
 
 
-def _whole_gpus(c: Container) -> float | None:
+def whole_gpus(c: Container) -> float | None:
     counts = [r.count for r in c.gpus if r.mode == "whole"]
     if not counts or any(n is None for n in counts):
         return None

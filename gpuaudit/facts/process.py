@@ -9,12 +9,11 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-import yaml
-
 from gpuaudit.facts.cmdline import Token, Words, flag, tokens
+from gpuaudit.facts.config import parse_config_text
 from gpuaudit.facts.context import Context
 from gpuaudit.facts.model_size import ModelRef, find_dtype, find_model, model_facts
-from gpuaudit.facts.parallelism import container_parallelism
+from gpuaudit.facts.parallelism import container_parallelism, whole_gpus
 from gpuaudit.model import Container, PodTemplate, Workload
 from gpuaudit.workloads import resolve
 
@@ -93,8 +92,7 @@ def _model(
         ref = _workload_model(w)
     if ref is None:
         return None
-    whole = [r.count for r in c.gpus if r.mode == "whole"]
-    gpus = float(sum(whole)) if whole and None not in whole else None  # type: ignore[arg-type]
+    gpus = whole_gpus(c)
     if parallelism and parallelism.get("total") and gpus and parallelism["total"] > gpus:
         gpus = None  # one model across several pods: this pod's share is not the model's need
     elif parallelism and (parallelism.get("data") or 1) > 1 and gpus:
@@ -172,17 +170,9 @@ def _serve_config_values(w: Workload, keys: tuple[str, ...]) -> list[str]:
     return list(_values_in(text, keys)) if isinstance(text, str) else []
 
 
-@lru_cache(maxsize=256)
-def _parsed(text: str) -> Any:
-    try:
-        return yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
-    except yaml.YAMLError:
-        return None
-
-
 @lru_cache(maxsize=1024)
 def _values_in(text: str, keys: tuple[str, ...]) -> tuple[str, ...]:
-    config = _parsed(text)
+    config = parse_config_text(text)
     found: list[str] = []
 
     def walk(node: Any) -> None:

@@ -18,6 +18,7 @@ from gpuaudit.facts.context import Autoscaler, Context
 from gpuaudit.model import Workload
 from gpuaudit.quantity import QuantityError, parse_quantity
 from gpuaudit.shapes import as_list
+from gpuaudit.workloads import resolve
 
 _REPLICAS = {
     "Deployment": "/spec/replicas",
@@ -39,7 +40,7 @@ def scaling_facts(w: Workload, context: Context) -> dict[str, Any] | None:
     pointer = _REPLICAS.get(w.kind)
     if pointer is None:
         return None
-    raw = _at(obj, pointer)
+    raw = resolve(obj, pointer)
     replicas = _int(raw, 1)
     scaler = _autoscaler(context, w)
     minimum = scaler.min_replicas if scaler is not None else replicas
@@ -52,13 +53,13 @@ def scaling_facts(w: Workload, context: Context) -> dict[str, Any] | None:
 
 
 def _ray(obj: Mapping[str, Any], base: str) -> dict[str, Any]:
-    cluster = _at(obj, base)
+    cluster = resolve(obj, base)
     cluster = cluster if isinstance(cluster, Mapping) else {}
     autoscaling = cluster.get("enableInTreeAutoscaling") is True
-    head_gpus = _has_gpus(_at(cluster, "/headGroupSpec/template/spec"))
+    head_gpus = _has_gpus(resolve(cluster, "/headGroupSpec/template/spec"))
     minimum = 0
     for group in as_list(cluster.get("workerGroupSpecs")):
-        if not isinstance(group, Mapping) or not _has_gpus(_at(group, "/template/spec")):
+        if not isinstance(group, Mapping) or not _has_gpus(resolve(group, "/template/spec")):
             continue
         key = "minReplicas" if autoscaling else "replicas"
         minimum += _int(group.get(key, group.get("replicas")), 1)
@@ -94,16 +95,8 @@ def _has_gpus(spec: Any) -> bool:
     return False
 
 
-def _at(obj: Any, pointer: str) -> Any:
-    for token in (t for t in pointer.split("/") if t):
-        if not isinstance(obj, Mapping):
-            return None
-        obj = obj.get(token)
-    return obj
-
-
 def _parent(obj: Mapping[str, Any], pointer: str) -> str:
-    while pointer and _at(obj, pointer) is None:
+    while pointer and resolve(obj, pointer) is None:
         pointer = pointer.rpartition("/")[0]
     return pointer
 

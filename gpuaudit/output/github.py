@@ -43,10 +43,7 @@ def _command(level: str, message: str, **props: object) -> str:
 
 
 def _annotation(f: Finding) -> str:
-    r = f.resource
-    subject = f"{r.kind} {r.namespace + '/' if r.namespace else ''}{r.name}"
-    if r.container:
-        subject += f" [{r.container}]"
+    subject = f.resource.label()
     return _command(
         _LEVEL[f.severity],
         f"{subject}: {f.message}",

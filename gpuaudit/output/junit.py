@@ -33,9 +33,7 @@ def _where(f: Finding) -> str:
 
 
 def _subject(f: Finding) -> str:
-    r = f.resource
-    name = f"{r.kind} {r.namespace + '/' if r.namespace else ''}{r.name}"
-    return name + (f" [{r.container}]" if r.container else "")
+    return f.resource.label()
 
 
 def _case(suite: ET.Element, classname: str, name: str, **attrs: str) -> ET.Element:

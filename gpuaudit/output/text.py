@@ -80,9 +80,7 @@ def render(result: AuditResult, *, colour: bool = False, **_: Any) -> str:
             if f.location.line:
                 where += f":{f.location.line}"
             r = f.resource
-            what = f"{r.kind} {r.namespace + '/' if r.namespace else ''}{r.name}"
-            if r.container:
-                what += f" [{r.container}]"
+            what = r.label()
             if r.node and r.kind != "Node":
                 what += f" on {r.node}"
             severity = paint(_COLOURS[f.severity], f.severity.upper())

@@ -120,18 +120,13 @@ def live_items(
     finding judged again on it), and for the rest a source that says why
     there is no base to patch."""
     objects = _patchable(snapshot)
-    bases: dict[ObjectKey, _Base] = {}
-
-    def base(key: ObjectKey) -> _Base:
-        if key not in bases:
-            bases[key] = _base(objects[key], label)
-        return bases[key]
+    bases: dict[ObjectKey, _Base] = {key: _base(obj, label) for key, obj in objects.items()}
 
     locators = builtin_locators() if locators is None else locators
     index = OwnerIndex(snapshot.get("objects") or {})
     # What the rest of the cluster says (advertised `.shared` names, requests
     # per resource), as a manifest audit of every base would see it.
-    documents = [base(k).document for k in objects]
+    documents = [b.document for b in bases.values()]
     workloads, _ = build_workloads(documents, locators)
     context = build_context(site or Site(), documents, workloads)
     by_id = {rule.id: rule for rule in rules}
@@ -149,7 +144,7 @@ def live_items(
                 reason = top.reason or f"the snapshot does not hold {where}"
                 items.append((finding, _unpatchable(label, reason)))
                 continue
-            found = base(top.key)
+            found = bases[top.key]
             moved = on_owner(finding, by_id.get(finding.rule), found.document, pod, locators, context)
             if isinstance(moved, str):
                 items.append((finding, _unpatchable(label, moved)))
@@ -165,7 +160,7 @@ def live_items(
             )
             items.append((finding, _unpatchable(label, problem)))
             continue
-        found = base(key)
+        found = bases[key]
         finding = dataclasses.replace(finding, subject=dataclasses.replace(subject, document=found.document))
         items.append((finding, found.source))
     return unique(items, finding_key)

@@ -20,8 +20,8 @@ from gpuaudit.facts import Subject
 from gpuaudit.facts import workload as workload_facts
 from gpuaudit.facts.context import Context
 from gpuaudit.model import Document, Finding, PodTemplate, Resource, Workload
-from gpuaudit.sources.owners import INTERMEDIATE_KINDS, OwnerKey, OwnerWalk, group_version
-from gpuaudit.workloads import KindLocator, build_workloads
+from gpuaudit.sources.owners import INTERMEDIATE_KINDS, OwnerKey, OwnerWalk
+from gpuaudit.workloads import KindLocator, build_workloads, group_of
 
 __all__ = ["OwnerIndex", "on_owner"]
 
@@ -49,7 +49,7 @@ class OwnerIndex:
         self.walk.add(listed("replicasets"), "apps", "ReplicaSet")
         self.walk.add(listed("jobs"), "batch", "Job")
         for obj in listed("workloads"):
-            group = group_version(str(obj.get("apiVersion") or ""))[0]
+            group = group_of(str(obj.get("apiVersion") or ""))
             self.walk.add([obj], group, str(obj.get("kind") or ""))
         self.has_workloads = "workloads" in objects
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from gpuaudit.remediate import pointers
+from gpuaudit.workloads import group_of
 
 # Lists that strategic merge patches item by item, matched on a key
 # (x-kubernetes-patch-merge-key in the Kubernetes API; kustomize uses the same).
@@ -56,10 +57,6 @@ class NotExpressible(Exception):
 class Patch:
     format: Format
     document: Any  # a mapping (strategic merge) or a list of operations (JSON 6902)
-
-
-def group_of(api_version: str) -> str:
-    return api_version.rpartition("/")[0] if "/" in api_version else ""
 
 
 def encode(

@@ -294,11 +294,11 @@ def _context(
     params = settings.params_for(remediation, (finding.remediation or {}).get("params") or {})
     template: PodTemplate | None = None
     container: Container | None = None
+    working = Document(current, doc.file, doc.line, doc.lines, doc.base)
     if finding.subject.target in ("pod", "container"):
         # The template as the earlier changes left it, found by the pointer
         # the facts were computed at.
-        working_doc = Document(current, doc.file, doc.line, doc.lines, doc.base)
-        workloads, _ = build_workloads([working_doc], locators)
+        workloads, _ = build_workloads([working], locators)
         templates_ = [t for w in workloads for t in w.templates]
         pointer = facts.get("pointer")
         if finding.subject.target == "pod":
@@ -312,7 +312,6 @@ def _context(
                 return "its container is no longer where the facts found it"
         if template is None:
             return "its pod template is no longer where the facts found it"
-    working = Document(current, doc.file, doc.line, doc.lines, doc.base)
     return Context(finding, facts, working, template, container, params, run)
 
 

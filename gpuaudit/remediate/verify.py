@@ -68,8 +68,7 @@ def verify(
     for oid in expected:
         if oid not in seen:
             result.differences.append(f"{_name(oid)}: missing from the build")
-    in_build = {(o[0], o[1], o[2], o[3]) for o in seen}
-    relevant = [f for f in before if _resource_id(f) in in_build]
+    relevant = [f for f in before if _resource_id(f) in seen]
     after = list(audit())
     before_keys = {finding_key(f) for f in relevant}
     after_keys = {finding_key(f) for f in after}

@@ -107,8 +107,12 @@ class MigLayout:
         smallest = min(gb for _, _, gb in parsed)
         memory_slices = max(1, round(model.memory_gib / smallest))
         per_slice = model.memory_gib / memory_slices
-        profiles = tuple(sorted((name, g, max(1, round(gb / per_slice)), gb * MIB_PER_GB) for name, g, gb in parsed))
-        profiles = tuple(sorted(profiles, key=lambda p: (p[1], p[2])))
+        profiles = tuple(
+            sorted(
+                ((name, g, max(1, round(gb / per_slice)), gb * MIB_PER_GB) for name, g, gb in parsed),
+                key=lambda p: (p[1], p[2], p[0]),  # smallest first; names break ties
+            )
+        )
         return cls(max(g for _, g, _, _ in profiles), memory_slices, profiles)
 
     def smallest(self, vram_mib: float, compute: float) -> tuple[str, int, int, float] | None:

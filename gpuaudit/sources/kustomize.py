@@ -18,16 +18,19 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import yaml
 
 from gpuaudit.model import Document, InputError
 from gpuaudit.sources.manifests import ReadResult, read_file, read_text
+
+if TYPE_CHECKING:
+    import subprocess
 
 KUSTOMIZATION_FILES = ("kustomization.yaml", "kustomization.yml", "Kustomization")
 ORIGIN = "config.kubernetes.io/origin"
@@ -107,6 +110,18 @@ def is_package(path: Path) -> bool:
     return path.is_dir() and kustomization_in(path) is not None
 
 
+def _run(args: Sequence[str]) -> subprocess.CompletedProcess[str]:
+    """Run a renderer and capture its output; TimeoutError after _TIMEOUT s.
+    subprocess is imported here: most `gpuaudit check` runs render nothing,
+    and their start-up should not pay for it."""
+    import subprocess
+
+    try:
+        return subprocess.run(list(args), capture_output=True, text=True, timeout=_TIMEOUT, check=False)
+    except subprocess.TimeoutExpired as exc:
+        raise TimeoutError(str(exc)) from None
+
+
 def build(directory: Path, *, load_restrictor_none: bool = False, command: Sequence[str] | None = None) -> str:
     """The YAML kustomize builds from ``directory``."""
     base = command or kustomize_command()
@@ -114,8 +129,8 @@ def build(directory: Path, *, load_restrictor_none: bool = False, command: Seque
         raise KustomizeError("needs kubectl or kustomize on PATH")
     args = [*base, str(directory), *(_LOAD_ANYWHERE if load_restrictor_none else ())]
     try:
-        proc = subprocess.run(args, capture_output=True, text=True, timeout=_TIMEOUT, check=False)
-    except subprocess.TimeoutExpired:
+        proc = _run(args)
+    except TimeoutError:
         raise KustomizeError(f"kustomize build of {directory} took over {_TIMEOUT}s") from None
     except OSError as exc:
         raise KustomizeError(f"cannot run {args[0]}: {exc}") from None
@@ -210,8 +225,8 @@ def render_helm_chart(chart: Path, values: Sequence[Path]) -> ReadResult:
     for v in values:
         command += ["--values", str(v)]
     try:
-        proc = subprocess.run(command, capture_output=True, text=True, timeout=_TIMEOUT, check=False)
-    except (OSError, subprocess.TimeoutExpired) as exc:
+        proc = _run(command)
+    except OSError as exc:  # TimeoutError included
         result.errors.append(InputError(str(chart), None, f"helm template failed: {exc}"))
         return result
     if proc.returncode != 0:

@@ -13,10 +13,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import cache
-from importlib import resources
 from typing import Any
 
-import yaml
+from gpuaudit.workloads import builtin_locators, group_of
 
 __all__ = ["OwnerKey", "OwnerWalk", "plurals"]
 
@@ -31,14 +30,9 @@ _MAX_DEPTH = 8  # owner chains are short; a cycle must not loop forever
 @cache
 def plurals() -> dict[tuple[str, str], str]:
     """(group, kind) -> resource plural, for the custom resources that own pods."""
-    text = resources.files("gpuaudit").joinpath("data/podspecs.yaml").read_text("utf-8")
-    table: dict[tuple[str, str], str] = {}
-    for entry in yaml.safe_load(text) or []:
-        plural = entry.get("plural")
-        if plural:
-            for group in entry.get("groups") or ():
-                table[(str(group), str(entry["kind"]))] = str(plural)
-    return table
+    return {key: kl.plural for key, kl in builtin_locators().items() if kl.plural}
+
+
 
 
 def group_version(api_version: str) -> tuple[str, str]:
@@ -87,7 +81,7 @@ class OwnerWalk:
                 if ref is None:
                     break
                 api_version, kind = str(ref.get("apiVersion") or ""), str(ref.get("kind") or "")
-                key = (group_version(api_version)[0], kind, namespace, str(ref.get("name") or ""))
+                key = (group_of(api_version), kind, namespace, str(ref.get("name") or ""))
                 parent = self.index.get(key)
                 if parent is None:
                     unresolved.add((api_version, kind))
