@@ -52,7 +52,7 @@ def measure(kubeconfig: str, page_size: int, snapshot_out: str | None) -> None:
         "errors": snapshot["errors"],
     }
     if snapshot_out:
-        from gpuaudit.snapshot import read_snapshot, write_snapshot
+        from gpuaudit.sources.snapshot import read_snapshot, write_snapshot
 
         started = time.perf_counter()
         write_snapshot(snapshot, Path(snapshot_out))

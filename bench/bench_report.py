@@ -73,7 +73,7 @@ def add_telemetry(snapshot: dict[str, Any], seed: int = 1) -> int:
     """Telemetry rows for the bound GPU pods; returns how many GPU rows."""
     from make_demo_snapshot import sd_behaviour, steady  # scripts/
 
-    from gpuaudit.sources import telemetry as tm
+    from gpuaudit.model import telemetry as tm
 
     rng = random.Random(seed)
     memory = {
@@ -125,15 +125,16 @@ def add_telemetry(snapshot: dict[str, Any], seed: int = 1) -> int:
 def stages(path: Path) -> dict[str, float]:
     """CPU seconds per stage, in this process (one run): CPU time rather than
     wall time, so that other work on the machine does not inflate a stage."""
-    from gpuaudit.audit import audit_cluster, load_policy
-    from gpuaudit.cluster_state import build_cluster_state
-    from gpuaudit.config import Config
     from gpuaudit.engine.evaluate import evaluate
     from gpuaudit.facts import cluster as cluster_facts
+    from gpuaudit.model.cluster_builder import build_cluster_state
+    from gpuaudit.pipelines.audit import audit_cluster
+    from gpuaudit.pipelines.policy import load_policy
     from gpuaudit.report.build import analyse, assemble, run_summary, settings_from_config
     from gpuaudit.report.period import month_of
     from gpuaudit.report.render import render_html, render_json, render_markdown
-    from gpuaudit.snapshot import read_snapshot
+    from gpuaudit.sources.snapshot import read_snapshot
+    from gpuaudit.sources.user_config import Config
 
     out: dict[str, float] = {}
     clock = time.process_time
@@ -178,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args(argv)
     sys.path.insert(0, str(ROOT / "scripts"))
-    from gpuaudit.snapshot import write_snapshot
+    from gpuaudit.sources.snapshot import write_snapshot
 
     OUT.mkdir(parents=True, exist_ok=True)
     snapshot = _snapshot(args)

@@ -2,7 +2,7 @@
 # Device check for the NVML sampler, on a machine with a real NVIDIA GPU.
 #
 # Starts a process that holds a large buffer on GPU 0 and then idles, samples
-# with `gpuaudit sample` (run as `python -m gpuaudit.cli sample`), turns the
+# with `gpuaudit sample` (run as `python -m gpuaudit sample`), turns the
 # samples into telemetry with gpuaudit.sources.samples and checks that the GPU
 # holding the buffer comes out resident-idle. Exit 0: it did; 1: it did not;
 # 2: the check could not run (no GPU, no pynvml, nothing could allocate).
@@ -135,7 +135,7 @@ for _ in $(seq 1 240); do
 done
 [ -s "$READY" ] || { echo "device_check: the holder did not get ready" >&2; exit 2; }
 
-"$PY" -m gpuaudit.cli sample --interval "$INTERVAL" --duration "$DURATION" \
+"$PY" -m gpuaudit sample --interval "$INTERVAL" --duration "$DURATION" \
   -o "$OUT/samples.jsonl"
 
 HOLD_MIB="$HOLD_MIB" OUT="$OUT" READY="$READY" "$PY" - <<'EOF'

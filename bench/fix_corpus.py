@@ -19,13 +19,13 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from gpuaudit.audit import load_policy, locators_for
-from gpuaudit.commands.fix import read_inputs, rechecker
-from gpuaudit.config import Config
+from gpuaudit.pipelines.fix import read_fix_inputs, rechecker
+from gpuaudit.pipelines.policy import load_policy, locators_for
 from gpuaudit.remediate.plan import Plan, Settings, plan_fixes
-from gpuaudit.remediate.planners import RunState
+from gpuaudit.remediate.planners.common import RunState
 from gpuaudit.remediate.planners.sharing import sharing_configs
 from gpuaudit.sources.manifests import iter_manifest_files
+from gpuaudit.sources.user_config import Config
 
 REASONS = [
     (r"no template for remediation '([\w-]+)'", r"no template yet: \1"),
@@ -52,7 +52,7 @@ def reason_class(reason: str) -> str:
 
 
 def plan_for(paths: list[str], config: Config, rules) -> tuple[Plan, int]:
-    inputs = read_inputs(paths, config, rules)
+    inputs = read_fix_inputs(paths, config, rules)
     run = RunState(shared_names=inputs.shared_names(config), sharing_configs=sharing_configs(inputs.documents))
     plan = plan_fixes(inputs.items, locators_for(config), Settings(), run, rechecker(config, rules, inputs))
     return plan, len(inputs.findings)

@@ -146,7 +146,7 @@ def manifest_case(
         commands["check-sarif"] = Command(
             (GPUAUDIT, "check", *files, *sarif), out / "check-sarif.out"
         )
-        # The same on one CPU: what auditing on all cores (sources/fanout.py) buys.
+        # The same on one CPU: what auditing on all cores (pipelines/shards.py) buys.
         if shutil.which("taskset"):
             argv = ("taskset", "-c", "0", GPUAUDIT, "check", *files)
             commands["check-1cpu"] = Command(argv, out / "check-1cpu.txt")

@@ -10,10 +10,11 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping
 from functools import cache
-from importlib import resources
 from typing import Any
 
 import fastjsonschema
+
+from gpuaudit.bundled import data_text, policies_dir
 
 
 class SchemaError(ValueError):
@@ -28,10 +29,8 @@ class SchemaError(ValueError):
 def load_schema(name: str) -> Mapping[str, Any]:
     """A schema shipped in gpuaudit/data (or policies/ for the rule schema)."""
     if name == "rule.schema.json":
-        from gpuaudit.engine.rules import builtin_policies_dir
-
-        return json.loads((builtin_policies_dir() / name).read_text())
-    return json.loads(resources.files("gpuaudit").joinpath("data", name).read_text())
+        return json.loads((policies_dir() / name).read_text())
+    return json.loads(data_text(name))
 
 
 @cache

@@ -150,10 +150,11 @@ def rules_markdown() -> str:
         "Every built-in rule, in the order an operator should check them:",
         "allocation → memory → placement → application → sharing. A rule judges the",
         "*facts* gpuaudit computes for each target (documented in",
-        "`gpuaudit/data/facts.schema.json`); `gpuaudit rules explain ID` prints the same",
-        "text. Thresholds are `params`, overridable in `.gpuaudit.yaml`",
-        "([configuration](configuration.md)). Rules that need telemetry or a live",
-        "cluster are reported as *skipped* without them, never as passed.",
+        "`gpuaudit/facts/*.schema.json`, beside the code that computes them);",
+        "`gpuaudit rules explain ID` prints the same text. Thresholds are `params`,",
+        "overridable in `.gpuaudit.yaml` ([configuration](configuration.md)). Rules",
+        "that need telemetry or a live cluster are reported as *skipped* without",
+        "them, never as passed.",
         "",
         f"{len(rules)} rules.",
         "",
@@ -228,7 +229,7 @@ def schema_table(schema_file: str) -> str:
 
 def telemetry_keys() -> str:
     """The metric and identity keys of telemetry rows, from the code that makes them."""
-    from gpuaudit.sources import telemetry
+    from gpuaudit.model import telemetry
 
     lines = ["| key | in a pod row, from its GPU rows |", "|---|---|"]
     lines += [f"| `{key}` | {how} |" for key, how in telemetry.ROLLUP.items()]

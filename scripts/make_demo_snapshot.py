@@ -50,8 +50,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from gpuaudit.snapshot import write_snapshot  # noqa: E402
-from gpuaudit.sources import telemetry as tm  # noqa: E402
+from gpuaudit.model import telemetry as tm  # noqa: E402
+from gpuaudit.sources.snapshot import write_snapshot  # noqa: E402
 from tests.clusters.scheduler import Scheduler, failed_scheduling_event  # noqa: E402
 
 SEED = 20261127

@@ -7,7 +7,7 @@ import shlex
 
 import click
 
-from gpuaudit.cli import main as cli_main
+from gpuaudit.cli.main import main as cli_main
 
 
 def command_options(*path: str) -> set[str]:

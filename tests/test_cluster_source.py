@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 import yaml
 
-from gpuaudit.snapshot import SnapshotError, read_snapshot, validate_snapshot, write_snapshot
 from gpuaudit.sources.cluster import OBJECT_KEYS, ClusterSourceError, collect
+from gpuaudit.sources.snapshot import SnapshotError, read_snapshot, validate_snapshot, write_snapshot
 from tests.clusters import alibaba, genai
 
 # The apiserver and kubeconfig fixtures (not imported: a plugin module that a

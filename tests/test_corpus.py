@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 import re
 
-from gpuaudit.audit import check_manifests, load_policy
-from gpuaudit.config import Config
+from gpuaudit.pipelines.check import check_manifests
+from gpuaudit.pipelines.policy import load_policy
+from gpuaudit.sources.user_config import Config
 
 from .conftest import shared_or_skip
 

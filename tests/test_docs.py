@@ -20,8 +20,8 @@ import jsonschema
 import pytest
 import yaml
 
-from gpuaudit.audit import load_policy
-from gpuaudit.config import Config, load_config
+from gpuaudit.pipelines.policy import load_policy
+from gpuaudit.sources.user_config import Config, load_config
 from tests.cli_options import command_options, unknown_options
 from tests.precommit_env import precommit_env
 
@@ -243,14 +243,18 @@ def test_github_actions_recipe_uploads_the_sarif_it_writes(repo):
     assert "manifests/notebook.yaml" in uris  # repository-relative, as code scanning needs
 
 
-def test_gitlab_recipe_publishes_the_junit_it_writes(repo):
+def test_gitlab_recipe_publishes_the_reports_it_writes(repo):
     job = recipe("gitlab-ci.yml")["gpuaudit"]
     assert job["artifacts"]["when"] == "always"
     junit_file = job["artifacts"]["reports"]["junit"]
+    quality_file = job["artifacts"]["reports"]["codequality"]
     script = "\n".join(job["script"])
     assert f"--format junit={junit_file}" in script
+    assert f"--format gitlab={quality_file}" in script
     proc = run_step(script, repo)
     assert proc.returncode == 1, proc.stderr
+    issues = json.loads((repo / quality_file).read_text())
+    assert any(i["location"]["path"] == "manifests/notebook.yaml" for i in issues)
     suites = ET.parse(repo / junit_file).getroot()
     assert suites.tag == "testsuites" and int(suites.get("failures")) > 0
     failed = [c for c in suites.iter("testcase") if c.find("failure") is not None]

@@ -174,3 +174,20 @@ def test_stdin_and_a_missing_out_are_usage_errors(tmp_path, run_cli):
     app.write_text(PINNED)
     proc = run_cli("fix", str(app))
     assert proc.returncode == 2 and "--out" in proc.stderr
+
+
+def test_taking_gpus_away_is_planned_before_reshaping_them(tmp_path, run_cli, kubectl):
+    """A Ray head whose GPUs are dropped needs no move to a shared GPU first:
+    the move's finding is judged again on the head without GPUs, and the one
+    patch that drops them fixes both."""
+    [case] = yaml.safe_load((ROOT / "remediations" / "drop-ray-head-gpus" / "cases.yaml").read_text())
+    app = tmp_path / "ray.yaml"
+    app.write_text(case["manifest"])
+    out = tmp_path / "overlay"
+    proc = run_cli("fix", str(app), "--out", str(out), "--verify", "--rules", "GPA-AL-001,GPA-AL-010")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    patches = sorted(p.name for p in (out / "patches").iterdir())
+    assert patches == ["01-drop-ray-head-gpus-rayservice-llm.yaml"]
+    review = (out / "REVIEW.md").read_text()
+    assert "| GPA-AL-001, GPA-AL-010 |" in review
+    assert "gpu.shared" not in (out / "patches" / patches[0]).read_text()

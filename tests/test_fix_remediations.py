@@ -1,7 +1,9 @@
 """Every remediation, proven with a real kustomize: `gpuaudit fix` writes an
 overlay for one rule's findings; kubectl kustomize builds it; auditing the
 build with every rule shows the targeted findings gone and none new; and the
-object differs from the input only where the case says (tests/fix_cases.yaml)."""
+object differs from the input only where the case says. A case may instead
+expect the remediation to decline, for the reason REVIEW.md gives. The cases
+sit with each remediation's templates (remediations/<id>/cases.yaml)."""
 
 from __future__ import annotations
 
@@ -12,13 +14,25 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gpuaudit.audit import check_manifests, load_policy
-from gpuaudit.config import load_config
+from gpuaudit.bundled import remediations_dir
+from gpuaudit.pipelines.check import check_manifests
+from gpuaudit.pipelines.policy import load_policy
+from gpuaudit.remediate.review import md
 from gpuaudit.sources.manifests import read_paths
+from gpuaudit.sources.user_config import load_config
 
-HERE = Path(__file__).parent
-ROOT = HERE.parent
-CASES = yaml.safe_load((HERE / "fix_cases.yaml").read_text())
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def load_cases() -> list[dict]:
+    """The cases of every remediation, each with its id: the folder's name."""
+    cases = []
+    for path in sorted(remediations_dir().glob("*/cases.yaml")):
+        cases += [{**case, "remediation": path.parent.name} for case in yaml.safe_load(path.read_text())]
+    return cases
+
+
+CASES = load_cases()
 ANNOTATION = "gpuaudit.io/remediated"
 
 
@@ -67,13 +81,19 @@ def identity(obj) -> tuple:
     return (obj.get("kind"), meta.get("namespace"), meta.get("name"))
 
 
-@pytest.mark.parametrize("case", CASES, ids=[c["name"] for c in CASES])
+def not_remediated(review: str, rules: list[str]) -> list[str]:
+    """The rows of REVIEW.md's "Not remediated" table for these rules."""
+    table = review.partition("## Not remediated")[2]
+    return [row for row in table.splitlines() if any(row.startswith(f"| {rule} |") for rule in rules)]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[f"{c['remediation']}: {c['name']}" for c in CASES])
 def test_remediation_builds_and_fixes_only_its_finding(case, tmp_path, run_cli, kubectl):
     manifest = tmp_path / "app.yaml"
     manifest.write_text(case["manifest"])
     config_file = tmp_path / ".gpuaudit.yaml"
     config_file.write_text(yaml.safe_dump({"site": case.get("site") or {}}))
-    policies = [str(HERE / p) for p in case.get("policies", [])]
+    policies = [str(ROOT / p) for p in case.get("policies", [])]
     out = tmp_path / "overlay"
     args = ["fix", str(manifest), "--out", str(out), "--config", str(config_file)]
     args += ["--rules", ",".join(case["rules"])]
@@ -85,6 +105,12 @@ def test_remediation_builds_and_fixes_only_its_finding(case, tmp_path, run_cli, 
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
     patches = sorted((out / "patches").glob("*.yaml"))
+    if "declines" in case:
+        assert patches == [], [p.name for p in patches]
+        rows = not_remediated((out / "REVIEW.md").read_text(), case["rules"])
+        assert rows, "the case should trigger its rule"
+        assert [row for row in rows if md(case["declines"]) not in row] == []
+        return
     assert len(patches) == 1, [p.name for p in patches]
     assert case["remediation"] in patches[0].name
     patch = yaml.safe_load(patches[0].read_text())

@@ -3,8 +3,10 @@ not stop the rest."""
 
 from __future__ import annotations
 
+import pytest
+
+from gpuaudit.model.workload_builder import build_workloads
 from gpuaudit.sources.manifests import read_paths
-from gpuaudit.workloads import build_workloads
 
 
 def read(tmp_path, name, text):
@@ -129,3 +131,59 @@ def test_placeholder_gpu_count_is_a_field_error_not_a_zero(tmp_path):
     assert error.line == 11 and "'$GPU_PER_NODE' is not a GPU count" in error.message
     [gpu] = workloads[0].templates[0].containers[0].gpus
     assert gpu.count is None  # unknown, never zero
+
+
+@pytest.mark.parametrize(
+    ("manifest", "kind_class", "roles"),
+    [
+        (
+            """\
+apiVersion: elastic.iml.github.io/v1alpha1
+kind: ElasticJob
+metadata: {name: fine-tune, namespace: dlrover}
+spec:
+  distributionStrategy: AllreduceStrategy
+  replicaSpecs:
+    worker:
+      replicas: 4
+      template:
+        spec:
+          containers:
+          - name: main
+            image: registry/train:1
+            resources: {limits: {nvidia.com/gpu: 8}}
+""",
+            "batch",
+            {"worker": (4, 8.0)},
+        ),
+        (
+            """\
+apiVersion: sagemaker.amazonaws.com/v1
+kind: HyperPodPyTorchJob
+metadata: {name: llama-pretrain, namespace: hyperpod}
+spec:
+  nprocPerNode: "8"
+  replicaSpecs:
+  - name: pods
+    replicas: 16
+    template:
+      spec:
+        containers:
+        - name: pytorch
+          image: registry/train:1
+          resources: {requests: {nvidia.com/gpu: 8}, limits: {nvidia.com/gpu: 8}}
+""",
+            "batch",
+            {"pods": (16, 8.0)},
+        ),
+    ],
+)
+def test_training_operator_kinds_are_workloads_with_their_roles_and_gpus(tmp_path, manifest, kind_class, roles):
+    (tmp_path / "job.yaml").write_text(manifest)
+    read = read_paths([str(tmp_path / "job.yaml")])
+    [workload], errors = build_workloads(read.documents)
+    assert errors == []
+    assert workload.workload_class == kind_class
+    assert workload.requests_gpus
+    found = {t.role: (t.replicas, sum(g.count or 0 for c in t.containers for g in c.gpus)) for t in workload.templates}
+    assert found == roles

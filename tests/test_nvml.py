@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from gpuaudit.durations import parse_duration
+from gpuaudit.model.telemetry import TelemetryUnavailable
 from gpuaudit.sources import nvml as sampler
 from gpuaudit.sources.samples import aggregate_samples, load_pods_json, quantile
-from gpuaudit.sources.telemetry import TelemetryUnavailable
 from tests import fake_pynvml as fake
 from tests.fake_pynvml import FakeGpu, FakeMig, FakeNvml, FakeProcess
 
@@ -304,7 +304,7 @@ def test_sample_command_round_trip(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     """`gpuaudit sample` writes samples; `--aggregate` turns them into telemetry."""
     from click.testing import CliRunner
 
-    from gpuaudit.commands.sample import sample as sample_command
+    from gpuaudit.cli.sample import sample as sample_command
 
     monkeypatch.setitem(sys.modules, "pynvml", _two_gpus())
     pods = tmp_path / "pods.json"

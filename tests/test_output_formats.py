@@ -96,6 +96,61 @@ def test_github_annotations_have_levels_files_lines_and_escaping(run_cli, tmp_pa
     assert "\x01" not in proc.stdout
 
 
+# The part of the Code Climate issue format GitLab's Code Quality reads
+# (docs.gitlab.com/ci/testing/code_quality/#code-quality-report-format).
+GITLAB_CODE_QUALITY = {
+    "type": "array",
+    "items": {
+        "type": "object",
+        "required": ["description", "check_name", "fingerprint", "severity", "location"],
+        "properties": {
+            "description": {"type": "string", "minLength": 1},
+            "check_name": {"type": "string", "minLength": 1},
+            "fingerprint": {"type": "string", "minLength": 1},
+            "severity": {"enum": ["info", "minor", "major", "critical", "blocker"]},
+            "location": {
+                "type": "object",
+                "required": ["path", "lines"],
+                "properties": {
+                    "path": {"type": "string", "pattern": "^[^/]"},
+                    "lines": {
+                        "type": "object",
+                        "required": ["begin"],
+                        "properties": {"begin": {"type": "integer", "minimum": 1}},
+                    },
+                },
+            },
+        },
+    },
+}
+
+
+def test_gitlab_code_quality_has_unique_fingerprints_severities_and_lines(run_cli, tmp_path):
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "pinned.yaml").write_text(PINNED)
+    (tmp_path / "b.yaml").write_text(PINNED)  # the same object in another file: another issue
+    (tmp_path / "hostile.yaml").write_text(HOSTILE)
+    (tmp_path / "broken.yaml").write_text("kind: Pod\n  bad: [\n")
+    proc = run_cli("check", "a", "./b.yaml", "hostile.yaml", "broken.yaml", "--format", "gitlab")
+    assert proc.returncode == 2, proc.stderr
+    issues = json.loads(proc.stdout)
+    jsonschema.validate(issues, GITLAB_CODE_QUALITY)
+    fingerprints = [i["fingerprint"] for i in issues]
+    assert len(set(fingerprints)) == len(fingerprints)
+    by_path = {i["location"]["path"] for i in issues}
+    assert {"a/pinned.yaml", "b.yaml", "hostile.yaml", "broken.yaml"} <= by_path
+    pin = next(i for i in issues if i["check_name"] == "GPA-PL-001" and i["location"]["path"] == "b.yaml")
+    assert pin["severity"] == "critical" and pin["location"]["lines"]["begin"] > 1  # high -> critical, at its line
+    [problem] = [i for i in issues if i["check_name"] == "gpuaudit-input"]
+    assert problem["severity"] == "major" and problem["location"] == {"path": "broken.yaml", "lines": {"begin": 2}}
+    # The fingerprint does not move with the line: the same finding after an edit above it.
+    (tmp_path / "b.yaml").write_text("# a comment\n" + PINNED)
+    again = json.loads(run_cli("check", "./b.yaml", "--format", "gitlab").stdout)
+    moved = next(i for i in again if i["check_name"] == "GPA-PL-001")
+    assert moved["fingerprint"] == pin["fingerprint"]
+    assert moved["location"]["lines"]["begin"] == pin["location"]["lines"]["begin"] + 1
+
+
 def test_policyreport_validates_against_its_crds(run_cli, tmp_path):
     (tmp_path / "pinned.yaml").write_text(PINNED)
     (tmp_path / "config.yaml").write_text(CONFIG)
@@ -122,7 +177,7 @@ def test_policyreport_validates_against_its_crds(run_cli, tmp_path):
     assert {"fail", "skip", "error"} <= results  # ClusterPolicy finding, skipped rules, bad YAML
 
 
-@pytest.mark.parametrize("fmt", ["junit", "github", "policyreport", "sarif"])
+@pytest.mark.parametrize("fmt", ["junit", "github", "gitlab", "policyreport", "sarif"])
 def test_every_format_renders_an_empty_result(run_cli, tmp_path, fmt):
     (tmp_path / "empty.yaml").write_text("# nothing here\n")
     proc = run_cli("check", "empty.yaml", "--format", fmt)
@@ -134,6 +189,8 @@ def test_every_format_renders_an_empty_result(run_cli, tmp_path, fmt):
         jsonschema.validate(doc, crd_schema("wgpolicyk8s.io_clusterpolicyreports.yaml"))
     elif fmt == "sarif":
         jsonschema.validate(json.loads(proc.stdout), SARIF_SCHEMA)
+    elif fmt == "gitlab":
+        assert json.loads(proc.stdout) == []
     else:
         assert proc.stdout == ""
 

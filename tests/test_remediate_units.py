@@ -13,14 +13,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpuaudit import gpus
-from gpuaudit.audit import check_manifests, load_policy, locators_for
-from gpuaudit.config import Config
-from gpuaudit.engine.rules import builtin_policies_dir, load_rules
+from gpuaudit.bundled import policies_dir, remediations_dir
+from gpuaudit.engine.rules import load_rules
+from gpuaudit.pipelines.check import check_manifests
+from gpuaudit.pipelines.policy import load_policy, locators_for
 from gpuaudit.remediate import overlay, patches, sizing, templates
 from gpuaudit.remediate.edits import Edit, EditError, apply_edits
 from gpuaudit.remediate.plan import Settings, Source, describe_manifests, plan_fixes
-from gpuaudit.remediate.planners import PLANNERS, RunState
+from gpuaudit.remediate.planners import PLANNERS
 from gpuaudit.remediate.planners.declined import DECLINED
+from gpuaudit.sources.user_config import Config
 
 # --- edits -----------------------------------------------------------------------
 
@@ -174,10 +176,28 @@ def test_a_custom_resource_list_change_is_json6902_and_a_map_change_is_not():
 
 
 def test_every_template_only_substitutes():
-    found = sorted(templates.templates_dir().glob("*.yaml.j2"))
+    found = sorted(remediations_dir().glob("*/*.yaml.j2"))
     assert len(found) >= 20
     for path in found:
-        assert templates.check_template(path.read_text()) is None, path.name
+        assert templates.check_template(path.read_text()) is None, path.relative_to(remediations_dir())
+
+
+def test_each_remediation_is_one_folder_of_templates_params_and_cases():
+    root = remediations_dir()
+    # A file beside the folders (the old <id>.yaml.j2 layout) would never be read.
+    assert [p.name for p in root.iterdir() if not p.is_dir()] == ["README.md"]
+    assert set(templates.remediation_ids()) <= set(PLANNERS)
+    for remediation in templates.remediation_ids():
+        folder = root / remediation
+        names = {p.name for p in folder.iterdir()}
+        assert {n for n in names if not n.endswith(".yaml.j2")} <= {"params.yaml", "cases.yaml"}, remediation
+        assert "cases.yaml" in names, remediation  # proven end to end (test_fix_remediations.py)
+        if "params.yaml" in names:
+            spec = yaml.safe_load((folder / "params.yaml").read_text())
+            assert spec, remediation  # an id without params has no params.yaml
+            for name, param in spec.items():
+                assert set(param) == {"default", "description"}, f"{remediation}.{name}"
+                assert isinstance(param["description"], str) and param["description"], f"{remediation}.{name}"
 
 
 @pytest.mark.parametrize(
@@ -218,12 +238,12 @@ def test_a_hostile_value_cannot_change_the_structure_of_a_patch():
 
 
 def test_every_remediation_a_rule_names_is_planned_or_declined_with_a_reason():
-    rules, errors = load_rules([builtin_policies_dir()])
+    rules, errors = load_rules([policies_dir()])
     assert not errors
     named = {r.remediation["id"] for r in rules if r.remediation}
     assert named - set(PLANNERS) == set()
     for remediation in set(PLANNERS) - DECLINED:
-        assert (templates.templates_dir() / f"{remediation}.yaml.j2").is_file(), remediation
+        assert (remediations_dir() / templates.template_name(remediation)).is_file(), remediation
         assert remediation in templates.param_defaults(), remediation
 
 
@@ -354,15 +374,6 @@ def test_time_slicing_replicas_come_from_the_workloads_that_share():
     unmeasured = _plan([*sharing, *[f for f in findings if f.rule != "GPA-SH-001"]])
     replicas = {c.rules[0]: c for c in unmeasured.changes}["GPA-SH-001"].proposal.params
     assert replicas["replicas"] == 2  # the service's two pods, without telemetry
-
-
-def test_a_config_that_does_not_rename_keeps_workloads_off_the_shared_name():
-    findings = _findings(SERVICE, "GPA-AL-001")
-    source = Source("app.yaml", Path("app.yaml"), "file")
-    run = RunState(shared_names=frozenset())
-    plan = plan_fixes([(f, source) for f in findings], locators_for(Config()), Settings(), run)
-    assert plan.changes == []
-    assert "advertise no .shared name" in plan.skipped[0].reason
 
 
 def test_files_kustomize_cannot_take_are_reported():

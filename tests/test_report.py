@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 import yaml
 
-from gpuaudit.snapshot import write_snapshot
+from gpuaudit.sources.snapshot import write_snapshot
 
 ROOT = Path(__file__).resolve().parents[1]
 DEMO = ROOT / "examples" / "demo-snapshot.json.gz"
@@ -657,7 +657,7 @@ def test_report_judges_what_audit_judges_on_a_mixed_cluster(run_cli, tmp_path: P
 
 
 def test_gpu_pod_filter_keeps_every_kind_of_gpu_request() -> None:
-    from gpuaudit.cluster_state import may_use_gpus
+    from gpuaudit.model.cluster_builder import may_use_gpus
 
     def pod(resources=None, annotations=None, claims=None, init=False):
         container = {"name": "c", "resources": resources or {}}

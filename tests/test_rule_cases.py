@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from gpuaudit.engine.cases import iter_cases, run_case
-from gpuaudit.engine.rules import builtin_policies_dir, load_rules
+from gpuaudit.bundled import policies_dir
+from gpuaudit.engine.rules import load_rules
+from gpuaudit.pipelines.rules_test import iter_cases, run_case
 
-CASES = list(iter_cases(builtin_policies_dir()))
+CASES = list(iter_cases(policies_dir()))
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c.rule_file.stem}: {c.name}")
@@ -17,7 +18,7 @@ def test_rule_case(case):
 
 
 def test_every_rule_has_a_pass_and_a_fail_case():
-    rules, errors = load_rules([builtin_policies_dir()])
+    rules, errors = load_rules([policies_dir()])
     assert not errors
     by_file: dict[str, set[str]] = {}
     for case in CASES:

@@ -10,14 +10,15 @@ import jsonschema
 import pytest
 
 from gpuaudit import gpus
-from gpuaudit.audit import manifest_subjects
+from gpuaudit.engine.rules import fact_schema
 from gpuaudit.facts.cmdline import flag, tokens
 from gpuaudit.facts.context import Site, build_context
 from gpuaudit.facts.model_size import find_dtype, parameters_b
 from gpuaudit.facts.parallelism import container_parallelism
 from gpuaudit.model import Container, GpuRequest
+from gpuaudit.model.workload_builder import build_workloads
+from gpuaudit.pipelines.check import manifest_subjects
 from gpuaudit.sources.manifests import read_paths
-from gpuaudit.workloads import build_workloads
 
 from .conftest import ROOT, shared_or_skip
 
@@ -130,7 +131,7 @@ def test_mig_parteds_own_default_config_is_valid():
     assert subject.facts["invalid_profiles"] == []
 
 
-FACT_SCHEMA = json.loads((ROOT / "gpuaudit" / "data" / "facts.schema.json").read_text())
+FACT_SCHEMA = fact_schema()  # assembled from gpuaudit/facts/*.schema.json
 
 
 @pytest.mark.parametrize("where", ["examples", "corpus"])

@@ -7,8 +7,9 @@ import textwrap
 
 import pytest
 
+from gpuaudit.bundled import policies_dir
 from gpuaudit.engine.messages import render
-from gpuaudit.engine.rules import RuleError, builtin_policies_dir, load_rule, load_rules
+from gpuaudit.engine.rules import RuleError, load_rule, load_rules
 
 VALID = """\
 id: SITE-001
@@ -36,7 +37,7 @@ def write(tmp_path, text, name="rule.yaml"):
 
 
 def test_builtin_rules_are_valid():
-    rules, errors = load_rules([builtin_policies_dir()])
+    rules, errors = load_rules([policies_dir()])
     assert errors == []
     assert {r.category for r in rules} == {
         "allocation",

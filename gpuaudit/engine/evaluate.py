@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import fnmatch
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import date
@@ -11,7 +10,7 @@ from typing import Any
 from gpuaudit.engine.messages import lookup, render
 from gpuaudit.engine.rules import Rule
 from gpuaudit.facts import Subject
-from gpuaudit.model import Finding, InputError, Location, Skipped
+from gpuaudit.model import Exemption, Finding, InputError, Location, Skipped
 
 IGNORE_ANNOTATION = "gpuaudit.io/ignore."
 
@@ -32,25 +31,6 @@ def _missing_input(name: str) -> str:
 def site_inputs(site: Mapping[str, Any] | None) -> set[str]:
     """The site facts a config declares, as inputs rules can require (site.<key>)."""
     return {f"site.{key}" for key, value in (site or {}).items() if value not in (None, "", [], {})}
-
-
-@dataclass(frozen=True)
-class Exemption:
-    rule: str
-    reason: str
-    namespace: str = "*"
-    name: str = "*"
-    kind: str = "*"
-    expires: date | None = None
-
-    def covers(self, finding: Finding) -> bool:
-        r = finding.resource
-        return (
-            fnmatch.fnmatchcase(finding.rule, self.rule)
-            and fnmatch.fnmatchcase(r.namespace or "", self.namespace)
-            and fnmatch.fnmatchcase(r.name, self.name)
-            and fnmatch.fnmatchcase(r.kind, self.kind)
-        )
 
 
 @dataclass

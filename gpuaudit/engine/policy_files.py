@@ -4,14 +4,13 @@ their cases (`gpuaudit rules test DIR`) exactly as the built-in ones are."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from gpuaudit.engine.cases import Case, CaseResult, iter_cases, run_case
 from gpuaudit.engine.rules import Rule, RuleError, load_rule, load_rules
 
 CASES_SUFFIXES = (".cases.yaml", ".cases.yml")
@@ -85,42 +84,3 @@ def _case_problem(case: Any) -> str | None:
     if not any(k in case for k in CASE_INPUTS):
         return f"needs one of {', '.join(CASE_INPUTS)}"
     return None
-
-
-@dataclass(frozen=True)
-class RuleCases:
-    rule_file: Path
-    rule_id: str | None
-    results: list[CaseResult]
-    problem: str | None = None  # the rule itself could not be loaded
-
-    @property
-    def ok(self) -> bool:
-        return self.problem is None and all(r.ok for r in self.results)
-
-    @property
-    def expects(self) -> set[str]:
-        return {str(r.case.data.get("expect")) for r in self.results}
-
-
-def run_site_cases(directories: Sequence[Path]) -> list[RuleCases]:
-    """Every rule's cases under ``directories``, grouped by rule file."""
-    grouped: dict[Path, list[Case]] = {}
-    for directory in directories:
-        for case in iter_cases(directory):
-            grouped.setdefault(case.rule_file, []).append(case)
-    out = []
-    for rule_file, cases in grouped.items():
-        try:
-            rule_id = load_rule(rule_file).id
-        except RuleError as exc:
-            out.append(RuleCases(rule_file, None, [], problem=str(exc)))
-            continue
-        results = []
-        for case in cases:
-            try:
-                results.append(run_case(case))
-            except Exception as exc:  # a broken case must not hide the others
-                results.append(CaseResult(case, False, f"{type(exc).__name__}: {exc}"))
-        out.append(RuleCases(rule_file, rule_id, results))
-    return out

@@ -8,20 +8,19 @@ rejects a rule whose schemas name a fact the fact schema does not document.
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cache, cached_property
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import fastjsonschema
 import yaml
 
+from gpuaudit.engine.fact_schema import assemble, read_fragments
+from gpuaudit.kube.yaml_lines import load_yaml_with_lines
 from gpuaudit.schemas import SchemaError, validate
-from gpuaudit.sources.manifests import load_yaml_with_lines
 
 _COMBINATORS = ("allOf", "anyOf", "oneOf")
 _SINGLE = ("not", "if", "then", "else")
@@ -93,20 +92,14 @@ def _valid(check: Callable[[Any], Any], facts: Mapping[str, Any]) -> bool:
     return True
 
 
-# --- where rules live ---------------------------------------------------------
-
-
-def builtin_policies_dir() -> Path:
-    """policies/ inside the installed package, or at the top of a source checkout."""
-    packaged = Path(str(resources.files("gpuaudit"))) / "policies"
-    if packaged.is_dir():
-        return packaged
-    return Path(__file__).resolve().parents[2] / "policies"
+# --- the facts rules may name ------------------------------------------------
 
 
 @cache
 def fact_schema() -> Mapping[str, Any]:
-    return json.loads(resources.files("gpuaudit").joinpath("data/facts.schema.json").read_text())
+    """The facts rules may name: the fragments beside the facts modules
+    (gpuaudit/facts/*.schema.json), assembled as fact_schema.py explains."""
+    return assemble(read_fragments())
 
 
 # --- loading ------------------------------------------------------------------
@@ -211,7 +204,7 @@ def rule_from_data(
                     source,
                     _nearest_line(lines, "/" + key),
                     f"{key} names unknown fact {fact!r} for target {data['target']!r} "
-                    "(documented in gpuaudit/data/facts.schema.json)",
+                    "(documented in gpuaudit/facts/*.schema.json)",
                 )
     if target_schema is not None:
         paths = [

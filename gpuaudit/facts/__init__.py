@@ -1,8 +1,10 @@
 """Facts: plain JSON-like documents derived from the model, one per subject.
 
 Rules (YAML, JSON Schema) judge these documents; the shape of each target's
-document is documented in data/facts.schema.json, and rules that name a fact
-not in that schema are rejected at load.
+document is documented beside the code: each module that computes facts has
+``<module>.schema.json`` next to it, holding the part of the fact schema it
+computes (engine/fact_schema.py assembles them). Rules that name a fact not
+in that schema are rejected at load.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from gpuaudit import gpus
-from gpuaudit.cluster_state import Node, PodState
+from gpuaudit.model import Node, PodState
 
 
 def _replicas(node: Node, resource: str) -> float:

@@ -8,9 +8,9 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from gpuaudit.facts import Subject
+from gpuaudit.kube import pointers
+from gpuaudit.kube.shapes import as_list
 from gpuaudit.model import Document, Resource
-from gpuaudit.shapes import as_list
-from gpuaudit.workloads import resolve
 
 CLAIM_KINDS = ("ResourceClaim", "ResourceClaimTemplate")
 # An attribute that names one device, compared for equality.
@@ -25,7 +25,7 @@ def subjects(doc: Document) -> Iterator[Subject]:
     if doc.kind not in CLAIM_KINDS or not doc.api_version.startswith("resource.k8s.io/"):
         return
     base = "/spec/spec" if doc.kind == "ResourceClaimTemplate" else "/spec"
-    spec = resolve(doc.obj, base)
+    spec = pointers.get(doc.obj, base)
     devices = spec.get("devices") if isinstance(spec, Mapping) else None
     requests = devices.get("requests") if isinstance(devices, Mapping) else None
     requests = requests if isinstance(requests, list) else []

@@ -14,9 +14,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from gpuaudit.cluster_state import STUCK_REASONS, ClusterState, Node, PodState, parse_time
 from gpuaudit.facts import Subject
-from gpuaudit.facts import config as config_facts
+from gpuaudit.facts import device_plugin as config_facts
 from gpuaudit.facts.capacity import physical_gpus
 from gpuaudit.facts.scheduling import (
     parse_failed_scheduling,
@@ -24,9 +23,11 @@ from gpuaudit.facts.scheduling import (
     taint_text,
     untolerated_taints,
 )
-from gpuaudit.facts.workload import HOSTNAME_LABEL, LONG_RUNNING_CLASSES, pod_facts
-from gpuaudit.model import Resource
-from gpuaudit.shapes import as_list, as_map
+from gpuaudit.facts.workload import LONG_RUNNING_CLASSES, pod_facts
+from gpuaudit.kube.labels import HOSTNAME_LABEL
+from gpuaudit.kube.shapes import as_list, as_map
+from gpuaudit.kube.timestamps import parse_time
+from gpuaudit.model import STUCK_REASONS, ClusterState, Node, PodState, Resource
 
 KUEUE_GATE = "kueue.x-k8s.io/admission"
 
@@ -379,7 +380,7 @@ def _telemetry_index(telemetry: Mapping[str, Any] | None) -> dict[tuple[str, str
     rows of one pod are combined the way the source combines GPU rows."""
     if not telemetry:
         return {}
-    from gpuaudit.sources.telemetry import rollup_pods
+    from gpuaudit.model.telemetry import rollup_pods
 
     window = telemetry.get("window") or {}
     signal = (telemetry.get("signals") or {}).get("compute")

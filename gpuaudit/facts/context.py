@@ -13,9 +13,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpuaudit.facts import config as config_facts
+from gpuaudit.facts import device_plugin as config_facts
+from gpuaudit.kube.quantity import QuantityError, parse_quantity
 from gpuaudit.model import Document, Workload
-from gpuaudit.quantity import QuantityError, parse_quantity
 
 
 @dataclass(frozen=True)

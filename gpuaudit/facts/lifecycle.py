@@ -9,8 +9,8 @@ from typing import Any
 
 import yaml
 
+from gpuaudit.kube.pointers import expand
 from gpuaudit.model import Workload
-from gpuaudit.workloads import expand
 
 
 @cache

@@ -11,9 +11,9 @@ from typing import Any
 from gpuaudit import gpus
 from gpuaudit.facts.context import Site
 from gpuaudit.facts.scheduling import taint_text, untolerated_taints
-from gpuaudit.shapes import as_list, as_map
+from gpuaudit.kube.labels import HOSTNAME_LABEL
+from gpuaudit.kube.shapes import as_list, as_map
 
-HOSTNAME_LABEL = "kubernetes.io/hostname"
 # Node labels that say how many GPUs a node has (gpu-domain.md §6).
 GPU_COUNT_LABELS = (
     "cloud.google.com/gke-accelerator-count",

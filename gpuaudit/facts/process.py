@@ -10,12 +10,12 @@ from functools import lru_cache
 from typing import Any
 
 from gpuaudit.facts.cmdline import Token, Words, flag, tokens
-from gpuaudit.facts.config import parse_config_text
 from gpuaudit.facts.context import Context
+from gpuaudit.facts.device_plugin import parse_config_text
 from gpuaudit.facts.model_size import ModelRef, find_dtype, find_model, model_facts
 from gpuaudit.facts.parallelism import container_parallelism, whole_gpus
+from gpuaudit.kube import pointers
 from gpuaudit.model import Container, PodTemplate, Workload
-from gpuaudit.workloads import resolve
 
 DATALOADER_FLAGS = (
     "--num_workers",
@@ -86,7 +86,7 @@ def _model(
     context: Context,
 ) -> dict[str, Any] | None:
     words, env_index, parallelism = line.words, line.env_index, line.parallelism
-    raw = resolve(w.document.obj, c.pointer)
+    raw = pointers.get(w.document.obj, c.pointer)
     ref = find_model(words, c.env, c.pointer, env_index, raw if isinstance(raw, Mapping) else {}, t.labels)
     if ref is None:
         ref = _workload_model(w)
@@ -111,7 +111,7 @@ def _model(
 def _workload_model(w: Workload) -> ModelRef | None:
     """LLMInferenceService names its model once for all its pods; a
     RayService in its Serve config."""
-    uri = resolve(w.document.obj, "/spec/model/uri")
+    uri = pointers.get(w.document.obj, "/spec/model/uri")
     if w.kind == "LLMInferenceService" and isinstance(uri, str) and uri:
         return ModelRef(uri, "spec", "/spec/model/uri")
     if w.kind == "RayService":
@@ -166,7 +166,7 @@ _SERVE_MODEL_KEYS = ("model_source", "model_id", "MODEL_ID")
 
 def _serve_config_values(w: Workload, keys: tuple[str, ...]) -> list[str]:
     """Scalar values of ``keys`` anywhere in a RayService's serveConfigV2 (a YAML string)."""
-    text = resolve(w.document.obj, "/spec/serveConfigV2")
+    text = pointers.get(w.document.obj, "/spec/serveConfigV2")
     return list(_values_in(text, keys)) if isinstance(text, str) else []
 
 
@@ -191,7 +191,7 @@ def _values_in(text: str, keys: tuple[str, ...]) -> tuple[str, ...]:
 
 
 def _env_index(w: Workload, c: Container) -> dict[str, int]:
-    env = resolve(w.document.obj, f"{c.pointer}/env")
+    env = pointers.get(w.document.obj, f"{c.pointer}/env")
     if not isinstance(env, list):
         return {}
     return {

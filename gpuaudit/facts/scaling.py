@@ -15,10 +15,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from gpuaudit.facts.context import Autoscaler, Context
+from gpuaudit.kube import pointers
+from gpuaudit.kube.quantity import QuantityError, parse_quantity
+from gpuaudit.kube.shapes import as_list
 from gpuaudit.model import Workload
-from gpuaudit.quantity import QuantityError, parse_quantity
-from gpuaudit.shapes import as_list
-from gpuaudit.workloads import resolve
 
 _REPLICAS = {
     "Deployment": "/spec/replicas",
@@ -40,7 +40,7 @@ def scaling_facts(w: Workload, context: Context) -> dict[str, Any] | None:
     pointer = _REPLICAS.get(w.kind)
     if pointer is None:
         return None
-    raw = resolve(obj, pointer)
+    raw = pointers.get(obj, pointer)
     replicas = _int(raw, 1)
     scaler = _autoscaler(context, w)
     minimum = scaler.min_replicas if scaler is not None else replicas
@@ -53,13 +53,13 @@ def scaling_facts(w: Workload, context: Context) -> dict[str, Any] | None:
 
 
 def _ray(obj: Mapping[str, Any], base: str) -> dict[str, Any]:
-    cluster = resolve(obj, base)
+    cluster = pointers.get(obj, base)
     cluster = cluster if isinstance(cluster, Mapping) else {}
     autoscaling = cluster.get("enableInTreeAutoscaling") is True
-    head_gpus = _has_gpus(resolve(cluster, "/headGroupSpec/template/spec"))
+    head_gpus = _has_gpus(pointers.get(cluster, "/headGroupSpec/template/spec"))
     minimum = 0
     for group in as_list(cluster.get("workerGroupSpecs")):
-        if not isinstance(group, Mapping) or not _has_gpus(resolve(group, "/template/spec")):
+        if not isinstance(group, Mapping) or not _has_gpus(pointers.get(group, "/template/spec")):
             continue
         key = "minReplicas" if autoscaling else "replicas"
         minimum += _int(group.get(key, group.get("replicas")), 1)
@@ -96,7 +96,7 @@ def _has_gpus(spec: Any) -> bool:
 
 
 def _parent(obj: Mapping[str, Any], pointer: str) -> str:
-    while pointer and resolve(obj, pointer) is None:
+    while pointer and pointers.get(obj, pointer) is None:
         pointer = pointer.rpartition("/")[0]
     return pointer
 

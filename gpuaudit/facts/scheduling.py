@@ -8,7 +8,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from gpuaudit.shapes import as_list
+from gpuaudit.kube.shapes import as_list
 
 _SCHEDULING_EFFECTS = ("NoSchedule", "NoExecute")
 

@@ -19,10 +19,10 @@ from gpuaudit.facts.lifecycle import lifecycle_facts
 from gpuaudit.facts.process import CommandLine, command_lines, container_process_facts, pod_process_facts
 from gpuaudit.facts.scaling import scaling_facts
 from gpuaudit.facts.scheduling import required_terms
+from gpuaudit.kube.labels import HOSTNAME_LABEL
+from gpuaudit.kube.shapes import as_list
 from gpuaudit.model import Container, GpuRequest, PodTemplate, Resource, Workload
-from gpuaudit.shapes import as_list
 
-HOSTNAME_LABEL = "kubernetes.io/hostname"
 LONG_RUNNING_CLASSES = ("service", "daemon")
 
 
@@ -38,6 +38,8 @@ def subjects(workload: Workload, context: Context | None = None) -> Iterator[Sub
     for t in workload.templates:
         lines = command_lines(workload, t)
         templates.append((t, lines, pod_facts(workload, t, base, context, lines)))
+    for _, _, pod in templates:  # a pod shape judged beside its siblings (a Ray head beside GPU workers)
+        pod["other_gpu_roles"] = [o["role"] for _, _, o in templates if o is not pod and o["gpu"]["requested"]]
     yield Subject(
         "workload",
         workload_facts(workload, base, [p for _, _, p in templates], context),

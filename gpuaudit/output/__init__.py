@@ -13,6 +13,7 @@ FORMATS = {
     "sarif": "gpuaudit.output.sarif",
     "junit": "gpuaudit.output.junit",
     "github": "gpuaudit.output.github",
+    "gitlab": "gpuaudit.output.gitlab",
     "policyreport": "gpuaudit.output.policyreport",
 }
 

@@ -11,8 +11,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from gpuaudit.audit import AuditResult
-from gpuaudit.model import Finding
+from gpuaudit.model import AuditResult, Finding
 
 _LEVEL = {
     "critical": "error",

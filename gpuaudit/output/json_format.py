@@ -7,8 +7,7 @@ from collections import Counter
 from typing import Any
 
 from gpuaudit import __version__
-from gpuaudit.audit import AuditResult
-from gpuaudit.model import CATEGORIES, SEVERITIES
+from gpuaudit.model import CATEGORIES, SEVERITIES, AuditResult
 
 VERSION = 1
 

@@ -15,8 +15,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from gpuaudit import __version__
-from gpuaudit.audit import AuditResult
-from gpuaudit.model import CATEGORIES, Finding
+from gpuaudit.model import CATEGORIES, AuditResult, Finding
 
 # Characters XML 1.0 cannot carry, even escaped (lone surrogates included:
 # JSON snapshots can hold them, and no UTF-8 file can).

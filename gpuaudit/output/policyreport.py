@@ -19,8 +19,7 @@ from typing import Any
 
 import yaml
 
-from gpuaudit.audit import AuditResult
-from gpuaudit.model import Finding
+from gpuaudit.model import AuditResult, Finding
 
 API_VERSION = "wgpolicyk8s.io/v1alpha2"
 SOURCE = "gpuaudit"

@@ -7,8 +7,7 @@ from pathlib import PurePath
 from typing import Any
 
 from gpuaudit import __version__
-from gpuaudit.audit import AuditResult
-from gpuaudit.model import Finding
+from gpuaudit.model import AuditResult, Finding
 
 SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
 _LEVEL = {"critical": "error", "high": "error", "medium": "warning", "low": "note", "info": "note"}

@@ -6,8 +6,7 @@ import re
 from collections import Counter
 from typing import Any
 
-from gpuaudit.audit import AuditResult
-from gpuaudit.model import CATEGORIES, SEVERITIES, Finding
+from gpuaudit.model import CATEGORIES, SEVERITIES, AuditResult, Finding
 
 _COLOURS = {"critical": "1;31", "high": "31", "medium": "33", "low": "36", "info": "2"}
 # Escape sequences and other control characters from manifests or a cluster

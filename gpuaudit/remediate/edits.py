@@ -27,7 +27,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpuaudit.remediate import pointers
+from gpuaudit.kube import pointers
 
 
 class EditError(ValueError):

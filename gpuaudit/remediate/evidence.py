@@ -10,9 +10,8 @@ from typing import Any
 
 from gpuaudit import gpus
 from gpuaudit.facts import Subject
-from gpuaudit.workloads import group_of
-
-OwnerKey = tuple[str, str, str, str]  # API group, kind, namespace, name
+from gpuaudit.kube.owners import OwnerKey
+from gpuaudit.kube.podspecs import group_of
 
 
 def owner_key(api_version: str, kind: str, namespace: str, name: str) -> OwnerKey:

@@ -18,8 +18,8 @@ from typing import Any
 
 import yaml
 
+from gpuaudit.kube.podspecs import group_of
 from gpuaudit.remediate.plan import Change, Plan
-from gpuaudit.workloads import group_of
 
 KUSTOMIZE_API = "kustomize.config.k8s.io/v1beta1"
 _UNSAFE = re.compile(r"[^a-z0-9.-]+")

@@ -14,8 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from gpuaudit.remediate import pointers
-from gpuaudit.workloads import group_of
+from gpuaudit.kube import pointers
+from gpuaudit.kube.podspecs import group_of
 
 # Lists that strategic merge patches item by item, matched on a key
 # (x-kubernetes-patch-merge-key in the Kubernetes API; kustomize uses the same).

@@ -18,18 +18,13 @@ from typing import Any, Literal
 
 import yaml
 
+from gpuaudit.kube.podspecs import KindLocator, group_of
 from gpuaudit.model import CATEGORIES, Container, Document, Finding, PodTemplate
+from gpuaudit.model.workload_builder import build_workloads
 from gpuaudit.remediate import patches, templates
 from gpuaudit.remediate.edits import EditError, apply_edits
-from gpuaudit.remediate.planners import (
-    PLANNERS,
-    REMEDIATED,
-    Context,
-    Declined,
-    Proposal,
-    RunState,
-)
-from gpuaudit.workloads import KindLocator, build_workloads, group_of
+from gpuaudit.remediate.planners import PLANNERS
+from gpuaudit.remediate.planners.common import REMEDIATED, Context, Declined, Proposal, RunState
 
 ObjectId = tuple[str, str, str, str]  # apiVersion, kind, namespace, name
 
@@ -150,6 +145,12 @@ class Settings:
         return params
 
 
+# Remediations that take GPUs away from a pod shape: planned before the others
+# of their category, so a finding about how those GPUs are held (whole, not
+# shared) is judged again on the object without them, and needs no patch.
+TAKE_GPUS_AWAY = frozenset({"drop-init-container-gpus", "drop-ray-head-gpus"})
+
+
 def plan_fixes(
     items: Sequence[tuple[Finding, Source]],
     locators: Mapping[tuple[str, str], KindLocator],
@@ -168,10 +169,11 @@ def plan_fixes(
     included: dict[str, Source] = {}
     by_scope: dict[tuple[ObjectId, str, str], Change] = {}
 
-    def order(item: tuple[Finding, Source]) -> tuple[int, str, str, int]:
+    def order(item: tuple[Finding, Source]) -> tuple[int, bool, str, str, int]:
         f = item[0]
         category = CATEGORIES.index(f.category) if f.category in CATEGORIES else len(CATEGORIES)
-        return (category, f.rule, f.location.file, f.location.line or 0)
+        takes_away = (f.remediation or {}).get("id") in TAKE_GPUS_AWAY
+        return (category, not takes_away, f.rule, f.location.file, f.location.line or 0)
 
     for finding, source in sorted(items, key=order):
         reason = _unplannable(finding, source)

@@ -12,7 +12,7 @@ from gpuaudit.model import Finding
 from gpuaudit.remediate import patches
 from gpuaudit.remediate.overlay import Overlay, build_command
 from gpuaudit.remediate.plan import Change, Plan
-from gpuaudit.remediate.planners import REMEDIATED
+from gpuaudit.remediate.planners.common import REMEDIATED
 
 _MD_SPECIAL = str.maketrans({c: "\\" + c for c in "\\`*_[]<>|#"})
 

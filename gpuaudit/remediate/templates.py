@@ -1,5 +1,7 @@
-"""Remediation templates: remediations/<id>[.<variant>].yaml.j2, rendered with
-Jinja2 (imported here, lazily: `gpuaudit check` never loads this module).
+"""Remediation templates, one folder per remediation id: remediations/<id>/
+holds patch.yaml.j2 (the default), <variant>.yaml.j2 for shapes that differ,
+and params.yaml (the id's parameters, when it has any). Rendered with Jinja2
+(imported here, lazily: `gpuaudit check` never loads this module).
 
 Templates only substitute. Every ``{{ value }}`` is written as JSON (valid
 YAML), or as a plain scalar when YAML reads it back unchanged anywhere (a
@@ -16,12 +18,11 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cache
-from importlib import resources
-from pathlib import Path
 from typing import Any
 
 import yaml
 
+from gpuaudit.bundled import remediations_dir
 from gpuaudit.remediate.edits import Edit, EditError, parse_edits
 
 _ID = re.compile(r"^[a-z0-9][a-z0-9-]*$")
@@ -46,26 +47,33 @@ class Rendered:
     steps: list[str] = field(default_factory=list)
 
 
-def templates_dir() -> Path:
-    """remediations/ inside the installed package, or at the top of a checkout."""
-    packaged = Path(str(resources.files("gpuaudit"))) / "remediations"
-    if packaged.is_dir():
-        return packaged
-    return Path(__file__).resolve().parents[2] / "remediations"
+DEFAULT_TEMPLATE = "patch"  # remediations/<id>/patch.yaml.j2, hence no variant is named "patch"
+PARAMS_FILE = "params.yaml"
 
 
 def template_name(remediation: str, variant: str | None = None) -> str:
-    if not _ID.match(remediation) or (variant is not None and not _ID.match(variant)):
+    """The template's path under remediations/, as Jinja2 names it ("/" separated)."""
+    valid = variant is None or (_ID.match(variant) and variant != DEFAULT_TEMPLATE)
+    if not _ID.match(remediation) or not valid:
         raise TemplateError(f"invalid remediation id {remediation!r} / variant {variant!r}")
-    return f"{remediation}.{variant}.yaml.j2" if variant else f"{remediation}.yaml.j2"
+    return f"{remediation}/{variant or DEFAULT_TEMPLATE}.yaml.j2"
+
+
+def remediation_ids() -> list[str]:
+    """Every remediation id with a folder under remediations/."""
+    return sorted(p.name for p in remediations_dir().iterdir() if p.is_dir() and _ID.match(p.name))
 
 
 @cache
 def param_defaults() -> Mapping[str, Mapping[str, Any]]:
-    """remediations/params.yaml: id -> {param: {default, description}}."""
-    path = templates_dir() / "params.yaml"
-    data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    return {rid: {k: v["default"] for k, v in (spec or {}).items()} for rid, spec in data.items()}
+    """id -> {param: default}, from each remediations/<id>/params.yaml ({param:
+    {default, description}}); an id without that file has no params."""
+    defaults: dict[str, Mapping[str, Any]] = {}
+    for rid in remediation_ids():
+        path = remediations_dir() / rid / PARAMS_FILE
+        spec = yaml.safe_load(path.read_text(encoding="utf-8")) if path.is_file() else None
+        defaults[rid] = {k: v["default"] for k, v in (spec or {}).items()}
+    return defaults
 
 
 @cache
@@ -101,7 +109,7 @@ def _as_json(value: Any) -> str:
 
 def render(remediation: str, variant: str | None, params: Mapping[str, Any]) -> Rendered:
     name = template_name(remediation, variant)
-    directory = templates_dir()
+    directory = remediations_dir()
     env = _environment(str(directory))
     problem = check_template((directory / name).read_text(encoding="utf-8"))
     if problem:

@@ -9,8 +9,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpuaudit.kube import pointers
 from gpuaudit.model import Finding
-from gpuaudit.remediate import patches, pointers
+from gpuaudit.remediate import patches
 from gpuaudit.remediate.plan import ObjectId, Plan, object_id
 
 

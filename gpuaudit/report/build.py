@@ -15,9 +15,7 @@ from datetime import datetime
 from typing import Any
 
 from gpuaudit import __version__
-from gpuaudit.audit import AuditResult
-from gpuaudit.cluster_state import ClusterState
-from gpuaudit.model import CATEGORIES
+from gpuaudit.model import CATEGORIES, AuditResult, ClusterState
 from gpuaudit.report import gate, summary
 from gpuaudit.report.history import RunSummary
 from gpuaudit.report.holders import Inventory, Thresholds, collect, pod_fact_index

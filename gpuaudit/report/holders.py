@@ -14,8 +14,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from gpuaudit.cluster_state import ClusterState, Node, PodState
 from gpuaudit.facts.capacity import physical_gpus
+from gpuaudit.model import ClusterState, Node, PodState
 
 # The states an allocated GPU can be in, as the first screen shows them.
 ACTIVE, RESIDENT_IDLE, IDLE, NO_DATA = "active", "resident_idle", "idle", "no_data"

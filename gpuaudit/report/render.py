@@ -21,7 +21,7 @@ from typing import Any
 import jinja2
 import markupsafe
 
-from gpuaudit.output.files import inside, write_atomic
+from gpuaudit.files import inside, write_atomic
 from gpuaudit.report import charts
 
 FILES = ("report.html", "report.md", "report.json")

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
-from gpuaudit.snapshot import loads_json
+from gpuaudit.sources.snapshot import loads_json
 
 __all__ = ["OBJECT_KEYS", "ClusterSourceError", "collect"]
 
@@ -438,8 +438,8 @@ def _owners(collector: _Collector, objects: dict[str, list[dict[str, Any]]]) -> 
     A custom resource API that is not installed is "absent"; a failure is an
     error naming it, and the chains through it stop where it was.
     """
-    from gpuaudit.cluster_state import may_use_gpus
-    from gpuaudit.sources import owners
+    from gpuaudit.kube import owners
+    from gpuaudit.model.cluster_builder import may_use_gpus
 
     walk = owners.OwnerWalk([p for p in objects["pods"] if may_use_gpus(p)])
     walk.add(objects["replicasets"], "apps", "ReplicaSet")

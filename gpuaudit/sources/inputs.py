@@ -31,7 +31,7 @@ def gather_inputs(
     helm_values: Sequence[Path] = (),
 ) -> list[Item]:
     """Everything to audit, in order. Files are left to read where they are
-    audited (perhaps another core: sources/fanout.py); stdin, rendered
+    audited (perhaps another core: pipelines/shards.py); stdin, rendered
     kustomizations and charts, and problems come read already."""
     items: list[Item] = []
     directories: list[str] = []

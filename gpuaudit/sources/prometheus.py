@@ -28,9 +28,10 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 from urllib.parse import urlencode, urlsplit, urlunsplit
 
-from gpuaudit.sources import promql, telemetry
+from gpuaudit.model import telemetry
+from gpuaudit.model.telemetry import TelemetryUnavailable
+from gpuaudit.sources import promql
 from gpuaudit.sources.promql import Candidate, Field, QuerySpec
-from gpuaudit.sources.telemetry import TelemetryUnavailable
 
 __all__ = ["TelemetryUnavailable", "query_telemetry"]
 

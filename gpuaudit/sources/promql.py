@@ -33,7 +33,7 @@ from urllib.parse import quote_plus
 
 import yaml
 
-from gpuaudit.sources.telemetry import METRIC_KEYS
+from gpuaudit.model.telemetry import METRIC_KEYS
 
 _TOP_KEYS = {"version", "params", "keys", "shard_label", "signals"}
 _REQUIRED_KEYS = ("namespace", "pod", "container", "node", "gpu", "uuid", "model",

@@ -24,8 +24,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from gpuaudit.sources import telemetry
-from gpuaudit.sources.telemetry import TelemetryUnavailable
+from gpuaudit.model import telemetry
+from gpuaudit.model.telemetry import TelemetryUnavailable
 
 DEFAULT_PARAMS = {"resident_fb_mib": 1024, "idle_compute": 0.05}
 MIB = 2**20

@@ -22,7 +22,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpuaudit.quantity import parse_quantity
+from gpuaudit.kube.quantity import parse_quantity
 
 UNSCHEDULABLE = "node(s) were unschedulable"
 UNTOLERATED = "node(s) had untolerated taint(s)"  # 1.35+ and 1.34 patch releases

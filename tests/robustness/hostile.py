@@ -117,7 +117,7 @@ def field_names() -> tuple[str, ...]:
     """Keys the facts and the model read, found in their source and in the
     pod-spec locator table."""
     names: set[str] = set(RESOURCE_NAMES)
-    sources = [PACKAGE / "workloads.py", PACKAGE / "cluster_state.py", PACKAGE / "model.py"]
+    sources = sorted((PACKAGE / "model").glob("*.py")) + sorted((PACKAGE / "kube").glob("*.py"))
     sources += sorted((PACKAGE / "facts").glob("*.py"))
     for path in sources:
         text = path.read_text()
@@ -206,7 +206,7 @@ def cluster_seed() -> dict[str, Any]:
                 "extra": {},
             }
         )
-    from gpuaudit.sources.telemetry import rollup_pods
+    from gpuaudit.model.telemetry import rollup_pods
 
     telemetry = {
         "version": 1,

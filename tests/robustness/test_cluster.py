@@ -23,8 +23,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from gpuaudit.model.telemetry import TelemetryUnavailable
 from gpuaudit.sources.prometheus import query_telemetry
-from gpuaudit.sources.telemetry import TelemetryUnavailable
 from tests.prometheus_server import Reply, StubServer, free_port
 from tests.robustness.hostile import SMALL_CLUSTER, cluster_seed
 

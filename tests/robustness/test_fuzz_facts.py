@@ -25,10 +25,13 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gpuaudit.audit import AuditResult, audit_cluster, check_manifests, load_policy
-from gpuaudit.config import Config
+from gpuaudit.model import AuditResult
 from gpuaudit.output import FORMATS, formatter
-from gpuaudit.snapshot import SnapshotError, validate_snapshot
+from gpuaudit.pipelines.audit import audit_cluster
+from gpuaudit.pipelines.check import check_manifests
+from gpuaudit.pipelines.policy import load_policy
+from gpuaudit.sources.snapshot import SnapshotError, validate_snapshot
+from gpuaudit.sources.user_config import Config
 from tests.robustness.hostile import hostile_manifests, hostile_snapshots, mutate
 
 EXAMPLES = int(os.environ.get("GPUAUDIT_FUZZ_EXAMPLES", "150"))
@@ -92,7 +95,7 @@ def test_snapshot_pipeline_never_raises_and_every_format_renders(snapshot):
 def test_config_objects_never_raise(data):
     """Device-plugin ConfigMaps, ClusterPolicies and mig-parted configs, with
     their embedded YAML text mutated too."""
-    from gpuaudit.facts import config as config_facts
+    from gpuaudit.facts import device_plugin as config_facts
     from gpuaudit.model import Document
 
     seed = {

@@ -21,9 +21,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gpuaudit.audit import check_manifests, load_policy
-from gpuaudit.config import Config
-from gpuaudit.sources.manifests import MAX_DEPTH, MAX_FILE_BYTES
+from gpuaudit.kube.yaml_lines import MAX_DEPTH
+from gpuaudit.pipelines.check import check_manifests
+from gpuaudit.pipelines.policy import load_policy
+from gpuaudit.sources.manifests import MAX_FILE_BYTES
+from gpuaudit.sources.user_config import Config
 from tests.robustness.hostile import NASTY_STRINGS, PINNED, manifest_seeds
 
 POD_WITH = """\

@@ -30,10 +30,9 @@ import jsonschema
 import pytest
 import yaml
 
-from gpuaudit.audit import AuditResult
-from gpuaudit.model import Finding, InputError, Location, Resource, Skipped
+from gpuaudit.files import write_atomic
+from gpuaudit.model import AuditResult, Finding, InputError, Location, Resource, Skipped
 from gpuaudit.output import FORMATS, formatter
-from gpuaudit.output.files import write_atomic
 
 ROOT = Path(__file__).resolve().parents[2]
 SARIF_SCHEMA = json.loads((ROOT / "tests" / "schemas" / "sarif-schema-2.1.0.json").read_text())
@@ -309,10 +308,10 @@ class Stalling:  # the file object, but the process stops for good half-way thro
 real_fdopen = os.fdopen
 os.fdopen = lambda *a, **k: Stalling(real_fdopen(*a, **k))
 if how == "write_atomic":
-    from gpuaudit.output.files import write_atomic
+    from gpuaudit.files import write_atomic
     write_atomic(target, "new " * 100000)
 else:
-    from gpuaudit.snapshot import write_snapshot
+    from gpuaudit.sources.snapshot import write_snapshot
     write_snapshot({"objects": {"pods": [{"metadata": {"name": "p"}}] * 1000}}, target)
 """
 

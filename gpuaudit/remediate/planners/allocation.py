@@ -5,8 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from gpuaudit import gpus
-from gpuaudit.remediate import pointers, sizing
-from gpuaudit.remediate.planners import (
+from gpuaudit.kube import pointers
+from gpuaudit.remediate import sizing
+from gpuaudit.remediate.planners.common import (
     NO_CONTAINER,
     NVIDIA_GPU,
     Confidence,
@@ -288,6 +289,39 @@ def drop_init_container_gpus(ctx: Context) -> Proposal | Declined:
     )
     params = {**identity(ctx), "containers": changes}
     return Proposal(None, params, basis, "static", f"{template.pointer}#init-gpus")
+
+
+_RAY_POD_TEMPLATE = "/template/spec"  # a Ray group's pod spec, below the group
+
+
+@planner("drop-ray-head-gpus")
+def drop_ray_head_gpus(ctx: Context) -> Proposal | Declined:
+    template = needs_template(ctx)
+    if isinstance(template, Declined):
+        return template
+    if not template.pointer.endswith(_RAY_POD_TEMPLATE):
+        return Declined("the head's pod spec is not where a Ray head group keeps it (template.spec)")
+    if template.extra_gpus:
+        return Declined("the head's GPUs come from a claim or a scheduler annotation: not a resource to drop")
+    changes = []
+    for c in template.containers:
+        for r in c.gpus:
+            if r.count is None:
+                return Declined(f"container {c.name}'s GPU count is not a number")
+            changes.append({"resources_pointer": c.resources_pointer, "resource": r.resource})
+    if not changes:
+        return Declined("no container of the head requests a GPU resource")
+    basis = (
+        "The worker groups request GPUs of their own: GPU tasks and actors run there, and the "
+        'head keeps the control plane and the drivers, with num-gpus "0" so Ray schedules no GPU work on it.'
+    )
+    params = {
+        **identity(ctx),
+        "group_pointer": template.pointer.removesuffix(_RAY_POD_TEMPLATE),
+        "containers": changes,
+        "workers": ctx.facts.get("other_gpu_roles") or [],
+    }
+    return Proposal(None, params, basis, "static", f"{template.pointer}#ray-head-gpus")
 
 
 @planner("match-gpus-to-parallelism")

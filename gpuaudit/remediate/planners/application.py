@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from gpuaudit.quantity import QuantityError, parse_quantity
-from gpuaudit.remediate import pointers, sizing
-from gpuaudit.remediate.planners import (
+from gpuaudit.kube import pointers
+from gpuaudit.kube.quantity import QuantityError, parse_quantity
+from gpuaudit.remediate import sizing
+from gpuaudit.remediate.planners.common import (
     NO_CONTAINER,
     Context,
     Declined,

@@ -10,15 +10,9 @@ from typing import Any
 
 import yaml
 
-from gpuaudit.remediate import pointers
-from gpuaudit.remediate.planners import (
-    Context,
-    Declined,
-    Proposal,
-    identity,
-    planner,
-)
-from gpuaudit.workloads import group_of
+from gpuaudit.kube import pointers
+from gpuaudit.kube.podspecs import group_of
+from gpuaudit.remediate.planners.common import Context, Declined, Proposal, identity, planner
 
 # --- batch lifecycle ---------------------------------------------------------------------
 
@@ -46,7 +40,7 @@ def _lifecycle_value(leaf: str, spec: Mapping[str, Any], params: Mapping[str, An
 
 def _parents(obj: Mapping[str, Any], pointer: str) -> list[str]:
     """Concrete pointers for a parent pointer that may hold `*` segments."""
-    from gpuaudit.workloads import expand
+    from gpuaudit.kube.pointers import expand
 
     if "*" not in pointer:
         return [pointer]

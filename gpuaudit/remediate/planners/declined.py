@@ -3,7 +3,7 @@ each with the reason REVIEW.md gives."""
 
 from __future__ import annotations
 
-from gpuaudit.remediate.planners import PLANNERS, Context, Declined, planner
+from gpuaudit.remediate.planners.common import PLANNERS, Context, Declined, planner
 
 REASONS = {
     "scale-to-zero": (

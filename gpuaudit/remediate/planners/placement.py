@@ -6,16 +6,9 @@ import copy
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from gpuaudit.remediate import pointers
-from gpuaudit.remediate.planners import (
-    HOSTNAME_LABEL,
-    Context,
-    Declined,
-    Proposal,
-    identity,
-    needs_template,
-    planner,
-)
+from gpuaudit.kube import pointers
+from gpuaudit.kube.labels import HOSTNAME_LABEL
+from gpuaudit.remediate.planners.common import Context, Declined, Proposal, identity, needs_template, planner
 
 # --- placement -----------------------------------------------------------------------
 

@@ -11,15 +11,7 @@ import yaml
 
 from gpuaudit.model import Document
 from gpuaudit.remediate import sizing
-from gpuaudit.remediate.planners import (
-    NVIDIA_GPU,
-    Confidence,
-    Context,
-    Declined,
-    Proposal,
-    identity,
-    planner,
-)
+from gpuaudit.remediate.planners.common import NVIDIA_GPU, Confidence, Context, Declined, Proposal, identity, planner
 
 # --- sharing ------------------------------------------------------------------------------
 
@@ -215,7 +207,7 @@ def fail_requests_greater_than_one(ctx: Context) -> Proposal | Declined:
 def sharing_configs(documents: Iterable[Document]) -> tuple[tuple[str, str, str], ...]:
     """(namespace, name, key) of the device-plugin ConfigMaps in ``documents``
     whose config time-slices or shares GPUs with MPS at two replicas or more."""
-    from gpuaudit.facts.config import is_device_plugin_config
+    from gpuaudit.facts.device_plugin import is_device_plugin_config
 
     found = []
     for doc in documents:

@@ -1,0 +1,79 @@
+"""`gpuaudit audit`: judge a live cluster (or a snapshot), with telemetry."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+
+from gpuaudit.cli.options import emit, output_options, policy_options, read_config, split_names, stop
+from gpuaudit.cli.progress import Status
+from gpuaudit.cli.source_options import (
+    cluster_options,
+    load_snapshot,
+    load_telemetry,
+    split_source_options,
+    telemetry_options,
+)
+from gpuaudit.pipelines.audit import audit_cluster
+from gpuaudit.pipelines.policy import load_policy
+
+
+@click.command()
+@cluster_options
+@telemetry_options
+@policy_options
+@output_options
+@click.option(
+    "--save-snapshot",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Also write the snapshot this audit used (replay it with --snapshot).",
+)
+@click.option(
+    "--history",
+    "history_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Record this run's GPU counts in a SQLite history (for `gpuaudit report`'s trend).",
+)
+def audit(
+    config_path: Path | None,
+    policy_dirs: tuple[Path, ...],
+    include: str,
+    exclude: str,
+    formats: tuple[str, ...],
+    output: Path | None,
+    fail_on: str | None,
+    save_snapshot: Path | None,
+    history_path: Path | None,
+    **sources: Any,
+) -> int:
+    """Audit a live cluster read-only (or --snapshot FILE), with GPU telemetry
+    from --prometheus or --samples when given."""
+    config = read_config(config_path)
+    rules, rule_errors = load_policy(config, policy_dirs, split_names(include), split_names(exclude))
+    cluster, telemetry = split_source_options(sources)
+    snapshot = load_snapshot(**cluster)
+    problem = load_telemetry(snapshot, config, **telemetry)
+    if save_snapshot is not None:
+        from gpuaudit.sources.snapshot import SnapshotError, write_snapshot
+
+        try:
+            write_snapshot(snapshot, save_snapshot)
+        except SnapshotError as exc:
+            stop(str(exc))
+    status = Status()
+    status(f"judging {len(snapshot['objects'].get('pods') or []):,} pods")
+    result = audit_cluster(snapshot, config, rules, telemetry_problem=problem)
+    result.errors[:0] = [*config.warnings, *rule_errors]
+    status.clear()
+    emit(result, formats, output)
+    if history_path is not None:
+        from gpuaudit.pipelines.record import record_audit
+        from gpuaudit.report.history import HistoryError
+
+        try:
+            record_audit(history_path, result, config, snapshot)
+        except (HistoryError, ValueError) as exc:
+            stop(f"history not recorded: {exc}")
+    return result.exit_code(fail_on or config.fail_on or "high")

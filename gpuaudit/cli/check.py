@@ -1,0 +1,119 @@
+"""`gpuaudit check`: audit manifests, kustomize packages and Helm charts.
+
+Run by pre-commit on every commit, so its import path stays short: no
+Kubernetes client, Jinja2 or NVML."""
+
+from __future__ import annotations
+
+import gc
+from pathlib import Path
+
+import click
+
+from gpuaudit.cli.options import (
+    emit,
+    input_errors_code,
+    option_group,
+    output_options,
+    policy_options,
+    read_config,
+    split_names,
+    stop,
+)
+from gpuaudit.files import write_atomic
+from gpuaudit.pipelines.check import check_manifests
+from gpuaudit.pipelines.policy import load_policy
+
+input_options = option_group(
+    click.option(
+        "--helm-chart",
+        "helm_charts",
+        multiple=True,
+        type=click.Path(exists=True, file_okay=False, path_type=Path),
+        help="Render this chart with `helm template` and audit the result (repeatable).",
+    ),
+    click.option(
+        "--values",
+        "helm_values",
+        multiple=True,
+        type=click.Path(exists=True, dir_okay=False, path_type=Path),
+        help="Values file for --helm-chart (repeatable).",
+    ),
+    click.option(
+        "--no-kustomize",
+        is_flag=True,
+        help="Read directories with a kustomization as plain files instead of rendering them.",
+    ),
+    click.option(
+        "--baseline",
+        "baseline_path",
+        type=click.Path(exists=True, dir_okay=False, path_type=Path),
+        help="Hide the findings recorded in this baseline; report the rest.",
+    ),
+    click.option(
+        "--write-baseline",
+        type=click.Path(dir_okay=False, path_type=Path),
+        help="Record the current findings in this file (exit 0 unless input errors).",
+    ),
+)
+
+
+@click.command()
+@click.argument("paths", nargs=-1)
+@policy_options
+@output_options
+@input_options
+def check(
+    paths: tuple[str, ...],
+    config_path: Path | None,
+    policy_dirs: tuple[Path, ...],
+    include: str,
+    exclude: str,
+    formats: tuple[str, ...],
+    output: Path | None,
+    fail_on: str | None,
+    helm_charts: tuple[Path, ...],
+    helm_values: tuple[Path, ...],
+    no_kustomize: bool,
+    baseline_path: Path | None,
+    write_baseline: Path | None,
+) -> int:
+    """Audit manifests (files, directories, '-' for stdin; directories with a
+    kustomization are rendered) and Helm charts (--helm-chart)."""
+    # One short run that builds many small objects and no reference cycles:
+    # the cycle collector would only cost time (about 8% on 1,000 files).
+    gc.disable()
+    if not paths and not helm_charts:
+        raise click.UsageError("give manifest PATHS, '-' for stdin, or --helm-chart DIR")
+    if helm_values and not helm_charts:
+        raise click.UsageError("--values applies to --helm-chart")
+    config = read_config(config_path)
+    rules, rule_errors = load_policy(config, policy_dirs, split_names(include), split_names(exclude))
+    result = check_manifests(
+        paths,
+        config,
+        rules,
+        render_kustomize=not no_kustomize,
+        helm_charts=helm_charts,
+        helm_values=helm_values,
+        keep_subjects=False,  # no output needs them: lets a large input use all cores
+    )
+    result.errors[:0] = [*config.warnings, *rule_errors]
+    if write_baseline is not None or baseline_path is not None:
+        from gpuaudit.engine import baseline
+
+        if write_baseline is not None:
+            write_atomic(write_baseline, baseline.dumps(baseline.build(result.findings)))
+            click.echo(
+                f"gpuaudit: recorded {len(result.findings)} finding(s) in {write_baseline}",
+                err=True,
+            )
+        if baseline_path is not None:
+            try:
+                baseline.apply_to_result(result, baseline_path)
+            except baseline.BaselineError as exc:
+                stop(str(exc))
+    emit(result, formats, output)
+    if write_baseline is not None:
+        return input_errors_code(result.errors)
+    return result.exit_code(fail_on or config.fail_on or "high")

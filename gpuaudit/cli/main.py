@@ -1,0 +1,73 @@
+"""The `gpuaudit` command group: every command lives in its own module and is
+imported only when it runs, so `gpuaudit check` (run by pre-commit on every
+commit) never loads the cluster client, Jinja2 or NVML.
+
+Commands return their exit code: 0 clean, 1 findings at or above --fail-on,
+2 input errors or a partial run. A crash exits 3, so it never reads as 1.
+"""
+
+from __future__ import annotations
+
+import sys
+from importlib import import_module
+from typing import Any
+
+import click
+
+from gpuaudit import __version__
+
+# name -> "module:attribute"
+COMMANDS = {
+    "audit": "gpuaudit.cli.audit:audit",
+    "check": "gpuaudit.cli.check:check",
+    "fix": "gpuaudit.cli.fix:fix",
+    "report": "gpuaudit.cli.report:report",
+    "rules": "gpuaudit.cli.rules:rules",
+    "sample": "gpuaudit.cli.sample:sample",
+    "snapshot": "gpuaudit.cli.snapshot:snapshot",
+}
+CRASH_EXIT_CODE = 3
+
+
+class LazyGroup(click.Group):
+    """Imports a command's module only when that command runs, and turns the
+    command's return value into the exit code."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(COMMANDS)
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        target = COMMANDS.get(name)
+        if target is None:
+            return None
+        module, attribute = target.split(":")
+        return getattr(import_module(module), attribute)
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            code = super().invoke(ctx)
+        except (click.exceptions.ClickException, click.exceptions.Exit, click.exceptions.Abort):
+            raise
+        except Exception:
+            import traceback
+
+            traceback.print_exc()
+            click.echo("gpuaudit: internal error (a bug; the trace above says where)", err=True)
+            ctx.exit(CRASH_EXIT_CODE)
+        ctx.exit(code if isinstance(code, int) else 0)
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="gpuaudit")
+def main() -> None:
+    """Audit GPU capacity on Kubernetes: why jobs queue while the GPUs look idle."""
+    from gpuaudit.output.terminal import CleanStream
+
+    if sys.stderr is not None and not isinstance(sys.stderr, CleanStream):  # messages quote input
+        sys.stderr = CleanStream(sys.stderr)  # type: ignore[assignment]
+
+
+def kubectl_plugin() -> None:
+    """Entry point of `kubectl-gpuaudit`: kubectl runs it for `kubectl gpuaudit ...`,
+    so help and usage messages name the command the user typed."""
+    main(prog_name="kubectl gpuaudit")

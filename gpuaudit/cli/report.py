@@ -1,0 +1,116 @@
+"""`gpuaudit report`: the capacity review (report.html, report.md, report.json)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+
+from gpuaudit.cli.options import input_errors_code, policy_options, read_config, split_names, stop
+from gpuaudit.cli.progress import Status
+from gpuaudit.cli.source_options import (
+    cluster_options,
+    load_snapshot,
+    load_telemetry,
+    split_source_options,
+    telemetry_options,
+)
+from gpuaudit.pipelines.audit import audit_cluster
+from gpuaudit.pipelines.policy import load_policy
+from gpuaudit.pipelines.report import history_database, write_review
+from gpuaudit.report.build import settings_from_config
+from gpuaudit.report.history import HistoryError
+from gpuaudit.report.period import month
+
+
+@click.command()
+@cluster_options
+@telemetry_options
+@policy_options
+@click.option(
+    "--out",
+    "out_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    required=True,
+    help="Folder for report.html, report.md and report.json (created when missing).",
+)
+@click.option(
+    "--history",
+    "history_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="SQLite run history to record this run in and chart the trend from "
+    "[default: config report.history, else OUT/history.sqlite].",
+)
+@click.option("--no-record", is_flag=True, help="Read the history but do not add this run.")
+@click.option("--period", help="Reporting month, e.g. 2026-11 [default: the snapshot's month].")
+@click.option(
+    "--gpu-hour-price",
+    "prices",
+    multiple=True,
+    help="Price per GPU-hour: a number, or MODEL=PRICE per catalogue model (repeatable; "
+    "overrides config report.gpu_hour_price).",
+)
+@click.option(
+    "--time-slicing-replicas",
+    type=click.IntRange(2, 64),
+    help="Replicas per GPU in the time-slicing what-if [default: config, else 4].",
+)
+def report(
+    config_path: Path | None,
+    policy_dirs: tuple[Path, ...],
+    include: str,
+    exclude: str,
+    out_dir: Path,
+    history_path: Path | None,
+    no_record: bool,
+    period: str | None,
+    prices: tuple[str, ...],
+    time_slicing_replicas: int | None,
+    **sources: Any,
+) -> int:
+    """Write the capacity review of a live cluster (or --snapshot FILE) to --out DIR."""
+    config = read_config(config_path)
+    try:
+        settings = settings_from_config(
+            config.report, price_overrides=prices, time_slicing_replicas=time_slicing_replicas
+        )
+        chosen = month(period) if period else None
+    except ValueError as exc:
+        stop(str(exc))
+    rules, rule_errors = load_policy(config, policy_dirs, split_names(include), split_names(exclude))
+    cluster, telemetry = split_source_options(sources)
+    snapshot = load_snapshot(**cluster)
+    problem = load_telemetry(snapshot, config, **telemetry)
+    status = Status()
+    status(f"judging {len(snapshot['objects'].get('pods') or []):,} pods")
+    result = audit_cluster(snapshot, config, rules, telemetry_problem=problem)
+    result.errors[:0] = [*config.warnings, *rule_errors]
+    try:
+        written, document = write_review(
+            snapshot,
+            result,
+            config,
+            settings,
+            out_dir,
+            database=history_database(config, history_path, out_dir),
+            record=not no_record,
+            period=chosen,
+            progress=status,
+        )
+    except HistoryError as exc:
+        stop(str(exc))
+    except OSError as exc:
+        stop(f"cannot write the report to {out_dir}: {exc}")
+    status.clear()
+    for error in result.errors:
+        where = f"{error.file}:{error.line}" if error.line else error.file
+        click.echo(f"gpuaudit: {error.level}: {where}: {error.message}", err=True)
+    first = document["first_screen"]
+    click.echo(
+        f"wrote {', '.join(str(p) for p in written)}: {first['gpus']['total']:g} GPUs, "
+        f"{first['gpus']['allocated']:g} allocated, {first['gpus']['active']:g} active, "
+        f"{first['pending']['gpus']:g} pending; {first['gate']['headline'].lower()}",
+        err=True,
+    )
+    return input_errors_code(result.errors)

@@ -1,0 +1,127 @@
+"""`gpuaudit rules`: list, explain, validate and test rules."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from gpuaudit.cli.options import input_errors_code, policy_options, read_config, split_names, stop
+from gpuaudit.engine.policy_files import validate_paths
+from gpuaudit.model import CATEGORIES
+from gpuaudit.pipelines.policy import load_policy
+from gpuaudit.pipelines.rules_test import run_site_cases
+
+
+@click.group()
+def rules() -> None:
+    """List, explain and validate rules."""
+
+
+@rules.command("list")
+@policy_options
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text")
+def rules_list(config_path: Path | None, policy_dirs: tuple[Path, ...], include: str, exclude: str, fmt: str) -> int:
+    """The rules that would run, in diagnostic order."""
+    config = read_config(config_path)
+    loaded, errors = load_policy(config, policy_dirs, split_names(include), split_names(exclude))
+    for e in errors:
+        click.echo(f"gpuaudit: {e.file}{':' + str(e.line) if e.line else ''}: {e.message}", err=True)
+
+    loaded.sort(key=lambda r: (CATEGORIES.index(r.category), r.id))
+    if fmt == "json":
+        import json
+
+        rows = [
+            {
+                "id": r.id,
+                "title": r.title,
+                "category": r.category,
+                "severity": r.severity,
+                "scope": list(r.scope),
+                "target": r.target,
+                "requires": list(r.requires),
+                "params": dict(r.params),
+                "remediation": (r.remediation or {}).get("id"),
+            }
+            for r in loaded
+        ]
+        click.echo(json.dumps(rows, indent=2))
+    else:
+        for r in loaded:
+            needs = f"  (needs {', '.join(r.requires)})" if r.requires else ""
+            click.echo(f"{r.id:<11} {r.severity:<8} {r.category:<11} {r.title}{needs}")
+    return input_errors_code(errors)
+
+
+@rules.command("explain")
+@click.argument("rule_id")
+@policy_options
+def rules_explain(
+    rule_id: str,
+    config_path: Path | None,
+    policy_dirs: tuple[Path, ...],
+    include: str,
+    exclude: str,
+) -> int:
+    """A rule's docs page: why it matters, what to check first, how to fix."""
+    config = read_config(config_path)
+    loaded, _ = load_policy(config, policy_dirs)
+    rule = next((r for r in loaded if r.id == rule_id.upper()), None)
+    if rule is None:
+        stop(f"no rule {rule_id}")
+    click.echo(f"{rule.id}: {rule.title}")
+    click.echo(
+        f"category: {rule.category}   severity: {rule.severity}   scope: {', '.join(rule.scope)}"
+        f"   target: {rule.target}" + (f"   needs: {', '.join(rule.requires)}" if rule.requires else "")
+    )
+    if rule.params:
+        click.echo("params: " + ", ".join(f"{k}={v}" for k, v in rule.params.items()))
+    if rule.remediation:
+        click.echo(f"remediation: {rule.remediation['id']}")
+    click.echo("")
+    click.echo(rule.docs.rstrip())
+    return 0
+
+
+@rules.command("validate")
+@click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True, path_type=Path))
+def rules_validate(paths: tuple[Path, ...]) -> int:
+    """Check rule folders or files against the rule schema and the fact
+    schema (and the shape of *.cases.yaml files)."""
+
+    checked = validate_paths(paths)
+    for e in checked.errors:
+        click.echo(f"{e}", err=True)
+    cases = f", {checked.cases_files} cases file(s) checked" if checked.cases_files else ""
+    click.echo(f"{len(checked.rules)} rules valid, {len(checked.errors)} invalid{cases}")
+    return 2 if checked.errors else 0
+
+
+@rules.command("test")
+@click.argument("dirs", nargs=-1, required=True, type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option("-v", "--verbose", is_flag=True, help="List passing cases too.")
+def rules_test(dirs: tuple[Path, ...], verbose: bool) -> int:
+    """Run the pass/fail cases (<rule>.cases.yaml) of the rules under DIRS,
+    as the built-in rules' cases are run. Exit 1 when a case fails."""
+
+    outcomes = run_site_cases(dirs)
+    failed = cases = 0
+    for rule in outcomes:
+        label = rule.rule_id or str(rule.rule_file)
+        if rule.problem:
+            failed += 1
+            click.echo(f"ERROR {label}: {rule.problem}")
+            continue
+        for r in rule.results:
+            cases += 1
+            failed += not r.ok
+            if not r.ok or verbose:
+                status = "ok   " if r.ok else "FAIL "
+                detail = "" if r.ok else f": {r.detail}"
+                click.echo(f"{status} {label}  {r.case.name}{detail}")
+        missing = {"pass", "fail"} - rule.expects
+        if missing and rule.results:
+            click.echo(f"note  {label}: no {' or '.join(sorted(missing))} case")
+    click.echo(f"{len(outcomes)} rules, {cases} cases, {failed} failed")
+    return 1 if failed else 0

@@ -1,0 +1,49 @@
+"""`gpuaudit snapshot`: record what an audit uses, to replay it offline."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+
+from gpuaudit.cli.options import read_config, stop
+from gpuaudit.cli.source_options import (
+    cluster_options,
+    load_snapshot,
+    load_telemetry,
+    split_source_options,
+    telemetry_options,
+)
+from gpuaudit.sources.snapshot import SnapshotError, write_snapshot
+
+
+@click.command()
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False, path_type=Path),
+    required=True,
+    help="Snapshot file (.json, or .json.gz compressed).",
+)
+@click.option("--config", "config_path", type=click.Path(dir_okay=False, path_type=Path))
+@cluster_options
+@telemetry_options
+def snapshot(output: Path, config_path: Path | None, **sources: Any) -> int:
+    """Collect cluster objects (and telemetry) read-only into one file."""
+
+    config = read_config(config_path)
+    cluster, telemetry = split_source_options(sources)
+    data = load_snapshot(**cluster)
+    problem = load_telemetry(data, config, **telemetry)
+    try:
+        write_snapshot(data, output)
+    except SnapshotError as exc:
+        stop(str(exc))
+    counts = ", ".join(f"{len(v)} {k}" for k, v in data["objects"].items() if v)
+    click.echo(f"wrote {output}: {counts}", err=True)
+    for error in data.get("errors") or []:
+        click.echo(f"gpuaudit: could not read {error['resource']}: {error['message']}", err=True)
+    if problem:
+        click.echo(f"gpuaudit: telemetry unavailable: {problem}", err=True)
+    return 2 if data.get("errors") or problem else 0

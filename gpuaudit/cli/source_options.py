@@ -1,0 +1,245 @@
+"""Options and loading shared by the commands that read a live cluster or a
+snapshot, and GPU telemetry (audit, snapshot, report, fix).
+
+The sources are imported where they are used: a run from a snapshot file
+never loads the Kubernetes client, and one without --prometheus no HTTP code."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import click
+
+from gpuaudit.cli.options import option_group, stop
+from gpuaudit.durations import parse_duration
+from gpuaudit.sources.user_config import Config
+
+
+def seconds_option(value: str, option: str) -> int:
+    try:
+        seconds = round(parse_duration(value))
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint=option) from None
+    if seconds <= 0:
+        raise click.BadParameter(f"{value!r} is not a positive duration", param_hint=option)
+    return seconds
+
+
+cluster_options = option_group(
+    click.option(
+        "--snapshot",
+        "snapshot_path",
+        type=click.Path(exists=True, dir_okay=False, path_type=Path),
+        help="Audit this snapshot file instead of a live cluster.",
+    ),
+    click.option(
+        "--kubeconfig",
+        type=click.Path(dir_okay=False),
+        help="kubeconfig file (default: $KUBECONFIG).",
+    ),
+    click.option("--context", help="kubeconfig context."),
+    click.option("--in-cluster", is_flag=True, help="Use the pod's service account."),
+    click.option(
+        "--request-timeout",
+        type=float,
+        default=30.0,
+        show_default=True,
+        help="Seconds per API request.",
+    ),
+    click.option(
+        "--page-size",
+        type=click.IntRange(1, 10000),
+        default=500,
+        show_default=True,
+        help="Objects per list request.",
+    ),
+    click.option(
+        "--deadline",
+        type=float,
+        default=300.0,
+        show_default=True,
+        help="Seconds for the whole collection.",
+    ),
+)
+
+
+telemetry_options = option_group(
+    click.option(
+        "--prometheus",
+        "prometheus_url",
+        help="Prometheus-compatible URL with DCGM exporter series.",
+    ),
+    click.option("--window", default="7d", show_default=True, help="Telemetry window (e.g. 24h, 7d)."),
+    click.option("--step", default="60s", show_default=True, help="Resolution of the telemetry aggregation."),
+    click.option(
+        "--until",
+        type=click.DateTime(["%Y-%m-%dT%H:%M:%S", "%Y-%m-%dT%H:%M:%SZ", "%Y-%m-%d"]),
+        help="End of the telemetry window, UTC (default: now).",
+    ),
+    click.option(
+        "--prometheus-token-file",
+        type=click.Path(exists=True, dir_okay=False),
+        help="File holding a bearer token for Prometheus.",
+    ),
+    click.option(
+        "--prometheus-user",
+        help="Basic-auth user (password from $GPUAUDIT_PROMETHEUS_PASSWORD).",
+    ),
+    click.option("--prometheus-ca", type=click.Path(exists=True, dir_okay=False), help="CA bundle."),
+    click.option("--prometheus-header", multiple=True, help="Extra header NAME=VALUE (repeatable)."),
+    click.option(
+        "--samples",
+        "sample_files",
+        multiple=True,
+        type=click.Path(exists=True, dir_okay=False, path_type=Path),
+        help="NVML samples written by `gpuaudit sample` (repeatable).",
+    ),
+)
+
+
+CLUSTER_PARAMS = (
+    "snapshot_path",
+    "kubeconfig",
+    "context",
+    "in_cluster",
+    "request_timeout",
+    "page_size",
+    "deadline",
+)
+TELEMETRY_PARAMS = (
+    "prometheus_url",
+    "window",
+    "step",
+    "until",
+    "prometheus_token_file",
+    "prometheus_user",
+    "prometheus_ca",
+    "prometheus_header",
+    "sample_files",
+)
+
+
+def split_source_options(options: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The keyword arguments of cluster_options and telemetry_options, apart."""
+    return (
+        {k: options[k] for k in CLUSTER_PARAMS if k in options},
+        {k: options[k] for k in TELEMETRY_PARAMS if k in options},
+    )
+
+
+def _progress(resource: str, count: int) -> None:
+    click.echo(f"\r  reading {resource}: {count:,}   ", err=True, nl=False)
+
+
+def load_snapshot(
+    *,
+    snapshot_path: Path | None,
+    kubeconfig: str | None,
+    context: str | None,
+    in_cluster: bool,
+    request_timeout: float,
+    deadline: float,
+    page_size: int = 500,
+) -> dict[str, Any]:
+    """A snapshot from a file, or collected now from the cluster (read-only)."""
+    if snapshot_path is not None:
+        from gpuaudit.sources.snapshot import SnapshotError, read_snapshot
+
+        try:
+            return read_snapshot(snapshot_path)
+        except SnapshotError as exc:
+            stop(str(exc))
+    from gpuaudit.sources.cluster import ClusterSourceError, collect
+
+    try:
+        snapshot = collect(
+            kubeconfig=kubeconfig,
+            context=context,
+            in_cluster=in_cluster,
+            request_timeout=request_timeout,
+            deadline=deadline,
+            page_size=page_size,
+            progress=_progress if sys.stderr.isatty() else None,
+        )
+    except ClusterSourceError as exc:
+        stop(str(exc))
+    if sys.stderr.isatty():
+        click.echo("", err=True)
+    return snapshot
+
+
+def _pods_by_uid(snapshot: dict[str, Any]) -> dict[str, tuple[str, str]]:
+    """Pod UID -> (namespace, name) of the snapshot's pods: a sampler on a node
+    (the DaemonSet in deploy/) records only the UID from each process's cgroup."""
+    out: dict[str, tuple[str, str]] = {}
+    for pod in (snapshot.get("objects") or {}).get("pods") or []:
+        meta = pod.get("metadata") or {}
+        if meta.get("uid") and meta.get("name"):
+            out[str(meta["uid"])] = (str(meta.get("namespace") or "default"), str(meta["name"]))
+    return out
+
+
+def load_telemetry(
+    snapshot: dict[str, Any],
+    config: Config,
+    *,
+    prometheus_url: str | None,
+    window: str,
+    step: str,
+    until: datetime | None,
+    prometheus_token_file: str | None,
+    prometheus_user: str | None,
+    prometheus_ca: str | None,
+    prometheus_header: Sequence[str],
+    sample_files: Sequence[Path],
+) -> str | None:
+    """Put telemetry aggregates into ``snapshot['telemetry']`` when asked for.
+
+    Returns why telemetry could not be read (the audit goes on without it), or None.
+    """
+    import os
+
+    from gpuaudit.model.telemetry import TelemetryUnavailable
+
+    settings = config.telemetry
+    url = prometheus_url or settings.get("prometheus")
+    if sample_files:
+        from gpuaudit.sources.samples import aggregate_samples
+
+        try:
+            snapshot["telemetry"] = aggregate_samples(
+                list(sample_files), params=settings.get("params"), pods_by_uid=_pods_by_uid(snapshot)
+            )
+        except (OSError, ValueError, TelemetryUnavailable) as exc:
+            return f"cannot use samples: {exc}"
+        return None
+    if not url:
+        return None
+    from gpuaudit.sources.prometheus import query_telemetry
+    from gpuaudit.sources.promql import QueryConfigError
+
+    headers = dict(h.split("=", 1) for h in prometheus_header if "=" in h)
+    token = Path(prometheus_token_file).read_text().strip() if prometheus_token_file else None
+    password = os.environ.get("GPUAUDIT_PROMETHEUS_PASSWORD", "")
+    try:
+        snapshot["telemetry"] = query_telemetry(
+            url,
+            window_seconds=seconds_option(window, "--window"),
+            step_seconds=seconds_option(step, "--step"),
+            end=until.replace(tzinfo=timezone.utc) if until else None,
+            params=settings.get("params"),
+            queries=settings.get("queries"),
+            bearer_token=token,
+            basic_auth=(prometheus_user, password) if prometheus_user else None,
+            ca_bundle=prometheus_ca,
+            headers=headers,
+        )
+    except QueryConfigError as exc:  # the site's query override is wrong: a usage error
+        stop(f"telemetry.queries in config: {exc}")
+    except TelemetryUnavailable as exc:
+        return str(exc)
+    return None

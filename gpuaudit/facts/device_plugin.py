@@ -1,0 +1,288 @@
+"""Facts about GPU sharing configuration objects found in the input:
+device-plugin configs (bare, or inside a ConfigMap), the GPU Operator
+ClusterPolicy, and mig-parted configs (gpu-domain.md §2, §3)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping
+from functools import lru_cache
+from typing import TYPE_CHECKING, Any
+
+import yaml
+
+from gpuaudit import gpus
+from gpuaudit.facts import Subject
+from gpuaudit.kube.shapes import as_list
+from gpuaudit.kube.yaml_lines import load_yaml_with_lines
+from gpuaudit.model import Document, Resource
+
+if TYPE_CHECKING:
+    from gpuaudit.facts.context import Context
+
+
+def subjects(doc: Document, context: Context | None = None) -> Iterator[Subject]:
+    """Config subjects of one object. ``context`` (what the rest of the input
+    requests) adds the facts that compare a config with the workloads."""
+    resource = Resource(doc.api_version, doc.kind, doc.namespace, doc.name)
+    identity = {"apiVersion": doc.api_version, "name": doc.name, "namespace": doc.namespace}
+    obj = doc.obj
+    # Exemption annotations (gpuaudit.io/ignore.<rule>) work on config objects too.
+    meta = obj.get("metadata") if isinstance(obj.get("metadata"), Mapping) else {}
+    notes = meta.get("annotations") if isinstance(meta.get("annotations"), Mapping) else {}
+    annotations = {str(k): str(v) for k, v in notes.items()}
+    if doc.kind == "ClusterPolicy" and doc.api_version.startswith("nvidia.com/"):
+        facts = {**cluster_policy_facts(obj), **identity}
+        facts["mig_requests_unserved"] = _mig_unserved(facts["mig_strategy"], context)
+        yield Subject("config", facts, resource, doc, annotations)
+    elif doc.kind == "ConfigMap":
+        data = obj.get("data")
+        if not isinstance(data, Mapping):
+            return
+        for key, text in data.items():
+            parsed = _parse_embedded(text)
+            ptr = "/data/" + str(key).replace("~", "~0").replace("/", "~1")
+            if is_device_plugin_config(parsed):
+                facts = {**device_plugin_facts(parsed, str(key), ptr), **identity}
+                facts.update(_against_workloads(parsed, facts["mig_strategy"], context))
+                yield Subject("config", facts, resource, doc, annotations)
+            elif is_mig_parted_config(parsed):
+                embedded = _with_embedded_lines(doc, ptr, str(text))
+                facts = {**mig_parted_facts(parsed, str(key), ptr), **identity}
+                yield Subject("config", facts, resource, embedded, annotations)
+    elif not doc.kind and not doc.api_version:  # a bare config file
+        bare = {"apiVersion": "", "name": doc.file.rsplit("/", 1)[-1], "namespace": ""}
+        if is_device_plugin_config(obj):
+            facts = {**device_plugin_facts(obj, "", ""), **bare, "kind": "DevicePluginConfig"}
+            facts.update(_against_workloads(obj, facts["mig_strategy"], context))
+            resource = Resource("", "DevicePluginConfig", "", bare["name"])
+            yield Subject("config", facts, resource, doc)
+        elif is_mig_parted_config(obj):
+            facts = {**mig_parted_facts(obj, "", ""), **bare}
+            resource = Resource("", "MigPartedConfig", "", bare["name"])
+            yield Subject("config", facts, resource, doc)
+
+
+def device_plugin_configs(documents: Iterable[Document]) -> Iterator[Mapping[str, Any]]:
+    """Every device-plugin config in ``documents``: in ConfigMaps, or bare."""
+    for doc in documents:
+        if doc.kind == "ConfigMap" and isinstance(doc.obj.get("data"), Mapping):
+            for text in doc.obj["data"].values():
+                parsed = _parse_embedded(text)
+                if is_device_plugin_config(parsed):
+                    yield parsed
+        elif not doc.kind and is_device_plugin_config(doc.obj):
+            yield doc.obj
+
+
+def is_device_plugin_config(value: Any) -> bool:
+    return (
+        isinstance(value, Mapping)
+        and str(value.get("version")) == "v1"
+        and ("sharing" in value or "flags" in value)
+        and "mig-configs" not in value
+    )
+
+
+def _parse_embedded(text: Any) -> Any:
+    if not isinstance(text, str) or "version" not in text:
+        return None
+    return parse_config_text(text)
+
+
+@lru_cache(maxsize=256)
+def parse_config_text(text: str) -> Any:
+    """YAML text embedded in an object (a ConfigMap value, a Serve config),
+    parsed once per text: the input context and the facts both read it
+    (callers treat the result as read-only); None when it is not YAML."""
+    try:
+        return yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    except yaml.YAMLError:
+        return None
+
+
+def device_plugin_facts(cfg: Mapping[str, Any], key: str, pointer: str) -> dict[str, Any]:
+    sharing = cfg.get("sharing") if isinstance(cfg.get("sharing"), Mapping) else {}
+    flags = cfg.get("flags") if isinstance(cfg.get("flags"), Mapping) else {}
+    strategies = {}
+    for name in ("timeSlicing", "mps"):
+        section = sharing.get(name)
+        if not isinstance(section, Mapping):
+            continue
+        resources = [r for r in as_list(section.get("resources")) if isinstance(r, Mapping)]
+        replicas = [r.get("replicas") for r in resources]
+        strategies[name] = {
+            "resources": [str(r.get("name")) for r in resources],
+            "min_replicas": min((x for x in replicas if isinstance(x, int)), default=None),
+            "rename_by_default": section.get("renameByDefault") is True,
+            "fail_requests_greater_than_one": section.get("failRequestsGreaterThanOne"),
+        }
+    mig_strategy = flags.get("migStrategy")
+    return {
+        "kind": "ConfigMap",
+        "config_type": "device-plugin",
+        "key": key,
+        "pointer": pointer,
+        "time_slicing": strategies.get("timeSlicing"),
+        "mps": strategies.get("mps"),
+        "mig_strategy": str(mig_strategy) if mig_strategy is not None else None,
+        "configures_sharing": bool(strategies) or mig_strategy in ("single", "mixed"),
+    }
+
+
+def cluster_policy_facts(obj: Mapping[str, Any]) -> dict[str, Any]:
+    spec = obj.get("spec") if isinstance(obj.get("spec"), Mapping) else {}
+    plugin = spec.get("devicePlugin") if isinstance(spec.get("devicePlugin"), Mapping) else {}
+    config = plugin.get("config") if isinstance(plugin.get("config"), Mapping) else {}
+    mig = spec.get("mig") if isinstance(spec.get("mig"), Mapping) else {}
+    manager = spec.get("migManager") if isinstance(spec.get("migManager"), Mapping) else {}
+    config_name = config.get("name") or None
+    manager_config = manager.get("config") if isinstance(manager.get("config"), Mapping) else {}
+    mig_default = manager_config.get("default") or None
+    # The MIG manager only partitions GPUs when told a layout other than all-disabled.
+    mig_layout = manager.get("enabled") is not False and mig_default not in (None, "all-disabled")
+    return {
+        "kind": "ClusterPolicy",
+        "config_type": "cluster-policy",
+        "key": "",
+        "pointer": "/spec/devicePlugin",
+        "device_plugin_config": str(config_name) if config_name else None,
+        "device_plugin_default": str(config.get("default")) if config.get("default") else None,
+        "mig_strategy": str(mig.get("strategy")) if mig.get("strategy") else None,
+        "mig_default_config": str(mig_default) if mig_default else None,
+        "configures_sharing": bool(config_name) or mig_layout,
+    }
+
+
+# --- compared with the workloads in the same input ------------------------------
+
+
+def _against_workloads(
+    cfg: Mapping[str, Any], mig_strategy: str | None, context: Context | None
+) -> dict[str, Any]:
+    return {
+        "rename_conflicts": _rename_conflicts(cfg, context),
+        "mig_requests_unserved": _mig_unserved(mig_strategy, context),
+    }
+
+
+def _rename_conflicts(cfg: Mapping[str, Any], context: Context | None) -> list[dict[str, Any]]:
+    """Workloads asking for a name this config stops advertising: with
+    renameByDefault the device plugin offers only ``<name>.shared``."""
+    if context is None:
+        return []
+    return [
+        {"requested": name, "advertised": f"{name}.shared", "workloads": list(context.requested[name])}
+        for name in renamed_resources(cfg)
+        if context.requested.get(name)
+    ]
+
+
+def renamed_resources(cfg: Mapping[str, Any]) -> Iterator[str]:
+    """The resources a device-plugin config renames to ``<name>.shared``
+    (time-slicing or MPS with renameByDefault: true)."""
+    sharing = cfg.get("sharing") if isinstance(cfg.get("sharing"), Mapping) else {}
+    for strategy in ("timeSlicing", "mps"):
+        section = sharing.get(strategy)
+        if not isinstance(section, Mapping) or section.get("renameByDefault") is not True:
+            continue
+        for resource in as_list(section.get("resources")):
+            name = resource.get("name") if isinstance(resource, Mapping) else None
+            if name:
+                yield str(name)
+
+
+def _mig_unserved(mig_strategy: str | None, context: Context | None) -> list[str]:
+    """MIG resources (nvidia.com/mig-<profile>) that workloads request while
+    the MIG strategy cannot advertise them: only `mixed` does."""
+    if context is None or mig_strategy not in ("none", "single"):
+        return []
+    return sorted(r for r in context.requested if r.startswith("nvidia.com/mig-"))
+
+
+# --- mig-parted -----------------------------------------------------------------
+
+
+def is_mig_parted_config(value: Any) -> bool:
+    return isinstance(value, Mapping) and isinstance(value.get("mig-configs"), Mapping)
+
+
+def mig_parted_facts(cfg: Mapping[str, Any], key: str, pointer: str) -> dict[str, Any]:
+    """MIG layouts whose profiles the GPUs they target do not offer
+    (gpu-domain.md §3): per entry, the GPUs come from `device-filter` (PCI
+    ids); without a filter the profile must exist on some MIG-capable GPU."""
+    invalid: list[dict[str, Any]] = []
+    enables = False
+    for name, entries in cfg["mig-configs"].items():
+        if not isinstance(entries, list):
+            continue
+        for i, entry in enumerate(entries):
+            if not isinstance(entry, Mapping):
+                continue
+            enables = enables or entry.get("mig-enabled") is True
+            devices = entry.get("mig-devices")
+            if not isinstance(devices, Mapping):
+                continue
+            models = _filter_models(entry.get("device-filter"))
+            for profile, count in devices.items():
+                problem = _profile_problem(str(profile), count, models)
+                if problem:
+                    where = f"{pointer}/mig-configs/{_escape(str(name))}/{i}/mig-devices"
+                    invalid.append(
+                        {
+                            "config": str(name),
+                            "profile": str(profile),
+                            "gpus": [m.model for m in models] if models else [],
+                            "problem": problem,
+                            "pointer": f"{where}/{_escape(str(profile))}",
+                        }
+                    )
+    return {
+        "kind": "ConfigMap" if key else "MigPartedConfig",
+        "config_type": "mig-parted",
+        "key": key,
+        "pointer": invalid[0]["pointer"] if invalid else pointer,
+        "mig_configs": [str(n) for n in cfg["mig-configs"]],
+        "invalid_profiles": invalid,
+        "configures_sharing": enables,
+    }
+
+
+def _filter_models(device_filter: Any) -> list[gpus.GpuModel]:
+    ids = [device_filter] if isinstance(device_filter, str) else device_filter
+    if not isinstance(ids, list):
+        return []
+    found = (gpus.model_for_pci(str(i)) for i in ids)
+    return list({m.model: m for m in found if m is not None}.values())
+
+
+def _profile_problem(profile: str, count: Any, models: list[gpus.GpuModel]) -> str | None:
+    base = gpus.mig_base_profile(profile)
+    if base is None:
+        return "not a MIG profile name"
+    if not models:
+        return None if gpus.known_mig_profile(profile) else "no GPU offers it"
+    missing = [m.model for m in models if base not in m.mig]
+    if missing:
+        return f"not offered by {', '.join(missing)}"
+    if isinstance(count, int) and not isinstance(count, bool):
+        over = [m for m in models if count > m.mig[base]]
+        if over:
+            return f"{count} instances; {over[0].model} offers at most {over[0].mig[base]}"
+    return None
+
+
+def _escape(token: str) -> str:
+    return token.replace("~", "~0").replace("/", "~1")
+
+
+def _with_embedded_lines(doc: Document, pointer: str, text: str) -> Document:
+    """The document with line numbers for the YAML embedded at ``pointer``
+    (a block scalar starts on the line after its key), so findings can point
+    inside a ConfigMap's config text."""
+    try:
+        _, lines = load_yaml_with_lines(text)
+    except yaml.YAMLError:
+        return doc
+    first = doc.line_of(pointer)
+    embedded = {pointer + p: first + line for p, line in lines.items() if p}
+    return Document(doc.obj, doc.file, doc.line, {**doc.lines, **embedded}, doc.base)

@@ -1,0 +1,3 @@
+"""Well-known node labels."""
+
+HOSTNAME_LABEL = "kubernetes.io/hostname"

@@ -1,0 +1,83 @@
+"""Where each kind keeps its pod specs: the locator table (data/podspecs.yaml,
+extendable in config), and which resources are GPUs."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+from typing import Any
+
+import yaml
+
+# Device-plugin resources that are GPUs (or slices of one).
+GPU_RESOURCE = re.compile(
+    r"^(?:nvidia\.com/(?:gpu(?:\.shared)?|mig-[\w.+-]+)|amd\.com/gpu|gpu\.intel\.com/\w+)$"
+)
+MIG_RESOURCE = re.compile(r"^nvidia\.com/mig-(\d+g\.\d+gb(?:\+me)?)(\.shared)?$")
+# HAMi turns nvidia.com/gpu into a virtual slice when these sit beside it.
+HAMI_MODIFIERS = ("nvidia.com/gpumem", "nvidia.com/gpucores", "nvidia.com/gpumem-percentage")
+FRACTION_ANNOTATIONS = ("gpu-fraction", "gpu-memory")  # KAI scheduler
+
+
+@dataclass(frozen=True)
+class Locator:
+    at: str
+    spec: str | None
+    metadata: str | None
+    role: str | None
+    role_field: str | None
+    replicas: tuple[str, ...]
+    inline_containers: tuple[str, ...]
+    container_lists: tuple[str, ...]
+    resources_only: str | None
+
+
+@dataclass(frozen=True)
+class KindLocator:
+    kind: str
+    groups: tuple[str, ...]
+    workload_class: str
+    pods: tuple[Locator, ...]
+    plural: str | None = None  # the resource's plural, for listing it from a cluster
+
+
+def parse_locators(entries: Sequence[Mapping[str, Any]]) -> dict[tuple[str, str], KindLocator]:
+    table: dict[tuple[str, str], KindLocator] = {}
+    for entry in entries:
+        pods = tuple(
+            Locator(
+                at=_absolute(p.get("at", "")),
+                spec=p.get("spec"),
+                metadata=p.get("metadata"),
+                role=p.get("role"),
+                role_field=p.get("role_field"),
+                replicas=tuple(p.get("replicas", ())),
+                inline_containers=tuple(p.get("inline_containers", ())),
+                container_lists=tuple(p.get("container_lists", ())),
+                resources_only=p.get("resources_only"),
+            )
+            for p in entry["pods"]
+        )
+        plural = str(entry["plural"]) if entry.get("plural") else None
+        kl = KindLocator(entry["kind"], tuple(entry["groups"]), entry.get("class", "other"), pods, plural)
+        for group in kl.groups:
+            table[(group, kl.kind)] = kl
+    return table
+
+
+@cache
+def builtin_locators() -> dict[tuple[str, str], KindLocator]:
+    text = resources.files("gpuaudit").joinpath("data/podspecs.yaml").read_text()
+    return parse_locators(yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)))
+
+
+def group_of(api_version: str) -> str:
+    return api_version.rpartition("/")[0]
+
+
+def _absolute(pointer: str) -> str:
+    """Locator ``at`` pointers from a user's config may leave out the leading '/'."""
+    return pointer if not pointer or pointer.startswith("/") else "/" + pointer

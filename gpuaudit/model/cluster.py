@@ -1,0 +1,99 @@
+"""A cluster as the audit sees it: GPU nodes, pods with their top owner and
+GPU holding, sharing configs, claims and queued work, and telemetry.
+
+Built from a snapshot by ``cluster_builder``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from gpuaudit import gpus
+from gpuaudit.model.objects import Document, InputError
+from gpuaudit.model.workload import Workload
+
+# Waiting reasons that mean a container will not start soon; the pod still
+# holds the GPUs of the node it is bound to.
+STUCK_REASONS = (
+    "CrashLoopBackOff",
+    "ImagePullBackOff",
+    "ErrImagePull",
+    "CreateContainerError",
+    "CreateContainerConfigError",
+    "RunContainerError",
+    "InvalidImageName",
+)
+
+
+@dataclass(frozen=True)
+class Node:
+    name: str
+    labels: Mapping[str, str]
+    taints: tuple[Mapping[str, Any], ...]
+    unschedulable: bool
+    gpu_capacity: Mapping[str, float]
+    gpu_allocatable: Mapping[str, float]
+    product: str | None
+    model: gpus.GpuModel | None
+
+    @property
+    def gpus(self) -> float:
+        """Physical GPUs (MIG slices and shared replicas are not whole GPUs)."""
+        count = self.labels.get("nvidia.com/gpu.count")
+        if count and count.isdigit():
+            return float(count)
+        replicas = self.labels.get("nvidia.com/gpu.replicas", "1")
+        whole = self.gpu_capacity.get("nvidia.com/gpu", 0.0) + self.gpu_capacity.get(
+            "nvidia.com/gpu.shared", 0.0
+        )
+        per = max(int(replicas), 1) if replicas.isdigit() else 1
+        return whole / per + self.gpu_capacity.get("amd.com/gpu", 0.0)
+
+
+@dataclass(frozen=True)
+class Owner:
+    api_version: str
+    kind: str
+    name: str
+    workload_class: str
+
+
+@dataclass(frozen=True)
+class PodState:
+    workload: Workload  # the pod as a Workload (kind Pod): templates, containers, GPU requests
+    phase: str
+    node: str | None
+    owner: Owner
+    holds_gpus: bool
+    start_time: datetime | None
+    waiting_reasons: tuple[str, ...]
+    restarts: int
+    ready: bool
+    not_ready_since: datetime | None
+    scheduling_gates: tuple[str, ...]
+    failed_scheduling: str | None
+
+    @property
+    def name(self) -> str:
+        return self.workload.name
+
+    @property
+    def namespace(self) -> str:
+        return self.workload.namespace
+
+
+@dataclass(frozen=True)
+class ClusterState:
+    collected_at: datetime
+    nodes: tuple[Node, ...]
+    pods: tuple[PodState, ...]  # pods that may use GPUs; the others are only counted
+    configs: tuple[Document, ...]  # device-plugin ConfigMaps, ClusterPolicies
+    claims: tuple[Mapping[str, Any], ...]
+    kueue_workloads: tuple[Mapping[str, Any], ...]
+    telemetry: Mapping[str, Any] | None
+    errors: tuple[InputError, ...] = field(default_factory=tuple)
+    source: str = "cluster"
+    pods_total: int = 0

@@ -1,0 +1,268 @@
+"""A snapshot (raw cluster JSON + telemetry aggregates) -> the normalized
+ClusterState (gpuaudit.model.cluster): GPU nodes, pods with their top owner and GPU holding, the GPU
+sharing configuration, claims and queued work. Pure: no API calls here."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from datetime import datetime, timezone
+from typing import Any
+
+from gpuaudit import gpus
+from gpuaudit.kube.owners import controller_ref
+from gpuaudit.kube.podspecs import GPU_RESOURCE, KindLocator, builtin_locators, group_of
+from gpuaudit.kube.quantity import QuantityError, parse_quantity
+from gpuaudit.kube.shapes import as_list, as_map
+from gpuaudit.kube.timestamps import parse_time
+from gpuaudit.model.cluster import ClusterState, Node, Owner, PodState
+from gpuaudit.model.objects import Document, InputError
+from gpuaudit.model.telemetry import normalized as normalized_telemetry
+from gpuaudit.model.workload import Workload
+from gpuaudit.model.workload_builder import build_workloads
+
+# The objects of a snapshot's lists, and counts read from them: a snapshot file
+# may have been edited, and a value of the wrong shape reads as absent.
+
+
+def _objects(objects: Mapping[str, Any], key: str) -> list[Mapping[str, Any]]:
+    return [o for o in as_list(objects.get(key)) if isinstance(o, Mapping)]
+
+
+def _count(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+
+
+def _gpu_resources(values: Any) -> dict[str, float]:
+    out: dict[str, float] = {}
+    if isinstance(values, Mapping):
+        for name, value in values.items():
+            if GPU_RESOURCE.match(str(name)):
+                try:
+                    out[str(name)] = parse_quantity(value)
+                except QuantityError:
+                    continue
+    return out
+
+
+def build_node(obj: Mapping[str, Any]) -> Node:
+    meta = as_map(obj.get("metadata"))
+    spec = as_map(obj.get("spec"))
+    status = as_map(obj.get("status"))
+    labels = {str(k): str(v) for k, v in as_map(meta.get("labels")).items()}
+    product = next((labels[k] for k in gpus.PRODUCT_LABELS if k in labels), None)
+    return Node(
+        name=str(meta.get("name", "")),
+        labels=labels,
+        taints=tuple(t for t in as_list(spec.get("taints")) if isinstance(t, Mapping)),
+        unschedulable=spec.get("unschedulable") is True,
+        gpu_capacity=_gpu_resources(status.get("capacity")),
+        gpu_allocatable=_gpu_resources(status.get("allocatable")),
+        product=product,
+        model=gpus.lookup(product) if product else None,
+    )
+
+
+def _owner_index(
+    lists: Mapping[str, Iterable[Mapping[str, Any]]],
+) -> dict[tuple[str, str, str], Mapping[str, Any]]:
+    """(kind, namespace, name) -> object. Items of a list response carry no
+    kind, so the caller names it."""
+    index = {}
+    for kind, objects in lists.items():
+        for obj in objects:
+            meta = as_map(obj.get("metadata"))
+            index[(kind, str(meta.get("namespace", "")), str(meta.get("name", "")))] = obj
+    return index
+
+
+def resolve_owner(
+    pod: Mapping[str, Any],
+    intermediates: Mapping[tuple[str, str, str], Mapping[str, Any]],
+    locators: Mapping[tuple[str, str], KindLocator],
+) -> Owner:
+    """Follow controller references up to the top workload: Pod -> ReplicaSet
+    -> Deployment, Pod -> Job -> CronJob; CRD owners stop the walk."""
+    meta = as_map(pod.get("metadata"))
+    namespace = str(meta.get("namespace", ""))
+    api_version, kind, name = "v1", "Pod", str(meta.get("name", ""))
+    ref = controller_ref(pod)
+    for _ in range(5):  # owner chains are short; a cycle must not loop forever
+        if ref is None:
+            break
+        api_version, kind, name = (
+            str(ref.get("apiVersion", "")),
+            str(ref.get("kind", "")),
+            str(ref.get("name", "")),
+        )
+        parent = intermediates.get((kind, namespace, name))
+        ref = controller_ref(parent) if parent is not None else None
+    located = locators.get((group_of(api_version), kind))
+    workload_class = located.workload_class if located else ("pod" if kind == "Pod" else "other")
+    return Owner(api_version, kind, name, workload_class)
+
+
+def _latest_failed_scheduling(events: Iterable[Mapping[str, Any]]) -> dict[tuple[str, str], str]:
+    latest: dict[tuple[str, str], tuple[str, str]] = {}
+    for event in events:
+        if event.get("reason") != "FailedScheduling":
+            continue
+        involved = as_map(event.get("involvedObject"))
+        key = (str(involved.get("namespace", "")), str(involved.get("name", "")))
+        stamp = str(event.get("lastTimestamp") or event.get("eventTime") or "")
+        if key not in latest or stamp >= latest[key][0]:
+            latest[key] = (stamp, str(event.get("message", "")))
+    return {k: v[1] for k, v in latest.items()}
+
+
+def build_pod(
+    obj: Mapping[str, Any],
+    workload: Workload,
+    owner: Owner,
+    failed_scheduling: str | None,
+) -> PodState:
+    spec = as_map(obj.get("spec"))
+    status = as_map(obj.get("status"))
+    phase = str(status.get("phase") or "Unknown")
+    node = spec.get("nodeName") or None
+    statuses = [s for s in as_list(status.get("containerStatuses")) if isinstance(s, Mapping)]
+    statuses += [s for s in as_list(status.get("initContainerStatuses")) if isinstance(s, Mapping)]
+    waiting = tuple(
+        str(waiting["reason"])
+        for waiting in (as_map(as_map(s.get("state")).get("waiting")) for s in statuses)
+        if waiting.get("reason")
+    )
+    ready_condition = next(
+        (
+            c
+            for c in as_list(status.get("conditions"))
+            if isinstance(c, Mapping) and c.get("type") == "Ready"
+        ),
+        None,
+    )
+    ready = bool(ready_condition and ready_condition.get("status") == "True")
+    not_ready_since = (
+        parse_time(ready_condition.get("lastTransitionTime"))
+        if ready_condition and not ready
+        else None
+    )
+    gates = tuple(
+        str(g.get("name")) for g in as_list(spec.get("schedulingGates")) if isinstance(g, Mapping)
+    )
+    return PodState(
+        workload=workload,
+        phase=phase,
+        node=str(node) if node else None,
+        owner=owner,
+        # Succeeded and Failed pods have released their devices; a pod bound to
+        # a node (even one whose containers cannot start) still holds them.
+        holds_gpus=bool(node) and phase in ("Pending", "Running", "Unknown"),
+        start_time=parse_time(status.get("startTime")),
+        waiting_reasons=waiting,
+        restarts=sum(_count(s.get("restartCount")) for s in statuses),
+        ready=ready,
+        not_ready_since=not_ready_since,
+        scheduling_gates=gates,
+        failed_scheduling=failed_scheduling,
+    )
+
+
+# Deliberately broad, so a new kind of GPU request is kept rather than
+# silently dropped: any resource or annotation that mentions a GPU or an
+# accelerator vendor's domain, and any DRA claim.
+_GPU_MARKERS = ("gpu", "nvidia.com/", "amd.com/", "intel.com/", "habana.ai/", "neuron")
+
+
+def _mentions_gpu(names: Any) -> bool:
+    return isinstance(names, Mapping) and any(marker in str(name).lower() for name in names for marker in _GPU_MARKERS)
+
+
+def may_use_gpus(pod: Mapping[str, Any]) -> bool:
+    """Whether a raw pod may ask for GPUs. Every fact and count is about such
+    pods; on a large cluster most pods ask for none, and building the model
+    for them would be most of an audit's time."""
+    spec = as_map(pod.get("spec"))
+    if spec.get("resourceClaims"):
+        return True
+    for container in [*as_list(spec.get("containers")), *as_list(spec.get("initContainers"))]:
+        resources = as_map(as_map(container).get("resources"))
+        if _mentions_gpu(resources.get("limits")) or _mentions_gpu(resources.get("requests")):
+            return True
+    return _mentions_gpu(as_map(pod.get("metadata")).get("annotations"))
+
+
+def _unbound(spec: Any) -> Any:
+    if isinstance(spec, Mapping) and "nodeName" in spec:
+        return {k: v for k, v in spec.items() if k != "nodeName"}
+    return spec
+
+
+def build_cluster_state(snapshot: Mapping[str, Any]) -> ClusterState:
+    objects = as_map(snapshot.get("objects"))
+    locators = builtin_locators()
+    nodes = tuple(build_node(n) for n in _objects(objects, "nodes"))
+    owners: dict[str, list[Mapping[str, Any]]] = {
+        "ReplicaSet": _objects(objects, "replicasets"),
+        "Job": _objects(objects, "jobs"),
+    }
+    # Owners the collector kept (Deployments, CRDs...) carry their kind: the
+    # walk goes through them to the top, as `gpuaudit fix` does.
+    for obj in _objects(objects, "workloads"):
+        owners.setdefault(str(obj.get("kind", "")), []).append(obj)
+    intermediates = _owner_index(owners)
+    pending_messages = _latest_failed_scheduling(_objects(objects, "events"))
+    all_pods = _objects(objects, "pods")
+    raw_pods = [p for p in all_pods if may_use_gpus(p)]
+    # The scheduler writes nodeName when it binds a pod: on a live pod it is
+    # the result of placement, not a constraint (PodState.node keeps it).
+    documents = [
+        Document(
+            obj={"apiVersion": "v1", "kind": "Pod", **p, "spec": _unbound(p.get("spec"))},
+            file="",
+            line=0,
+        )
+        for p in raw_pods
+    ]
+    workloads, field_errors = build_workloads(documents, locators)
+    pods = []
+    for raw, workload in zip(raw_pods, workloads, strict=True):
+        key = (workload.namespace, workload.name)
+        pods.append(
+            build_pod(
+                raw,
+                workload,
+                resolve_owner(raw, intermediates, locators),
+                pending_messages.get(key),
+            )
+        )
+    configs = tuple(
+        Document(obj={"apiVersion": "v1", "kind": "ConfigMap", **c}, file="", line=0)
+        for c in _objects(objects, "configmaps")
+    ) + tuple(
+        Document(obj={"apiVersion": "nvidia.com/v1", "kind": "ClusterPolicy", **c}, file="", line=0)
+        for c in _objects(objects, "clusterpolicies")
+    )
+    errors = [
+        InputError(
+            e.get("endpoint", "cluster"),
+            None,
+            f"could not read {e.get('resource')}: {e.get('message')}"
+            + (f" (HTTP {e['status']})" if e.get("status") else "")
+            + "; this audit is partial",
+        )
+        for e in as_list(snapshot.get("errors"))
+        if isinstance(e, Mapping)
+    ]
+    errors += [InputError("cluster", None, e.message, "warning") for e in field_errors]
+    collected = parse_time(snapshot.get("collected_at")) or datetime.now(timezone.utc)
+    return ClusterState(
+        collected_at=collected,
+        nodes=nodes,
+        pods=tuple(pods),
+        configs=configs,
+        claims=tuple(_objects(objects, "resourceclaims")),
+        kueue_workloads=tuple(_objects(objects, "kueueworkloads")),
+        telemetry=normalized_telemetry(snapshot.get("telemetry")),
+        errors=tuple(errors),
+        source=str(as_map(snapshot.get("cluster")).get("server") or "snapshot"),
+        pods_total=len(all_pods),
+    )

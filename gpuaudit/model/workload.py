@@ -1,0 +1,106 @@
+"""Workloads: objects that carry pod templates, with their containers and GPU requests.
+
+Built from Documents by ``workload_builder``; raw objects stay available
+(``Workload.document.obj``) for the facts that need a field nobody normalized yet.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from gpuaudit.model.objects import Document
+
+
+@dataclass(frozen=True)
+class GpuRequest:
+    """One GPU-like resource a container asks for.
+
+    ``mode``: ``whole`` (a device-plugin GPU such as nvidia.com/gpu),
+    ``mig`` (nvidia.com/mig-<profile>), ``shared`` (a time-sliced/MPS replica,
+    nvidia.com/gpu.shared), ``fraction`` (a scheduler annotation such as KAI's
+    gpu-fraction), ``dra`` (a ResourceClaim).
+    """
+
+    resource: str
+    mode: Literal["whole", "mig", "shared", "fraction", "dra"]
+    request: float | None
+    limit: float | None
+    pointer: str
+    profile: str | None = None
+
+    @property
+    def count(self) -> float | None:
+        """Devices allocated (the device plugin allocates by limit; a request
+        alone is copied to the limit), or None when the value was unreadable."""
+        return self.limit if self.limit is not None else self.request
+
+
+@dataclass(frozen=True)
+class Container:
+    name: str
+    pointer: str
+    init: bool
+    image: str
+    command: tuple[str, ...]
+    args: tuple[str, ...]
+    env: Mapping[str, str]
+    gpus: tuple[GpuRequest, ...]
+    cpu_request: float | None
+    cpu_limit: float | None
+    memory_request: float | None
+    memory_limit: float | None
+    volume_mounts: Mapping[str, str]  # volume name -> mount path
+    resources_pointer: str
+
+
+@dataclass(frozen=True)
+class PodTemplate:
+    """A pod shape inside a workload (a Deployment's template, a PyTorchJob's
+    Worker, a Ray worker group...)."""
+
+    role: str
+    pointer: str  # the PodSpec (or inline spec) inside the object
+    replicas: int | None
+    containers: tuple[Container, ...]
+    init_containers: tuple[Container, ...]
+    spec: Mapping[str, Any]
+    labels: Mapping[str, str]
+    annotations: Mapping[str, str]
+    extra_gpus: tuple[GpuRequest, ...] = ()  # pod-level: DRA claims, fraction annotations
+
+
+@dataclass(frozen=True)
+class Workload:
+    """Any object that carries pod templates, or a GPU config object."""
+
+    document: Document
+    group: str
+    workload_class: str  # service | batch | daemon | pod | config | other
+    templates: tuple[PodTemplate, ...]
+
+    @property
+    def kind(self) -> str:
+        return self.document.kind
+
+    @property
+    def name(self) -> str:
+        return self.document.name
+
+    @property
+    def namespace(self) -> str:
+        return self.document.namespace
+
+    @property
+    def requests_gpus(self) -> bool:
+        """Some container, init container or pod-level claim asks for GPUs."""
+        return any(
+            c.gpus for t in self.templates for c in (*t.containers, *t.init_containers)
+        ) or any(t.extra_gpus for t in self.templates)
+
+    @property
+    def annotations(self) -> Mapping[str, str]:
+        meta = self.document.obj.get("metadata")
+        ann = meta.get("annotations") if isinstance(meta, dict) else None
+        return ann if isinstance(ann, dict) else {}

@@ -1,0 +1,309 @@
+"""Kubernetes objects -> Workloads, through the pod-spec locator table.
+
+The table (data/podspecs.yaml, extendable in config) says where each kind
+keeps its pod specs; this module only walks it. Values that are not what the
+field needs (a ``$PLACEHOLDER`` GPU count, ``null``, "two") become InputErrors
+on that field's line, never a crash or a silent zero.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any
+
+from gpuaudit.kube import pointers
+from gpuaudit.kube.podspecs import (
+    FRACTION_ANNOTATIONS,
+    GPU_RESOURCE,
+    HAMI_MODIFIERS,
+    MIG_RESOURCE,
+    KindLocator,
+    Locator,
+    builtin_locators,
+    group_of,
+)
+from gpuaudit.kube.quantity import QuantityError, parse_quantity
+from gpuaudit.model.objects import Document, InputError
+from gpuaudit.model.workload import Container, GpuRequest, PodTemplate, Workload
+
+
+def build_workloads(
+    documents: Iterable[Document], locators: Mapping[tuple[str, str], KindLocator] | None = None
+) -> tuple[list[Workload], list[InputError]]:
+    table = builtin_locators() if locators is None else locators
+    workloads: list[Workload] = []
+    errors: list[InputError] = []
+    for doc in documents:
+        group = group_of(doc.api_version)
+        kl = table.get((group, doc.kind))
+        if kl is None:
+            workloads.append(Workload(doc, group, "other", ()))
+            continue
+        builder = _TemplateBuilder(doc, errors)
+        templates = tuple(t for loc in kl.pods for t in builder.templates(loc))
+        workloads.append(Workload(doc, group, kl.workload_class, templates))
+    return workloads, errors
+
+
+# --- building templates ----------------------------------------------------
+
+
+class _TemplateBuilder:
+    def __init__(self, doc: Document, errors: list[InputError]) -> None:
+        self.doc = doc
+        self.errors = errors
+
+    def error(self, pointer: str, message: str) -> None:
+        self.errors.append(InputError(self.doc.file, self.doc.line_of(pointer), message))
+
+    def templates(self, loc: Locator) -> Iterator[PodTemplate]:
+        obj = self.doc.obj
+        for at, key, node in pointers.expand(obj, loc.at):
+            if not isinstance(node, Mapping):
+                continue
+            role = loc.role or key or "main"
+            if loc.role_field:
+                named = pointers.get(node, "/" + loc.role_field)
+                role = str(named) if named is not None else role
+            replicas = self._replicas(obj, at, loc.replicas)
+            meta = pointers.get(obj, pointers.join_relative(at, loc.metadata)) if loc.metadata is not None else None
+            meta = meta if isinstance(meta, Mapping) else {}
+            labels = _str_map(meta.get("labels"))
+            annotations = _str_map(meta.get("annotations"))
+            if loc.resources_only is not None:
+                yield self._resources_only(node, at, loc.resources_only, role, replicas)
+                continue
+            if loc.spec is None:
+                continue
+            spec_ptr = pointers.join_relative(at, loc.spec)
+            spec = pointers.get(obj, spec_ptr)
+            if not isinstance(spec, Mapping):
+                continue
+            containers = list(self._containers(spec, spec_ptr, "containers", init=False))
+            for rel in loc.inline_containers:
+                inline = spec.get(rel)
+                if isinstance(inline, Mapping):
+                    containers.append(self._container(inline, f"{spec_ptr}/{rel}", rel, init=False))
+            for rel in loc.container_lists:
+                containers.extend(self._containers(spec, pointers.join_relative(spec_ptr, rel), None, init=False))
+            inits = tuple(self._containers(spec, spec_ptr, "initContainers", init=True))
+            if not containers and not inits:
+                continue
+            extra = tuple(self._pod_level_gpus(spec, spec_ptr, annotations, meta, at, loc))
+            yield PodTemplate(
+                role=role,
+                pointer=spec_ptr,
+                replicas=replicas,
+                containers=tuple(containers),
+                init_containers=inits,
+                spec=spec,
+                labels=labels,
+                annotations=annotations,
+                extra_gpus=extra,
+            )
+
+    def _replicas(self, obj: Any, at: str, fields: tuple[str, ...]) -> int | None:
+        total = 1
+        for rel in fields:
+            ptr = pointers.join_relative(at, rel)
+            value = pointers.get(obj, ptr)
+            if value is None:
+                continue
+            try:
+                number = parse_quantity(value)
+            except QuantityError as exc:
+                self.error(ptr, f"{ptr.rsplit('/', 1)[-1]}: {exc}; expected a whole number")
+                return None
+            total *= int(number)
+        return total
+
+    def _containers(
+        self, spec: Mapping[str, Any], spec_ptr: str, field: str | None, init: bool
+    ) -> Iterator[Container]:
+        if field is None:  # spec_ptr already names the list
+            items = pointers.get(self.doc.obj, spec_ptr)
+            list_ptr = spec_ptr
+        else:
+            items = spec.get(field)
+            list_ptr = f"{spec_ptr}/{field}"
+        if not isinstance(items, list):
+            return
+        for i, item in enumerate(items):
+            if isinstance(item, Mapping):
+                yield self._container(item, f"{list_ptr}/{i}", str(i), init)
+
+    def _container(self, c: Mapping[str, Any], ptr: str, fallback: str, init: bool) -> Container:
+        name = c.get("name")
+        res_ptr = f"{ptr}/resources"
+        resources_ = c.get("resources")
+        resources_ = resources_ if isinstance(resources_, Mapping) else {}
+        return Container(
+            name=str(name) if name is not None else fallback,
+            pointer=ptr,
+            init=init,
+            image=str(c.get("image") or ""),
+            command=_str_list(c.get("command")),
+            args=_str_list(c.get("args")),
+            env=_env(c.get("env")),
+            volume_mounts=_mounts(c.get("volumeMounts")),
+            **self._resource_fields(resources_, res_ptr),
+        )
+
+    def _resources_only(
+        self, node: Mapping[str, Any], at: str, rel: str, role: str, replicas: int | None
+    ) -> PodTemplate:
+        res = node.get(rel)
+        res = res if isinstance(res, Mapping) else {}
+        res_ptr = pointers.join_relative(at, rel)
+        container = Container(
+            name=role,
+            pointer=at,
+            init=False,
+            image=str(node.get("image") or ""),
+            command=_str_list(node.get("command")),
+            args=_str_list(node.get("args")),
+            env=_env(node.get("env")),
+            volume_mounts={},
+            **self._resource_fields(res, res_ptr),
+        )
+        return PodTemplate(role, at, replicas, (container,), (), {}, {}, {})
+
+    def _resource_fields(self, resources_: Mapping[str, Any], res_ptr: str) -> dict[str, Any]:
+        """A container's GPUs, CPU and memory from its ``resources`` at ``res_ptr``."""
+        return {
+            "gpus": tuple(self._gpus(resources_, res_ptr)),
+            "cpu_request": self._quantity(resources_, res_ptr, "requests", "cpu"),
+            "cpu_limit": self._quantity(resources_, res_ptr, "limits", "cpu"),
+            "memory_request": self._quantity(resources_, res_ptr, "requests", "memory"),
+            "memory_limit": self._quantity(resources_, res_ptr, "limits", "memory"),
+            "resources_pointer": res_ptr,
+        }
+
+    def _quantity(
+        self, resources_: Mapping[str, Any], res_ptr: str, section: str, name: str
+    ) -> float | None:
+        values = resources_.get(section)
+        if not isinstance(values, Mapping) or name not in values:
+            return None
+        try:
+            return parse_quantity(values[name])
+        except QuantityError as exc:
+            ptr = f"{res_ptr}/{section}/{pointers.escape(name)}"
+            self.error(ptr, f"{section}.{name}: {exc}")
+            return None
+
+    def _gpus(self, resources_: Mapping[str, Any], res_ptr: str) -> Iterator[GpuRequest]:
+        requests = resources_.get("requests")
+        limits = resources_.get("limits")
+        requests = requests if isinstance(requests, Mapping) else {}
+        limits = limits if isinstance(limits, Mapping) else {}
+        hami = any(m in requests or m in limits for m in HAMI_MODIFIERS)
+        for name in dict.fromkeys([*limits, *requests]):
+            name = str(name)
+            if not GPU_RESOURCE.match(name):
+                continue
+            request = self._gpu_count(requests, res_ptr, "requests", name)
+            limit = self._gpu_count(limits, res_ptr, "limits", name)
+            mig = MIG_RESOURCE.match(name)
+            if mig:
+                mode, profile = "mig", mig.group(1)
+            elif name.endswith(".shared") or hami:
+                mode, profile = "shared", None
+            else:
+                mode, profile = "whole", None
+            section = "limits" if name in limits else "requests"
+            yield GpuRequest(
+                resource=name,
+                mode=mode,
+                request=request,
+                limit=limit,
+                pointer=f"{res_ptr}/{section}/{pointers.escape(name)}",
+                profile=profile,
+            )
+
+    def _gpu_count(
+        self, section_values: Mapping[str, Any], res_ptr: str, section: str, name: str
+    ) -> float | None:
+        if name not in section_values:
+            return None
+        value = section_values[name]
+        try:
+            return parse_quantity(value)
+        except QuantityError as exc:
+            ptr = f"{res_ptr}/{section}/{pointers.escape(name)}"
+            # A number out of range says so; text is most often a placeholder.
+            why = (
+                f"{exc}, not a GPU count"
+                if isinstance(value, (int, float)) or "is not" not in str(exc)
+                else f"{value!r} is not a GPU count (a placeholder left unrendered?)"
+            )
+            self.error(ptr, f"{section}.{name}: {why}; this request cannot be judged")
+            return None
+
+    def _pod_level_gpus(
+        self,
+        spec: Mapping[str, Any],
+        spec_ptr: str,
+        annotations: Mapping[str, str],
+        meta: Mapping[str, Any],
+        at: str,
+        loc: Locator,
+    ) -> Iterator[GpuRequest]:
+        claims = spec.get("resourceClaims")
+        if isinstance(claims, list):
+            for i, claim in enumerate(claims):
+                if not isinstance(claim, Mapping):
+                    continue
+                source = claim.get("resourceClaimTemplateName") or claim.get("resourceClaimName")
+                if source is None and isinstance(claim.get("source"), Mapping):  # pre-1.31 shape
+                    src = claim["source"]
+                    source = src.get("resourceClaimTemplateName") or src.get("resourceClaimName")
+                yield GpuRequest(
+                    resource=f"claim/{source or claim.get('name', i)}",
+                    mode="dra",
+                    request=None,
+                    limit=None,
+                    pointer=f"{spec_ptr}/resourceClaims/{i}",
+                )
+        for key in FRACTION_ANNOTATIONS:
+            if key in annotations:
+                ann_ptr = pointers.join_relative(at, f"{loc.metadata}/annotations/{key}") if loc.metadata else at
+                try:
+                    amount = parse_quantity(annotations[key])
+                except QuantityError as exc:
+                    self.error(ann_ptr, f"annotation {key}: {exc}")
+                    amount = None
+                yield GpuRequest(key, "fraction", amount, amount, ann_ptr)
+
+
+def _str_map(value: Any) -> dict[str, str]:
+    if not isinstance(value, Mapping):
+        return {}
+    return {str(k): "" if v is None else str(v) for k, v in value.items()}
+
+
+def _str_list(value: Any) -> tuple[str, ...]:
+    if isinstance(value, list):
+        return tuple(str(v) for v in value if v is not None)
+    if isinstance(value, str):
+        return (value,)
+    return ()
+
+
+def _env(value: Any) -> dict[str, str]:
+    out: dict[str, str] = {}
+    if isinstance(value, list):
+        for item in value:
+            if isinstance(item, Mapping) and item.get("name") is not None:
+                v = item.get("value")
+                out[str(item["name"])] = "" if v is None else str(v)
+    return out
+
+
+def _mounts(value: Any) -> dict[str, str]:
+    out: dict[str, str] = {}
+    if isinstance(value, list):
+        for item in value:
+            if isinstance(item, Mapping) and item.get("name") is not None:
+                out[str(item["name"])] = str(item.get("mountPath") or "")
+    return out

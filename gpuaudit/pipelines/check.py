@@ -1,0 +1,134 @@
+"""The manifest check: files, folders, kustomize packages and Helm charts ->
+documents -> workloads -> facts -> findings, on all cores when it pays."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, replace
+from functools import partial
+from pathlib import Path
+
+from gpuaudit.engine.evaluate import Evaluation, combine, evaluate, site_inputs
+from gpuaudit.engine.rules import Rule
+from gpuaudit.facts import Subject
+from gpuaudit.facts import claims as claim_facts
+from gpuaudit.facts import device_plugin as config_facts
+from gpuaudit.facts import workload as workload_facts
+from gpuaudit.facts.context import Context, Site, build_context, merge_contexts
+from gpuaudit.model import AuditResult, Document, InputError, Workload
+from gpuaudit.model.workload_builder import build_workloads
+from gpuaudit.pipelines.policy import locators_for
+from gpuaudit.pipelines.shards import run_sharded, workers_for
+from gpuaudit.sources.inputs import Item, gather_inputs, read_items
+from gpuaudit.sources.manifests import ReadResult
+from gpuaudit.sources.user_config import Config
+
+
+def manifest_subjects(
+    documents: Sequence[Document],
+    workloads: Sequence[Workload],
+    context: Context | None = None,
+    bare: Sequence[Document] = (),
+) -> Iterator[Subject]:
+    """``bare``: non-Kubernetes documents (a device-plugin or mig-parted config file)."""
+    for group in subject_groups(documents, workloads, context, bare):
+        yield from group
+
+
+def subject_groups(
+    documents: Sequence[Document],
+    workloads: Sequence[Workload],
+    context: Context | None = None,
+    bare: Sequence[Document] = (),
+) -> tuple[Iterator[Subject], ...]:
+    """The subjects of the input in groups, in the order they are judged:
+    workloads (with their pods and containers), configs in objects, bare
+    configs, claims. (A part of the input gives each group's share.)"""
+    return (
+        (s for workload in workloads for s in workload_facts.subjects(workload, context)),
+        (s for doc in documents for s in config_facts.subjects(doc, context)),
+        (s for doc in bare for s in config_facts.subjects(doc, context)),
+        (s for doc in documents for s in claim_facts.subjects(doc)),
+    )
+
+
+# Files per process below which another process does not repay its fork.
+_MIN_FILES_PER_PROCESS = 64
+
+
+@dataclass
+class _JudgedShard:
+    """What one shard of a manifest audit sends back: small, picklable."""
+
+    read_errors: list[InputError]
+    field_errors: list[InputError]
+    evaluations: list[Evaluation]  # one per subject group
+    resources: int
+    gpu_workloads: int
+
+
+def check_manifests(
+    paths: Sequence[str],
+    config: Config,
+    rules: Sequence[Rule],
+    stdin_text: str | None = None,
+    *,
+    render_kustomize: bool = True,
+    helm_charts: Sequence[Path] = (),
+    helm_values: Sequence[Path] = (),
+    keep_subjects: bool = True,
+) -> AuditResult:
+    """Directories with a kustomization are rendered (``render_kustomize``);
+    ``helm_charts`` are rendered with ``helm template`` and ``helm_values``.
+
+    Findings keep the Subject they judged (fixes need it) unless
+    ``keep_subjects`` is False; then a large input is audited on all cores
+    (pipelines/shards.py), since subjects are too big to send between them.
+    Either way the findings, errors and their order are the same."""
+    items = gather_inputs(
+        paths,
+        stdin_text,
+        render_kustomize=render_kustomize,
+        helm_charts=helm_charts,
+        helm_values=helm_values,
+    )
+    site = Site.from_config(config.site)
+    locators = locators_for(config)
+
+    def model(shard: Sequence[Item]) -> tuple[tuple, Context]:
+        read = ReadResult()
+        read_items(shard, read)
+        workloads, field_errors = build_workloads(read.documents, locators)
+        context = build_context(site, read.documents, workloads, read.bare)
+        return (read, workloads, field_errors), context
+
+    def judge(modelled: tuple, context: Context) -> _JudgedShard:
+        read, workloads, field_errors = modelled
+        evaluations = [
+            evaluate(rules, group, inputs={"manifest", *site_inputs(config.site)}, exemptions=config.exemptions)
+            for group in subject_groups(read.documents, workloads, context, read.bare)
+        ]
+        if not keep_subjects:
+            for e in evaluations:
+                e.findings = [replace(f, subject=None) for f in e.findings]
+                e.suppressed = [(replace(f, subject=None), why) for f, why in e.suppressed]
+        gpu_workloads = sum(1 for w in workloads if w.requests_gpus)
+        return _JudgedShard(read.errors, field_errors, evaluations, len(read.documents), gpu_workloads)
+
+    processes = 1 if keep_subjects else workers_for(len(items), _MIN_FILES_PER_PROCESS)
+    shards = run_sharded(items, processes, model, partial(merge_contexts, site), judge)
+    groups = range(len(shards[0].evaluations))
+    evaluation = combine([shard.evaluations[g] for g in groups for shard in shards])
+    return AuditResult(
+        findings=evaluation.findings,
+        suppressed=evaluation.suppressed,
+        skipped=evaluation.skipped,
+        errors=[
+            *(e for shard in shards for e in shard.read_errors),
+            *(e for shard in shards for e in shard.field_errors),
+            *evaluation.warnings,
+        ],
+        rules=list(rules),
+        resources=sum(shard.resources for shard in shards),
+        gpu_workloads=sum(shard.gpu_workloads for shard in shards),
+    )

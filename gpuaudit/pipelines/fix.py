@@ -1,0 +1,299 @@
+"""The fix pipeline: findings -> a plan of patches -> a Kustomize overlay (with
+--verify: built and audited again), or the rendered before/after (--diff).
+Never edits its inputs; writes only inside the folder it is given."""
+
+from __future__ import annotations
+
+import difflib
+import shutil
+import tempfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gpuaudit.engine.evaluate import evaluate, site_inputs
+from gpuaudit.engine.rules import Rule
+from gpuaudit.facts.context import Site, build_context
+from gpuaudit.files import UnsafePathError, inside, write_atomic
+from gpuaudit.model import Document, Finding, InputError
+from gpuaudit.model.workload_builder import build_workloads
+from gpuaudit.pipelines import fix_live
+from gpuaudit.pipelines.audit import audit_cluster
+from gpuaudit.pipelines.check import check_manifests, manifest_subjects
+from gpuaudit.pipelines.policy import locators_for
+from gpuaudit.remediate import overlay, verify
+from gpuaudit.remediate.plan import (
+    ObjectId,
+    Plan,
+    Settings,
+    Source,
+    describe_manifests,
+    object_id,
+    plan_fixes,
+)
+from gpuaudit.remediate.planners.common import RunState
+from gpuaudit.remediate.planners.sharing import sharing_configs
+from gpuaudit.sources import kustomize
+from gpuaudit.sources.manifests import read_paths
+from gpuaudit.sources.user_config import Config
+
+
+def plan_fix(
+    paths: Sequence[str],
+    snapshot: dict[str, Any] | None,
+    snapshot_label: str,
+    telemetry_problem: str | None,
+    config: Config,
+    rules: Sequence[Rule],
+    overrides: Mapping[str, Any],
+) -> tuple[Plan, Inputs]:
+    """Findings in ``paths`` (or, without paths, in the snapshot's cluster) ->
+    the plan of patches. A snapshot with paths sizes the patches from its
+    pods' telemetry and GPU models."""
+    run = RunState()
+    if snapshot is not None:
+        run.evidence = fix_live.evidence(snapshot)
+        run.evidence_source = snapshot_label
+    if paths:
+        inputs = read_fix_inputs(paths, config, rules)
+    else:
+        inputs = read_live(snapshot or {}, snapshot_label, config, rules, telemetry_problem)
+    run.shared_names = inputs.shared_names(config)
+    run.sharing_configs = sharing_configs(inputs.documents)
+    plan = plan_fixes(
+        inputs.items,
+        locators_for(config),
+        Settings(site=dict(config.site), overrides=dict(overrides)),
+        run,
+        None if inputs.live else rechecker(config, rules, inputs),
+    )
+    return plan, inputs
+
+
+@dataclass
+class Inputs:
+    """What the fix run read: findings with their source, every object as
+    read (for --verify and --diff), and problems with the input."""
+
+    items: list[tuple[Finding, Source]] = field(default_factory=list)
+    findings: list[Finding] = field(default_factory=list)
+    originals: dict[ObjectId, dict[str, Any]] = field(default_factory=dict)
+    errors: list[InputError] = field(default_factory=list)
+    files: set[Path] = field(default_factory=set)  # every input file, resolved
+    labels: dict[int, str] = field(default_factory=dict)  # id(document) -> display name
+    documents: list[Document] = field(default_factory=list)  # every object read
+    bare: list[Document] = field(default_factory=list)  # non-Kubernetes YAML (bare configs)
+
+    live: bool = False  # read from a snapshot: the base is the cluster's objects
+
+    def shared_names(self, config: Config) -> frozenset[str] | None:
+        """The `.shared` names the input's device-plugin configs (or the site) advertise."""
+        site = Site.from_config(config.site)
+        return build_context(site, self.documents, [], self.bare).shared_names
+
+
+def read_fix_inputs(paths: Sequence[str], config: Config, rules: Sequence[Rule]) -> Inputs:
+    inputs = Inputs()
+    plain: list[str] = []
+    for path in paths:
+        p = Path(path)
+        if kustomize.is_package(p):
+            _read_package(p, config, rules, inputs)
+        else:
+            plain.append(path)
+    if plain:
+        read = read_paths(plain)
+        inputs.documents.extend(read.documents)
+        inputs.bare.extend(read.bare)
+        result = check_manifests(plain, config, rules)
+        inputs.errors.extend(result.errors)
+        sources: dict[str, Source] = {}
+        for finding in result.findings:
+            doc = finding.subject.document if finding.subject is not None else None
+            file = doc.file if doc is not None else finding.location.file
+            if file not in sources:
+                sources[file] = _file_source(Path(file))
+            inputs.items.append((finding, sources[file]))
+            inputs.findings.append(finding)
+        for doc in read.documents:
+            source = sources.get(doc.file)
+            if source is not None and source.problem is None:
+                inputs.originals[object_id(doc.obj)] = dict(doc.obj)
+        for path in plain:
+            p = Path(path)
+            if p.is_file():
+                inputs.files.add(p.resolve())
+            elif p.is_dir():
+                inputs.files.update(f.resolve() for f in p.rglob("*") if f.is_file())
+    return inputs
+
+
+def read_live(
+    snapshot: dict[str, Any], label: str, config: Config, rules: Sequence[Rule], problem: str | None
+) -> Inputs:
+    """A cluster audit of the snapshot, with the cluster's own objects as the base."""
+    inputs = Inputs(live=True)
+    result = audit_cluster(snapshot, config, rules, telemetry_problem=problem)
+    inputs.errors.extend(e for e in result.errors if e.level == "error" and e.file != "telemetry")
+    inputs.items = fix_live.live_items(
+        result.findings, snapshot, label, rules, locators_for(config), Site.from_config(config.site)
+    )
+    inputs.findings = [f for f, _ in inputs.items]
+    for finding, source in inputs.items:
+        if source.content is not None:
+            doc = finding.subject.document
+            inputs.originals[object_id(doc.obj)] = dict(doc.obj)
+            inputs.documents.append(doc)
+    return inputs
+
+
+def _file_source(path: Path) -> Source:
+    try:
+        text = path.read_text(encoding="utf-8-sig")
+    except (OSError, UnicodeDecodeError) as exc:
+        return Source(str(path), path, "file", (), f"cannot read it ({exc})")
+    ids, problem = describe_manifests(text)
+    return Source(str(path), path, "file", ids, problem)
+
+
+def _read_package(path: Path, config: Config, rules: Sequence[Rule], inputs: Inputs) -> None:
+    label = f"{path} (kustomize build)"
+    try:
+        text, unrestricted = kustomize.build_package(path)
+    except kustomize.KustomizeError as exc:
+        inputs.errors.append(InputError(str(path), None, f"kustomize build failed: {exc}"))
+        return
+    ids, problem = describe_manifests(text)
+    source = Source(label, path, "kustomize", ids, problem, unrestricted)
+    result = check_manifests(["-"], config, rules, stdin_text=text)
+    inputs.errors.extend(InputError(label, e.line, e.message, e.level) for e in result.errors if e.level == "error")
+    for finding in result.findings:
+        inputs.items.append((finding, source))
+        inputs.findings.append(finding)
+        if finding.subject is not None and finding.subject.document is not None:
+            inputs.labels[id(finding.subject.document)] = label
+    read = read_paths(["-"], stdin_text=text)
+    inputs.documents.extend(read.documents)
+    inputs.bare.extend(read.bare)
+    for doc in read.documents:
+        inputs.originals[object_id(doc.obj)] = dict(doc.obj)
+    inputs.files.update(path.resolve() / n for n in kustomize.KUSTOMIZATION_FILES)
+
+
+def rechecker(config: Config, rules: Sequence[Rule], inputs: Inputs):
+    """Whether a finding's rule still reports it on an object as patched so
+    far, judged with what the rest of the input says (facts.context)."""
+    by_id = {r.id: r for r in rules}
+    locators = locators_for(config)
+    workloads, _ = build_workloads(inputs.documents, locators)
+    context = build_context(Site.from_config(config.site), inputs.documents, workloads, inputs.bare)
+    have = {"manifest", *site_inputs(config.site)}
+
+    def still_found(finding: Finding, obj: Mapping[str, Any]) -> bool:
+        rule = by_id.get(finding.rule)
+        if rule is None:
+            return True
+        doc = Document(dict(obj), "", 1)
+        patched, _ = build_workloads([doc], locators)
+        subjects = manifest_subjects([doc], patched, context)
+        found = evaluate([rule], subjects, inputs=have, exemptions=config.exemptions)
+        return verify.finding_key(finding) in {verify.finding_key(f) for f in found.findings}
+
+    return still_found
+
+
+def write_overlay(out_dir: Path, layout: overlay.Overlay, input_files: set[Path]) -> None:
+    """Write the overlay's files inside ``out_dir``; never over an input file."""
+    targets = {rel: inside(out_dir, rel) for rel in [*layout.files, *layout.copies]}
+    clobbered = sorted(str(t) for t in targets.values() if t in input_files)
+    if clobbered:
+        raise UnsafePathError(f"refusing to overwrite input file(s): {', '.join(clobbered)}")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for rel, text in layout.files.items():
+        write_atomic(targets[rel], text)
+    for rel, source in layout.copies.items():
+        write_atomic(targets[rel], source.read_bytes())
+
+
+def built_objects(directory: Path, plan: Plan) -> tuple[str, list[dict[str, Any]]]:
+    text = kustomize.build(directory, load_restrictor_none=plan.load_restrictor_none)
+    return text, [dict(d.obj) for d in read_paths(["-"], stdin_text=text).documents]
+
+
+@dataclass
+class OverlayCheck:
+    """What `fix --verify` found: the overlay built (or why not), and what the
+    rules say of the built objects."""
+
+    problem: str | None = None  # the overlay does not build
+    built: int = 0
+    result: verify.Verification | None = None
+    live_only: list[str] = field(default_factory=list)  # fixed rules no manifest audit can show
+
+    @property
+    def ok(self) -> bool:
+        return self.problem is None and self.result is not None and self.result.ok
+
+
+def verify_overlay(out_dir: Path, plan: Plan, inputs: Inputs, config: Config, rules: Sequence[Rule]) -> OverlayCheck:
+    """Build the written overlay with kustomize and audit the result."""
+    try:
+        text, built = built_objects(out_dir, plan)
+    except kustomize.KustomizeError as exc:
+        return OverlayCheck(problem=str(exc))
+    before = inputs.findings
+    if inputs.live:  # judge the base as manifests too, so both sides ran the same rules
+        base = "---\n".join(overlay.dump(o) for o in inputs.originals.values())
+        before = check_manifests(["-"], config, rules, stdin_text=base).findings
+    result = verify.verify(
+        built,
+        plan,
+        inputs.originals,
+        before,
+        lambda: check_manifests(["-"], config, rules, stdin_text=text).findings,
+    )
+    live_only: list[str] = []
+    if inputs.live:  # rules judged on live state only: no manifest audit can show them
+        scopes = {r.id: r.scope for r in rules}
+        live_only = sorted({f.rule for f in result.fixed if "manifest" not in scopes.get(f.rule, ())})
+    return OverlayCheck(built=len(built), result=result, live_only=live_only)
+
+
+class DiffError(Exception):
+    """kustomize could not build the overlay that --diff renders."""
+
+
+def rendered_diff(plan: Plan) -> tuple[str, str]:
+    """Unified diffs of every patched object, as kustomize builds the overlay
+    (or as gpuaudit computes it, when no kustomize is on PATH); and which of
+    the two it is."""
+    rendered: dict[ObjectId, dict[str, Any]] = {}
+    how = "kustomize"
+    if kustomize.kustomize_command() is not None and plan.changes:
+        with tempfile.TemporaryDirectory(prefix="gpuaudit-fix-") as tmp:
+            root = Path(tmp) / "overlay"
+            layout = overlay.layout(plan, root)
+            try:
+                write_overlay(root, layout, set())
+                _, built = built_objects(root, plan)
+                rendered = {object_id(o): o for o in built}
+            except (kustomize.KustomizeError, UnsafePathError, OSError) as exc:
+                raise DiffError(f"kustomize could not build the overlay: {exc}") from exc
+            finally:
+                shutil.rmtree(root, ignore_errors=True)
+    else:
+        how = "computed (no kubectl or kustomize on PATH)"
+        rendered = {k: after for k, (_, after) in plan.expected.items()}
+        for change in plan.changes:
+            rendered.update({object_id(o): o for o in change.new_objects})
+    targets = [*plan.expected, *(object_id(o) for c in plan.changes for o in c.new_objects)]
+    chunks = []
+    for oid in dict.fromkeys(targets):
+        before = plan.expected[oid][0] if oid in plan.expected else None
+        after = rendered.get(oid)
+        name = f"{oid[1]}/{oid[2] + '/' if oid[2] else ''}{oid[3]}"
+        old = overlay.dump(before, sort_keys=True).splitlines(keepends=True) if before else []
+        new = overlay.dump(after, sort_keys=True).splitlines(keepends=True) if after else []
+        chunks.append("".join(difflib.unified_diff(old, new, f"a/{name}", f"b/{name}")))
+    return "".join(chunks), how

@@ -1,0 +1,83 @@
+"""Which rules run: the built-in rules plus the config's and the command line's
+folders, selected by id or category; and which pod-spec locators apply."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+
+from gpuaudit.bundled import policies_dir
+from gpuaudit.engine.rules import Rule, load_rules
+from gpuaudit.kube.podspecs import KindLocator, builtin_locators, parse_locators
+from gpuaudit.model import InputError
+from gpuaudit.sources.user_config import Config
+
+
+def load_policy(
+    config: Config,
+    extra_dirs: Sequence[Path] = (),
+    include: Sequence[str] = (),
+    exclude: Sequence[str] = (),
+) -> tuple[list[Rule], list[InputError]]:
+    """Built-in rules plus the config's and the command line's folders, selected."""
+    dirs = [policies_dir(), *config.policies, *extra_dirs]
+    rules, rule_errors = load_rules(dirs, config.params, config.severity)
+    errors = [InputError(e.file, e.line, e.message) for e in rule_errors]
+    known = {r.id for r in rules} | {e.rule_id for e in rule_errors if e.rule_id}
+    for rule_id in sorted(set(config.params) | set(config.severity)):
+        if rule_id not in known:
+            errors.append(
+                InputError(
+                    str(config.path), None, f"config names unknown rule {rule_id}", "warning"
+                )
+            )
+    where = (
+        "--rules" if include else f"{config.path} rules",
+        "--exclude-rules" if exclude else f"{config.path} exclude_rules",
+    )
+    include, exclude = include or config.rules, exclude or config.exclude_rules
+    selected = select(rules, include, exclude)
+    errors += selection_problems(rules, selected, include, exclude, where)
+    return selected, errors
+
+
+def selection_problems(
+    rules: Sequence[Rule],
+    selected: Sequence[Rule],
+    include: Sequence[str],
+    exclude: Sequence[str],
+    where: tuple[str, str] = ("--rules", "--exclude-rules"),
+) -> list[InputError]:
+    """A name that is no rule id or category selects nothing (a typo, a
+    renamed rule): say so; and when --rules selects no rule at all, the run
+    must not pass as if it had audited something."""
+    names = {r.id for r in rules} | {r.category for r in rules}
+    problems = [
+        InputError(
+            where[0] if name in include else where[1],
+            None,
+            f"{name!r} is no rule id or category; it selects nothing",
+            "warning",
+        )
+        for name in dict.fromkeys([*include, *exclude])
+        if name not in names
+    ]
+    if include and not selected:
+        problems.append(InputError(where[0], None, "no rule is selected: nothing was audited"))
+    return problems
+
+
+def select(rules: Iterable[Rule], include: Sequence[str], exclude: Sequence[str]) -> list[Rule]:
+    """Rules named by id or category in ``include`` (all when empty), minus ``exclude``."""
+
+    def named(rule: Rule, names: Sequence[str]) -> bool:
+        return rule.id in names or rule.category in names
+
+    return [r for r in rules if (not include or named(r, include)) and not named(r, exclude)]
+
+
+def locators_for(config: Config) -> Mapping[tuple[str, str], KindLocator]:
+    """The built-in pod-spec locators, extended by the config's ``podspecs``."""
+    if not config.podspecs:
+        return builtin_locators()
+    return {**builtin_locators(), **parse_locators(config.podspecs)}

@@ -1,0 +1,131 @@
+"""Planners: one per remediation id. Each reads the finding's facts and the
+object's pod templates, and decides the template parameters (and which
+evidence chose them), or declines with the reason a reviewer should see.
+Pure: no IO beyond the packaged data tables.
+
+This module holds what planners share; the planners live in one module per
+category and register themselves with ``@planner``; the package imports them all."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from gpuaudit import gpus
+from gpuaudit.model import Container, Document, Finding, PodTemplate
+
+REMEDIATED = "gpuaudit.io/remediated"
+NVIDIA_GPU = "nvidia.com/gpu"
+
+Confidence = Literal["measured", "static", "needs confirmation"]
+
+
+@dataclass(frozen=True)
+class SharePlan:
+    """A workload that a move-to-shared-gpu proposal puts on a share; the
+    sharing planner sizes the device-plugin config from these."""
+
+    pods: int
+    resource: str
+    need_mib: float | None
+    model: gpus.GpuModel | None
+    mig_profile: str | None
+
+
+@dataclass
+class RunState:
+    """What planners learn from the whole input, and from each other."""
+
+    sharers: list[SharePlan] = field(default_factory=list)
+    # `.shared` names the input's device-plugin configs (or the site) advertise;
+    # None when nothing in the input or the site says.
+    shared_names: frozenset[str] | None = None
+    # Device-plugin ConfigMaps in the input that share GPUs: (namespace, name, key).
+    sharing_configs: tuple[tuple[str, str, str], ...] = ()
+    # Live evidence per workload (fix PATH... --snapshot FILE), and where it came from.
+    evidence: Mapping[Any, Any] = field(default_factory=dict)
+    evidence_source: str = ""
+
+    def evidence_for(self, document: Document) -> Any:
+        from gpuaudit.remediate.evidence import owner_key
+
+        key = owner_key(document.api_version, document.kind, document.namespace, document.name)
+        return self.evidence.get(key)
+
+
+@dataclass(frozen=True)
+class Context:
+    finding: Finding
+    facts: Mapping[str, Any]
+    document: Document
+    template: PodTemplate | None  # pod and container findings
+    container: Container | None  # container findings
+    params: Mapping[str, Any]
+    run: RunState
+
+
+@dataclass(frozen=True)
+class Proposal:
+    variant: str | None
+    params: dict[str, Any]
+    basis: str  # how the parameters were chosen, for REVIEW.md
+    confidence: Confidence
+    scope: str  # what the change touches: two findings with the same scope share one patch
+    share: SharePlan | None = None
+
+
+@dataclass(frozen=True)
+class Declined:
+    reason: str
+
+
+NO_CONTAINER = Declined("the finding names no container")
+
+
+Planner = Callable[[Context], "Proposal | Declined"]
+PLANNERS: dict[str, Planner] = {}
+
+
+def planner(remediation: str) -> Callable[[Planner], Planner]:
+    def register(func: Planner) -> Planner:
+        PLANNERS[remediation] = func
+        return func
+
+    return register
+
+
+def identity(ctx: Context) -> dict[str, Any]:
+    doc = ctx.document
+    return {
+        "kind": doc.kind,
+        "name": doc.name,
+        "namespace": doc.namespace,
+        "role": ctx.template.role if ctx.template else None,
+        "container": ctx.container.name if ctx.container else None,
+    }
+
+
+def same_type(original: Any, value: Any) -> Any:
+    """``value`` written like ``original`` (a string stays a string, a number a
+    number): kustomize keeps the quoting of the field a strategic merge
+    replaces, so this is what the built object will hold either way."""
+    if isinstance(original, bool) or original is None:
+        return value
+    if isinstance(original, str):
+        if isinstance(value, float) and value.is_integer():
+            return str(int(value))
+        return str(value)
+    if isinstance(original, (int, float)) and isinstance(value, str):
+        try:
+            number = float(value)
+        except ValueError:
+            return value
+        return int(number) if number.is_integer() else number
+    return value
+
+
+def needs_template(ctx: Context) -> PodTemplate | Declined:
+    if ctx.template is None:
+        return Declined("the finding names no pod template of this object")
+    return ctx.template

@@ -1,0 +1,119 @@
+"""`.gpuaudit.yaml`: found upward from the working directory, or --config.
+
+Validated against data/config.schema.json; keys the schema does not know are
+warned about (a typo should not silently do nothing), not rejected.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import date
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from gpuaudit.kube.yaml_lines import load_yaml_with_lines
+from gpuaudit.model import Exemption, InputError
+from gpuaudit.schemas import SchemaError, load_schema, validate
+
+CONFIG_NAMES = (".gpuaudit.yaml", ".gpuaudit.yml")
+
+
+class ConfigError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class Config:
+    path: Path | None = None
+    rules: tuple[str, ...] = ()
+    exclude_rules: tuple[str, ...] = ()
+    fail_on: str | None = None
+    policies: tuple[Path, ...] = ()
+    params: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    severity: Mapping[str, str] = field(default_factory=dict)
+    exemptions: tuple[Exemption, ...] = ()
+    podspecs: tuple[Mapping[str, Any], ...] = ()
+    site: Mapping[str, Any] = field(default_factory=dict)
+    telemetry: Mapping[str, Any] = field(default_factory=dict)
+    report: Mapping[str, Any] = field(default_factory=dict)
+    warnings: tuple[InputError, ...] = ()
+
+
+def find_config(start: Path) -> Path | None:
+    for directory in (start, *start.parents):
+        for name in CONFIG_NAMES:
+            candidate = directory / name
+            if candidate.is_file():
+                return candidate
+    return None
+
+
+def load_config(explicit: Path | None = None, cwd: Path | None = None) -> Config:
+    path = explicit or find_config((cwd or Path.cwd()).resolve())
+    if path is None:
+        return Config()
+    try:
+        data, lines = load_yaml_with_lines(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f":{mark.line + 1}" if mark is not None else ""
+        raise ConfigError(f"{path}{where}: invalid YAML: {getattr(exc, 'problem', exc)}") from None
+    data = data or {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a mapping at the top level")
+    try:
+        validate(data, "config.schema.json")
+    except SchemaError as exc:
+        line = lines.get("/" + exc.path.replace(".", "/"), 1)
+        raise ConfigError(f"{path}:{line}: {exc} (at {exc.path or 'top level'})") from None
+    known = set(load_schema("config.schema.json")["properties"])
+    warnings = tuple(
+        InputError(
+            str(path), lines.get(f"/{key}"), f"unknown config key {key!r} is ignored", "warning"
+        )
+        for key in data
+        if key not in known
+    )
+    base = path.parent
+    return Config(
+        path=path,
+        rules=tuple(data.get("rules") or ()),
+        exclude_rules=tuple(data.get("exclude_rules") or ()),
+        fail_on=data.get("fail_on"),
+        policies=tuple(base / p for p in data.get("policies") or ()),
+        params=data.get("params") or {},
+        severity=data.get("severity") or {},
+        exemptions=tuple(
+            Exemption(
+                rule=e["rule"],
+                reason=e["reason"],
+                namespace=e.get("namespace", "*"),
+                name=e.get("name", "*"),
+                kind=e.get("kind", "*"),
+                expires=_expiry(e.get("expires"), path, lines.get(f"/exemptions/{i}/expires")),
+            )
+            for i, e in enumerate(data.get("exemptions") or ())
+        ),
+        podspecs=tuple(data.get("podspecs") or ()),
+        site=data.get("site") or {},
+        telemetry=data.get("telemetry") or {},
+        report=data.get("report") or {},
+        warnings=warnings,
+    )
+
+
+def _expiry(value: str | None, path: Path, line: int | None) -> date | None:
+    """An exemption's `expires:` date. The schema checks its shape (YYYY-MM-DD);
+    a date that does not exist (2026-13-45) is a config error too, never a
+    crash and never an exemption that silently lasts forever."""
+    if not value:
+        return None
+    try:
+        return date.fromisoformat(value)
+    except ValueError as exc:
+        raise ConfigError(f"{path}:{line or 1}: expires {value!r} is not a date: {exc}") from None
