@@ -9,15 +9,12 @@ import click
 
 from gpuaudit.cli.options import emit, output_options, policy_options, read_config, split_names, stop
 from gpuaudit.cli.progress import Status
-from gpuaudit.cli.source_options import (
-    cluster_options,
-    load_snapshot,
-    load_telemetry,
-    split_source_options,
-    telemetry_options,
-)
+from gpuaudit.cli.source_options import cluster_options, read_cluster, telemetry_options
 from gpuaudit.pipelines.audit import audit_cluster
 from gpuaudit.pipelines.policy import load_policy
+from gpuaudit.pipelines.record import record_audit
+from gpuaudit.report.history import HistoryError
+from gpuaudit.sources.snapshot import SnapshotError, write_snapshot
 
 
 @click.command()
@@ -52,12 +49,8 @@ def audit(
     from --prometheus or --samples when given."""
     config = read_config(config_path)
     rules, rule_errors = load_policy(config, policy_dirs, split_names(include), split_names(exclude))
-    cluster, telemetry = split_source_options(sources)
-    snapshot = load_snapshot(**cluster)
-    problem = load_telemetry(snapshot, config, **telemetry)
+    snapshot, problem = read_cluster(config, sources)
     if save_snapshot is not None:
-        from gpuaudit.sources.snapshot import SnapshotError, write_snapshot
-
         try:
             write_snapshot(snapshot, save_snapshot)
         except SnapshotError as exc:
@@ -69,9 +62,6 @@ def audit(
     status.clear()
     emit(result, formats, output)
     if history_path is not None:
-        from gpuaudit.pipelines.record import record_audit
-        from gpuaudit.report.history import HistoryError
-
         try:
             record_audit(history_path, result, config, snapshot)
         except (HistoryError, ValueError) as exc:

@@ -3,7 +3,8 @@ imported only when it runs, so `gpuaudit check` (run by pre-commit on every
 commit) never loads the cluster client, Jinja2 or NVML.
 
 Commands return their exit code: 0 clean, 1 findings at or above --fail-on,
-2 input errors or a partial run. A crash exits 3, so it never reads as 1.
+2 input errors or a partial run. A crash exits 3, so it never reads as 1,
+with one line on stderr (and the trace with --debug).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any
 import click
 
 from gpuaudit import __version__
+from gpuaudit.output.terminal import CleanStream
 
 # name -> "module:attribute"
 COMMANDS = {
@@ -27,6 +29,7 @@ COMMANDS = {
     "snapshot": "gpuaudit.cli.snapshot:snapshot",
 }
 CRASH_EXIT_CODE = 3
+DEBUG = "gpuaudit.debug"  # ctx.meta key: print the trace of a crash
 
 
 class LazyGroup(click.Group):
@@ -48,21 +51,24 @@ class LazyGroup(click.Group):
             code = super().invoke(ctx)
         except (click.exceptions.ClickException, click.exceptions.Exit, click.exceptions.Abort):
             raise
-        except Exception:
-            import traceback
+        except Exception as exc:
+            if ctx.meta.get(DEBUG):
+                import traceback
 
-            traceback.print_exc()
-            click.echo("gpuaudit: internal error (a bug; the trace above says where)", err=True)
+                traceback.print_exc()
+            where = "" if ctx.meta.get(DEBUG) else "; --debug shows where"
+            click.echo(f"gpuaudit: internal error (a bug{where}): {type(exc).__name__}: {exc}", err=True)
             ctx.exit(CRASH_EXIT_CODE)
         ctx.exit(code if isinstance(code, int) else 0)
 
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="gpuaudit")
-def main() -> None:
+@click.option("--debug", is_flag=True, help="On an internal error, print the trace.")
+@click.pass_context
+def main(ctx: click.Context, debug: bool) -> None:
     """Audit GPU capacity on Kubernetes: why jobs queue while the GPUs look idle."""
-    from gpuaudit.output.terminal import CleanStream
-
+    ctx.meta[DEBUG] = debug
     if sys.stderr is not None and not isinstance(sys.stderr, CleanStream):  # messages quote input
         sys.stderr = CleanStream(sys.stderr)  # type: ignore[assignment]
 

@@ -9,13 +9,7 @@ import click
 
 from gpuaudit.cli.options import input_errors_code, policy_options, read_config, split_names, stop
 from gpuaudit.cli.progress import Status
-from gpuaudit.cli.source_options import (
-    cluster_options,
-    load_snapshot,
-    load_telemetry,
-    split_source_options,
-    telemetry_options,
-)
+from gpuaudit.cli.source_options import cluster_options, read_cluster, telemetry_options
 from gpuaudit.pipelines.audit import audit_cluster
 from gpuaudit.pipelines.policy import load_policy
 from gpuaudit.pipelines.report import history_database, write_review
@@ -79,9 +73,7 @@ def report(
     except ValueError as exc:
         stop(str(exc))
     rules, rule_errors = load_policy(config, policy_dirs, split_names(include), split_names(exclude))
-    cluster, telemetry = split_source_options(sources)
-    snapshot = load_snapshot(**cluster)
-    problem = load_telemetry(snapshot, config, **telemetry)
+    snapshot, problem = read_cluster(config, sources)
     status = Status()
     status(f"judging {len(snapshot['objects'].get('pods') or []):,} pods")
     result = audit_cluster(snapshot, config, rules, telemetry_problem=problem)

@@ -8,13 +8,7 @@ from typing import Any
 import click
 
 from gpuaudit.cli.options import read_config, stop
-from gpuaudit.cli.source_options import (
-    cluster_options,
-    load_snapshot,
-    load_telemetry,
-    split_source_options,
-    telemetry_options,
-)
+from gpuaudit.cli.source_options import cluster_options, read_cluster, telemetry_options
 from gpuaudit.sources.snapshot import SnapshotError, write_snapshot
 
 
@@ -33,9 +27,7 @@ def snapshot(output: Path, config_path: Path | None, **sources: Any) -> int:
     """Collect cluster objects (and telemetry) read-only into one file."""
 
     config = read_config(config_path)
-    cluster, telemetry = split_source_options(sources)
-    data = load_snapshot(**cluster)
-    problem = load_telemetry(data, config, **telemetry)
+    data, problem = read_cluster(config, sources)
     try:
         write_snapshot(data, output)
     except SnapshotError as exc:

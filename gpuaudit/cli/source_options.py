@@ -123,12 +123,12 @@ TELEMETRY_PARAMS = (
 )
 
 
-def split_source_options(options: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The keyword arguments of cluster_options and telemetry_options, apart."""
-    return (
-        {k: options[k] for k in CLUSTER_PARAMS if k in options},
-        {k: options[k] for k in TELEMETRY_PARAMS if k in options},
-    )
+def read_cluster(config: Config, options: dict[str, Any]) -> tuple[dict[str, Any], str | None]:
+    """The snapshot that cluster_options and telemetry_options ask for, with
+    its telemetry; and why telemetry could not be read, if it could not."""
+    snapshot = load_snapshot(**{k: options[k] for k in CLUSTER_PARAMS if k in options})
+    problem = load_telemetry(snapshot, config, **{k: options[k] for k in TELEMETRY_PARAMS if k in options})
+    return snapshot, problem
 
 
 def _progress(resource: str, count: int) -> None:
