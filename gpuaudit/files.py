@@ -1,28 +1,241 @@
-"""Writing output files: atomically, and never outside the directory given."""
+"""Files in and out: every file gpuaudit reads goes through one careful
+reader, and every output file is written atomically, never outside the
+directory given.
+
+Reading. A repository or a command line may name anything: a FIFO or a
+device (``/dev/zero``, ``/dev/stdin``) that would block or never end, a
+sparse file of gigabytes, a file that grows while it is read, bytes that are
+not UTF-8. :func:`open_regular` refuses all of it before a byte is read:
+
+- the path is ``stat``-ed first, so a device is normally never even opened;
+- it is then opened with ``O_NONBLOCK`` (opening a FIFO never waits for a
+  writer) and ``O_NOCTTY``, and the *opened descriptor* is ``fstat``-ed, so a
+  regular file swapped for a FIFO in between cannot fool the first check;
+- anything but a regular file is refused, and so is a file larger than the
+  caller's limit; at most ``limit + 1`` bytes are ever read, so a file that
+  grows meanwhile is refused too.
+
+:func:`read_bytes` and :func:`read_text` are built on it; :func:`iter_lines`
+streams a large line-oriented file with a bound on each line. Every refusal
+is a :class:`FileReadError` whose ``problem`` says what is wrong (and
+``line`` where, for text that is not UTF-8); callers turn it into their own
+error (ConfigError, RuleError, SnapshotError, ...). The limits are the
+callers': each kind of file has its own, far above any real file of that
+kind.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import os
+import stat
 import tempfile
+import zlib
+from collections.abc import Iterator
 from pathlib import Path
+from typing import BinaryIO
+
+_GZIP_MAGIC = b"\x1f\x8b"
+_CHUNK = 1 << 20  # bytes inflated per step: bounds what a gzip bomb makes before it is seen
 
 
 class UnsafePathError(ValueError):
     pass
 
 
+class FileReadError(ValueError):
+    """A file the reader refused: ``problem`` without the path, ``line`` where known."""
+
+    def __init__(self, path: Path | str, problem: str, line: int | None = None) -> None:
+        super().__init__(f"{path}:{line}: {problem}" if line else f"{path}: {problem}")
+        self.path = str(path)
+        self.problem = problem
+        self.line = line
+
+
+def too_big(path: Path | str, size: str, limit: int, what: str = "file", hint: str = "") -> FileReadError:
+    """The one wording of an oversized input (``size``: "1,024 bytes" or
+    "more than 1,024 bytes"); ``hint`` says how to raise a configurable limit."""
+    return FileReadError(path, f"{what} is {size}; the limit is {limit:,} bytes{hint}")
+
+
+@contextlib.contextmanager
+def open_regular(path: Path | str, *, limit: int, what: str = "file", hint: str = "") -> Iterator[BinaryIO]:
+    """The regular file at ``path``, opened for binary reading, at most
+    ``limit`` bytes long when opened (the caller reads at most ``limit + 1``
+    bytes: the file may grow). Raises FileReadError otherwise."""
+    try:
+        if not stat.S_ISREG(os.stat(path).st_mode):  # never open a device or a FIFO
+            raise FileReadError(path, "not a regular file, not read")
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0))
+    except OSError as exc:
+        raise FileReadError(path, f"cannot read: {exc.strerror or exc}") from None
+    try:
+        info = os.fstat(fd)  # the file actually opened, whatever the path names now
+        if not stat.S_ISREG(info.st_mode):
+            raise FileReadError(path, "not a regular file, not read")
+        if info.st_size > limit:
+            raise too_big(path, f"{info.st_size:,} bytes", limit, what, hint)
+        handle = os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+    with handle:
+        yield handle
+
+
+def read_bytes(
+    path: Path | str, *, limit: int, what: str = "file", hint: str = "", gunzip: bool = False
+) -> bytes:
+    """The bytes of the regular file ``path``, at most ``limit`` of them.
+
+    ``gunzip``: a file starting with gzip's magic bytes is inflated, and the
+    limit then bounds the inflated bytes too (a small file can inflate a
+    thousandfold), checked as they are made."""
+    try:
+        with open_regular(path, limit=limit, what=what, hint=hint) as handle:
+            if gunzip and handle.peek(2)[:2] == _GZIP_MAGIC:  # type: ignore[attr-defined]
+                return _inflate(path, handle, limit, what, hint)
+            raw = handle.read(limit + 1)
+    except OSError as exc:
+        raise FileReadError(path, f"cannot read: {exc.strerror or exc}") from None
+    if len(raw) > limit:
+        raise too_big(path, f"more than {limit:,} bytes", limit, what, hint)
+    return raw
+
+
+def _inflate(path: Path | str, handle: BinaryIO, limit: int, what: str, hint: str) -> bytes:
+    out = bytearray()
+    try:
+        import gzip  # only snapshots are compressed: `check` never needs it
+
+        with gzip.GzipFile(fileobj=handle, mode="rb") as zipped:
+            while chunk := zipped.read(min(_CHUNK, limit + 1 - len(out))):
+                out += chunk
+                if len(out) > limit:
+                    raise FileReadError(
+                        path, f"{what} inflates to more than {limit:,} bytes; the limit is {limit:,} bytes{hint}"
+                    )
+    except (OSError, EOFError, zlib.error) as exc:
+        raise FileReadError(path, f"corrupt gzip data: {exc}") from None
+    return bytes(out)
+
+
+def decode_text(raw: bytes, path: Path | str) -> str:
+    """``raw`` as UTF-8 text (a leading byte-order mark dropped); otherwise a
+    FileReadError naming the line of the first bad byte."""
+    try:
+        return raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = raw[: exc.start].count(b"\n") + 1
+        raise FileReadError(path, "not valid UTF-8 text", line) from None
+
+
+def read_text(path: Path | str, *, limit: int, what: str = "file") -> str:
+    """The UTF-8 text of the regular file ``path``, at most ``limit`` bytes."""
+    return decode_text(read_bytes(path, limit=limit, what=what), path)
+
+
+def iter_lines(
+    path: Path | str, *, limit: int, line_limit: int, what: str = "file"
+) -> Iterator[tuple[int, bytes]]:
+    """(line number, bytes) of each line of the regular file ``path``, read
+    as they are used: a file of ``limit`` bytes is never held whole. A line
+    longer than ``line_limit`` bytes, or more than ``limit`` bytes in all
+    (the file grew), ends the iteration with a FileReadError; the lines
+    before it have been yielded."""
+    total = 0
+    try:
+        with open_regular(path, limit=limit, what=what) as handle:
+            number = 0
+            while line := handle.readline(line_limit + 1):
+                number += 1
+                total += len(line)
+                if total > limit:
+                    raise too_big(path, f"more than {limit:,} bytes", limit, what)
+                if len(line) > line_limit and not line.endswith(b"\n"):
+                    raise FileReadError(
+                        path, f"line longer than {line_limit:,} bytes; the rest is not read", number
+                    )
+                yield number, line
+    except OSError as exc:
+        raise FileReadError(path, f"cannot read: {exc.strerror or exc}") from None
+
+
+class WriteError(OSError):
+    """A file could not be written: ``str()`` names it and says why."""
+
+    def __str__(self) -> str:
+        return f"cannot write {self.filename}: {self.strerror}"
+
+
 def write_atomic(path: Path, data: str | bytes) -> None:
     """Write via a temporary file in the same directory and rename it into
-    place, so a crash never leaves half a file behind."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    place, so a crash never leaves half a file behind. The file gets the mode
+    a plain ``open()`` would give it (0666 less the umask: 0644 under umask
+    022), not the temporary file's 0600. Raises WriteError naming ``path``."""
+    path = Path(path)
+    try:
+        make_folders(path.parent)
+    except WriteError as exc:
+        raise WriteError(exc.errno, exc.strerror, str(path)) from exc
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    except OSError as exc:
+        raise WriteError(exc.errno, exc.strerror or str(exc), str(path)) from exc
     try:
         with os.fdopen(fd, "wb") as handle:
+            with contextlib.suppress(OSError):  # a file system without modes
+                os.fchmod(handle.fileno(), file_mode())
             handle.write(data.encode("utf-8") if isinstance(data, str) else data)
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         Path(tmp).unlink(missing_ok=True)
+        if isinstance(exc, OSError):
+            raise WriteError(exc.errno, exc.strerror or str(exc), str(path)) from exc
         raise
+
+
+def file_mode() -> int:
+    """0666 less the process's umask: the mode ``open()`` creates files with.
+    (The umask can only be read by setting it: briefly to 077, the safe side.)"""
+    umask = os.umask(0o077)
+    os.umask(umask)
+    return 0o666 & ~umask
+
+
+def make_folders(folder: Path) -> list[Path]:
+    """``mkdir -p folder``: the folders it made, outermost first. Raises
+    WriteError when a part of the path is a file, or a folder cannot be made."""
+    wanted = Path(folder)
+    missing = check_folder(wanted)
+    made: list[Path] = []
+    for path in reversed(missing):
+        try:
+            path.mkdir()
+        except FileExistsError:
+            if not path.is_dir():
+                raise WriteError(errno.ENOTDIR, f"{path} is not a folder", str(wanted)) from None
+            continue  # made meanwhile by someone else
+        except OSError as exc:
+            reason = f"cannot make the folder {path}: {exc.strerror or exc}"
+            raise WriteError(exc.errno, reason, str(wanted)) from exc
+        made.append(path)
+    return made
+
+
+def check_folder(folder: Path) -> list[Path]:
+    """The parts of ``folder`` that do not exist yet, outermost last; WriteError
+    when a part of it is a file (``somefile/out``), so nothing can be written there."""
+    wanted = folder = Path(folder)
+    missing: list[Path] = []
+    while not folder.is_dir() and folder != folder.parent:
+        if folder.exists() or folder.is_symlink():
+            raise WriteError(errno.ENOTDIR, f"{folder} is not a folder", str(wanted))
+        missing.append(folder)
+        folder = folder.parent
+    return missing
 
 
 def inside(directory: Path, relative: str) -> Path:

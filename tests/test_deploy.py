@@ -500,12 +500,19 @@ def test_sampler_script_feeds_the_audit(small_cluster, kubeconfig, tmp_path):
     (samples / "gpu-a100-0-9999-12-31T000000Z.jsonl.part").write_text('{"kind": "gpu", "ts": ')
 
     data = tmp_path / "data"
-    proc = run_script("audit.sh", "--kubeconfig", str(kubeconfig), env=base_env(data, SAMPLES_DIR=str(samples)))
+    # a few seconds of samples: below the rules' default min_span_hours (1 h),
+    # which would make it insufficient data, not a verdict
+    config = tmp_path / "gpuaudit.yaml"
+    config.write_text((DEPLOY / "base" / "config" / "gpuaudit.yaml").read_text()
+                      + "\nparams:\n  GPA-ME-003: {min_span_hours: 0}\n")
+    env = base_env(data, SAMPLES_DIR=str(samples), GPUAUDIT_CONFIG=str(config))
+    proc = run_script("audit.sh", "--kubeconfig", str(kubeconfig), env=env)
     assert proc.returncode == 0, proc.stderr
     (audit,) = (data / "audits").glob("*.json")
     report = json.loads(audit.read_text())
     assert report["summary"]["telemetry"]["source"] == "nvml"
-    resident = [f for f in report["findings"] if f["rule"] == "GPA-ME-001"]
+    # 30 GiB resident at 0 %: a GPU essentially never used
+    resident = [f for f in report["findings"] if f["rule"] == "GPA-ME-003"]
     assert [f["evidence"]["pod"] for f in resident] == [pod["metadata"]["name"]]
 
 

@@ -52,18 +52,24 @@ def test_every_kustomize_package_that_builds_offline_gets_a_verified_overlay(tmp
     corpus = shared_or_skip("corpus", "kustomize")
     packages = sorted(p.parent for p in corpus.rglob("kustomization.yaml"))
     checked = fixed = 0
+    lifted = 0
     for i, package in enumerate(packages):
-        offline = any(
+        builds = [
             subprocess.run([kubectl, "kustomize", *flags, str(package)], capture_output=True).returncode == 0
             for flags in ([], ["--load-restrictor", "LoadRestrictionsNone"])
-        )
-        if not offline:
+        ]
+        if not any(builds):
             continue  # pulls a remote URL
         out = tmp_path / f"overlay-{i}"
-        proc = run_cli("fix", str(package), "--out", str(out), "--verify")
+        flags: list[str] = []
+        if not builds[0]:  # reads files outside its folder: refused unless the user lifts the restrictor
+            refused = run_cli("fix", str(package), "--out", str(tmp_path / f"refused-{i}"))
+            assert refused.returncode == 2 and "outside its folder" in refused.stderr, package
+            flags, lifted = ["--kustomize-load-restrictor", "none"], lifted + 1
+        proc = run_cli("fix", str(package), "--out", str(out), "--verify", *flags)
         assert proc.returncode == 0, f"{package}\n{proc.stdout}{proc.stderr}"
         _, gone, remaining, new, differences = verified(proc.stdout)
         assert (remaining, new, differences) == (0, 0, 0), package
         checked += 1
         fixed += gone
-    assert checked >= 10 and fixed >= 15
+    assert checked >= 10 and fixed >= 15 and lifted >= 1

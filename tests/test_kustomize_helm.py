@@ -36,7 +36,14 @@ def test_a_kustomize_overlay_is_audited_as_rendered_and_points_at_its_base(run_c
     shutil.copytree(package, copy)
     tgi = Path("pkg/ai-ml/llm-serving-gemma/tgi")
     overlay = tgi / "tgi-7b-bitsandbytes-nf4"
-    proc = run_cli("check", str(overlay), "--format", "json", env={"PATH": tools_path})
+    # Its base is a file outside its folder: read only when the user allows it
+    # (tests/robustness/test_kustomize_restrictor.py: what a hostile package does without that).
+    refused = report(run_cli("check", str(overlay), "--format", "json", env={"PATH": tools_path}))
+    [error] = refused["errors"]
+    assert error["level"] == "error" and f"reads {tgi / 'tgi-7b.yaml'}, outside" in error["message"]
+    proc = run_cli(
+        "check", str(overlay), "--kustomize-load-restrictor", "none", "--format", "json", env={"PATH": tools_path}
+    )
     result = report(proc)
     assert result["errors"] == []
     # The patch quantises to 4 bits: only the rendered object shows a 7B model
@@ -153,3 +160,31 @@ def test_helm_chart_without_helm_is_an_input_error(run_cli, tmp_path):
     proc = run_cli("check", "--helm-chart", "chart", env={"PATH": str(tmp_path / "bin")})
     assert proc.returncode == 2
     assert "needs `helm` on PATH" in proc.stdout
+
+
+def test_a_chart_link_out_of_the_chart_is_never_rendered(run_cli, tools_path, tmp_path):
+    """A chart from a pull request could link a runner's file into the chart
+    and copy it into an object name with `.Files.Get`: helm follows the link."""
+    if shutil.which("helm", path=tools_path) is None:
+        pytest.skip("helm is not installed")
+    secret = tmp_path / "runner" / "token"
+    secret.parent.mkdir()
+    secret.write_text("s3cret-runner-token")
+    chart = tmp_path / "chart"
+    (chart / "templates").mkdir(parents=True)
+    (chart / "Chart.yaml").write_text("apiVersion: v2\nname: leak\nversion: 0.1.0\n")
+    (chart / "tok").symlink_to(secret)
+    (chart / "templates" / "pod.yaml").write_text(
+        'apiVersion: v1\nkind: Pod\nmetadata:\n  name: {{ .Files.Get "tok" | trim | quote }}\n'
+        "spec:\n  containers:\n  - name: c\n    resources: {limits: {nvidia.com/gpu: 1}}\n"
+    )
+    proc = run_cli("check", "--helm-chart", "chart", "--format", "json", env={"PATH": tools_path})
+    assert proc.returncode == 2, proc.stderr
+    assert "s3cret" not in proc.stdout + proc.stderr
+    [error] = [e for e in json.loads(proc.stdout)["errors"] if "outside the chart" in e["message"]]
+    assert error["file"].endswith("chart/tok")
+    # The same chart with the link replaced by the file itself renders.
+    (chart / "tok").unlink()
+    (chart / "tok").write_text("inside")
+    rendered = report(run_cli("check", "--helm-chart", "chart", "--format", "json", env={"PATH": tools_path}))
+    assert rendered["summary"]["resources"] == 1

@@ -336,9 +336,13 @@ def test_coverage_of_a_pod_that_left_halfway(tmp_path: Path):
     path = tmp_path / "half.jsonl"
     path.write_text("".join(json.dumps(x) + "\n" for x in lines) + '{"kind": "gpu", "ts"')
     got = aggregate_samples([path])
-    assert _only(got["pods"])["coverage"] == 0.5
+    # coverage is over each row's own life: the pod held the GPU for the first
+    # half, with a sample at every tick; the free GPU for the second half
+    pod = _only(got["pods"])
+    assert pod["coverage"] == 1 and pod["samples"] == 5
+    assert (pod["first_seen"], pod["last_seen"]) == (100, 140)
     free = [g for g in got["gpus"] if g["pod_uid"] is None]
-    assert _only(free)["coverage"] == 0.5
+    assert _only(free)["coverage"] == 1 and _only(free)["samples"] == 5
     assert [e["query"] for e in got["errors"]] == ["parse"]  # the torn last line
     assert got["errors"][0]["endpoint"].endswith("half.jsonl:12")
 

@@ -141,6 +141,7 @@ def test_gitlab_code_quality_has_unique_fingerprints_severities_and_lines(run_cl
     assert {"a/pinned.yaml", "b.yaml", "hostile.yaml", "broken.yaml"} <= by_path
     pin = next(i for i in issues if i["check_name"] == "GPA-PL-001" and i["location"]["path"] == "b.yaml")
     assert pin["severity"] == "critical" and pin["location"]["lines"]["begin"] > 1  # high -> critical, at its line
+    # The same object in two folders is no problem of the input (one folder per environment).
     [problem] = [i for i in issues if i["check_name"] == "gpuaudit-input"]
     assert problem["severity"] == "major" and problem["location"] == {"path": "broken.yaml", "lines": {"begin": 2}}
     # The fingerprint does not move with the line: the same finding after an edit above it.

@@ -39,6 +39,8 @@ def _param(rule_file: str, name: str) -> float:
 
 ACTIVE = _param("allocation/idle-whole-gpus.yaml", "max_compute")
 RESIDENT = _param("memory/resident-idle.yaml", "min_resident_idle_fraction")
+RESIDENT_MEAN = _param("memory/resident-idle.yaml", "max_compute_mean")
+RESIDENT_P95 = _param("memory/resident-idle.yaml", "max_compute_p95")
 COVERAGE = _param("memory/resident-idle.yaml", "min_coverage")
 
 
@@ -123,7 +125,10 @@ class Reading:
         coverage = mean("coverage")
         if coverage is None or coverage < COVERAGE:
             return "no_data"
-        if (mean("resident_idle_fraction") or 0) >= RESIDENT:
+        p95 = max((r["compute_p95"] for r in rows if r["compute_p95"] is not None), default=None)
+        busy_in_bursts = p95 is not None and p95 >= RESIDENT_P95
+        idle_resident = (mean("resident_idle_fraction") or 0) >= RESIDENT and mean("compute_mean") < RESIDENT_MEAN
+        if idle_resident and not busy_in_bursts:  # as GPA-ME-001/003 judge it: bursts are not idle
             return "resident_idle"
         return "active" if mean("compute_mean") >= ACTIVE else "idle"
 
@@ -267,25 +272,25 @@ def test_pending_cost_coverage_and_gpu_hours(demo: Reading, demo_report: dict[st
     assert first["cost"]["allocated_idle_over_period"] == pytest.approx(idle_cost * hours, abs=1)
 
 
-def _finding_pod(finding: dict[str, Any], demo: Reading, used: set) -> dict[str, Any] | None:
-    """The pod a finding is about: named in its evidence, else the next pod of
-    its workload on its node."""
+def _finding_pods(finding: dict[str, Any], demo: Reading, used: set) -> list[dict[str, Any]]:
+    """The pods a finding is about: listed in its evidence (one finding per
+    workload), else the next pod of its workload on its node."""
     res = finding["resource"]
-    name = (finding.get("evidence") or {}).get("pod")
-    for pod in [*demo.bound, *demo.pending]:
+    names = (finding.get("evidence") or {}).get("pods")
+    everyone = [*demo.bound, *demo.pending]
+    if names is not None:
+        return [pod for name in names for pod in everyone if demo.key(pod) == (res["namespace"], name)]
+    for pod in everyone:
         key = demo.key(pod)
-        if name is not None:
-            if key == (res["namespace"], name):
-                return pod
-        elif (
+        if (
             demo.owner.get(key) == res["name"]
             and key[0] == res["namespace"]
             and pod["spec"].get("nodeName") == res.get("node")
             and (finding["rule"], key) not in used
         ):
             used.add((finding["rule"], key))
-            return pod
-    return None
+            return [pod]
+    return []
 
 
 def test_root_causes_equal_the_findings(demo: Reading, demo_report: dict[str, Any]) -> None:
@@ -306,12 +311,10 @@ def test_root_causes_equal_the_findings(demo: Reading, demo_report: dict[str, An
             gpus[f["rule"]] += demo.node_gpus[node]
             idle[f["rule"]] += demo.node_gpus[node] - busy_on_node[node]
             continue
-        pod = _finding_pod(f, demo, used)
-        if pod is None:
-            continue  # about the cluster or a config: no GPUs of its own
-        gpus[f["rule"]] += _gpus_of(pod)
-        if not pod["spec"].get("nodeName") or demo.state[demo.key(pod)] in ("idle", "resident_idle"):
-            idle[f["rule"]] += _gpus_of(pod)
+        for pod in _finding_pods(f, demo, used):  # none: about the cluster or a config
+            gpus[f["rule"]] += _gpus_of(pod)
+            if not pod["spec"].get("nodeName") or demo.state[demo.key(pod)] in ("idle", "resident_idle"):
+                idle[f["rule"]] += _gpus_of(pod)
     assert {r: v["findings"] for r, v in rules.items()} == dict(counted)
     for rule, row in rules.items():
         assert row["gpus"] == pytest.approx(gpus[rule], abs=0.02), rule

@@ -13,6 +13,7 @@ import click
 from gpuaudit.cli.options import (
     emit,
     input_errors_code,
+    kustomize_restrictor_option,
     option_group,
     output_options,
     policy_options,
@@ -44,6 +45,7 @@ input_options = option_group(
         is_flag=True,
         help="Read directories with a kustomization as plain files instead of rendering them.",
     ),
+    kustomize_restrictor_option,
     click.option(
         "--baseline",
         "baseline_path",
@@ -75,6 +77,7 @@ def check(
     helm_charts: tuple[Path, ...],
     helm_values: tuple[Path, ...],
     no_kustomize: bool,
+    kustomize_load_restrictor: str,
     baseline_path: Path | None,
     write_baseline: Path | None,
 ) -> int:
@@ -97,23 +100,32 @@ def check(
         helm_charts=helm_charts,
         helm_values=helm_values,
         keep_subjects=False,  # no output needs them: lets a large input use all cores
+        kustomize_load_anywhere=kustomize_load_restrictor == "none",
     )
     result.errors[:0] = [*config.warnings, *rule_errors]
+    unwritten = False  # the baseline could not be written: the output still goes out, then exit 2
     if write_baseline is not None or baseline_path is not None:
         from gpuaudit.engine import baseline
 
         if write_baseline is not None:
-            write_atomic(write_baseline, baseline.dumps(baseline.build(result.findings)))
-            click.echo(
-                f"gpuaudit: recorded {len(result.findings)} finding(s) in {write_baseline}",
-                err=True,
-            )
+            try:
+                write_atomic(write_baseline, baseline.dumps(baseline.build(result.findings)))
+            except OSError as exc:  # files.WriteError names the file
+                click.echo(f"gpuaudit: {exc}", err=True)
+                unwritten = True
+            else:
+                click.echo(
+                    f"gpuaudit: recorded {len(result.findings)} finding(s) in {write_baseline}",
+                    err=True,
+                )
         if baseline_path is not None:
             try:
                 baseline.apply_to_result(result, baseline_path)
             except baseline.BaselineError as exc:
                 stop(str(exc))
     emit(result, formats, output)
+    if unwritten:
+        return 2
     if write_baseline is not None:
         return input_errors_code(result.errors)
     return result.exit_code(fail_on or config.fail_on or "high")

@@ -11,7 +11,14 @@ from typing import Any
 import click
 import yaml
 
-from gpuaudit.cli.options import input_errors_code, policy_options, read_config, split_names, stop
+from gpuaudit.cli.options import (
+    input_errors_code,
+    kustomize_restrictor_option,
+    policy_options,
+    read_config,
+    split_names,
+    stop,
+)
 from gpuaudit.cli.source_options import load_snapshot, load_telemetry, telemetry_options
 from gpuaudit.files import UnsafePathError
 from gpuaudit.model import InputError
@@ -65,6 +72,7 @@ def parse_settings(values: Sequence[str]) -> dict[str, Any]:
     "the patches; alone, the workloads that own its GPU pods and its GPU configs are fixed, "
     "with the objects as read for a base.",
 )
+@kustomize_restrictor_option
 @telemetry_options
 @policy_options
 def fix(
@@ -75,6 +83,7 @@ def fix(
     check_build: bool,
     settings: tuple[str, ...],
     snapshot_path: Path | None,
+    kustomize_load_restrictor: str,
     config_path: Path | None,
     policy_dirs: tuple[Path, ...],
     include: str,
@@ -109,7 +118,16 @@ def fix(
         problem = load_telemetry(snapshot, config, **telemetry)
         if problem:
             errors.append(InputError("telemetry", None, problem))
-    plan, inputs = plan_fix(paths, snapshot, str(snapshot_path), problem, config, rules, overrides)
+    plan, inputs = plan_fix(
+        paths,
+        snapshot,
+        str(snapshot_path),
+        problem,
+        config,
+        rules,
+        overrides,
+        kustomize_load_anywhere=kustomize_load_restrictor == "none",
+    )
     errors += inputs.errors
     for e in errors:
         where = f"{e.file}:{e.line}" if e.line else e.file

@@ -69,7 +69,10 @@ class LazyGroup(click.Group):
 def main(ctx: click.Context, debug: bool) -> None:
     """Audit GPU capacity on Kubernetes: why jobs queue while the GPUs look idle."""
     ctx.meta[DEBUG] = debug
-    if sys.stderr is not None and not isinstance(sys.stderr, CleanStream):  # messages quote input
+    # What is printed quotes input: no terminal control reaches either stream.
+    if sys.stdout is not None and not isinstance(sys.stdout, CleanStream):
+        sys.stdout = CleanStream(sys.stdout)  # type: ignore[assignment]
+    if sys.stderr is not None and not isinstance(sys.stderr, CleanStream):
         sys.stderr = CleanStream(sys.stderr)  # type: ignore[assignment]
 
 

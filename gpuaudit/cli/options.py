@@ -11,7 +11,7 @@ from typing import Any, NoReturn
 
 import click
 
-from gpuaudit.files import write_atomic
+from gpuaudit.files import WriteError, write_atomic
 from gpuaudit.model import SEVERITIES, AuditResult
 from gpuaudit.output import FORMATS, formatter
 from gpuaudit.sources.user_config import Config, ConfigError, load_config
@@ -76,6 +76,18 @@ output_options = option_group(
 )
 
 
+kustomize_restrictor_option = click.option(
+    "--kustomize-load-restrictor",
+    "kustomize_load_restrictor",
+    type=click.Choice(["rootonly", "none"]),
+    default="rootonly",
+    show_default=True,
+    help="none: let kustomizations read files outside their own folder (kustomize's "
+    "--load-restrictor LoadRestrictionsNone). Only for repositories you trust: such a file "
+    "can end up in object names, and from there in the output.",
+)
+
+
 def split_names(value: str) -> tuple[str, ...]:
     return tuple(n.strip() for n in value.split(",") if n.strip())
 
@@ -99,7 +111,9 @@ def input_errors_code(errors: Sequence[Any]) -> int:
 
 
 def emit(result: AuditResult, formats: Sequence[str], output: Path | None) -> None:
-    """Render each requested format to its file, or to stdout."""
+    """Render each requested format to its file, or to stdout. A file that
+    cannot be written ends the command with exit 2, naming it, once every
+    other format is out."""
     targets: list[tuple[str, Path | None]] = []
     for spec in formats:
         name, _, file = spec.partition("=")
@@ -113,10 +127,20 @@ def emit(result: AuditResult, formats: Sequence[str], output: Path | None) -> No
         if len(plain) != 1:
             raise click.BadParameter("-o needs exactly one --format without =FILE", param_hint="-o")
         targets[plain[0]] = (targets[plain[0]][0], output)
+    failed: list[str] = []
     for name, file in targets:
         colour = file is None and sys.stdout.isatty() and "NO_COLOR" not in os.environ
         text = formatter(name)(result, colour=colour)
         if file is None:
-            click.echo(text, nl=False)
-        else:
+            # Coloured text is ours and its fields are clean (output/text.py):
+            # it goes beneath the stream that removes control sequences.
+            click.echo(text, nl=False, file=getattr(sys.stdout, "raw", sys.stdout) if colour else None)
+            continue
+        try:
             write_atomic(file, text)
+        except OSError as exc:  # a full disk, a file-size limit, a read-only folder: the other formats still go out
+            failed.append(str(exc) if isinstance(exc, WriteError) else f"cannot write {file}: {exc}")
+    if failed:
+        for message in failed[:-1]:
+            click.echo(f"gpuaudit: {message}", err=True)
+        stop(failed[-1])

@@ -10,6 +10,7 @@ import click
 from gpuaudit.cli.options import input_errors_code, policy_options, read_config, split_names, stop
 from gpuaudit.cli.progress import Status
 from gpuaudit.cli.source_options import cluster_options, read_cluster, telemetry_options
+from gpuaudit.files import UnsafePathError, WriteError
 from gpuaudit.pipelines.audit import audit_cluster
 from gpuaudit.pipelines.policy import load_policy
 from gpuaudit.pipelines.report import history_database, write_review
@@ -90,10 +91,10 @@ def report(
             period=chosen,
             progress=status,
         )
-    except HistoryError as exc:
+    except (HistoryError, UnsafePathError) as exc:
         stop(str(exc))
-    except OSError as exc:
-        stop(f"cannot write the report to {out_dir}: {exc}")
+    except OSError as exc:  # files.WriteError names the file
+        stop(str(exc) if isinstance(exc, WriteError) else f"cannot write the report to {out_dir}: {exc}")
     status.clear()
     for error in result.errors:
         where = f"{error.file}:{error.line}" if error.line else error.file

@@ -11,6 +11,7 @@ from gpuaudit.engine.policy_files import validate_paths
 from gpuaudit.model import CATEGORIES
 from gpuaudit.pipelines.policy import load_policy
 from gpuaudit.pipelines.rules_test import run_site_cases
+from gpuaudit.safetext import one_line
 
 
 @click.group()
@@ -108,18 +109,19 @@ def rules_test(dirs: tuple[Path, ...], verbose: bool) -> int:
     outcomes = run_site_cases(dirs)
     failed = cases = 0
     for rule in outcomes:
-        label = rule.rule_id or str(rule.rule_file)
+        # Case names and details quote the rule files: one line each.
+        label = one_line(rule.rule_id or str(rule.rule_file))
         if rule.problem:
             failed += 1
-            click.echo(f"ERROR {label}: {rule.problem}")
+            click.echo(f"ERROR {label}: {one_line(rule.problem)}")
             continue
         for r in rule.results:
             cases += 1
             failed += not r.ok
             if not r.ok or verbose:
                 status = "ok   " if r.ok else "FAIL "
-                detail = "" if r.ok else f": {r.detail}"
-                click.echo(f"{status} {label}  {r.case.name}{detail}")
+                detail = "" if r.ok else f": {one_line(r.detail)}"
+                click.echo(f"{status} {label}  {one_line(r.case.name)}{detail}")
         missing = {"pass", "fail"} - rule.expects
         if missing and rule.results:
             click.echo(f"note  {label}: no {' or '.join(sorted(missing))} case")

@@ -16,7 +16,13 @@ import click
 
 from gpuaudit.cli.options import option_group, stop
 from gpuaudit.durations import parse_duration
+from gpuaudit.files import FileReadError, read_bytes, read_text
 from gpuaudit.sources.user_config import Config
+
+# A bearer token (a service-account JWT) is 1-2 KiB; a CA bundle (the whole
+# Mozilla set) about 220 KiB.
+MAX_TOKEN_BYTES = 64 * 1024
+MAX_CA_BYTES = 16 * 1024 * 1024
 
 
 def seconds_option(value: str, option: str) -> int:
@@ -127,7 +133,14 @@ def read_cluster(config: Config, options: dict[str, Any]) -> tuple[dict[str, Any
     """The snapshot that cluster_options and telemetry_options ask for, with
     its telemetry; and why telemetry could not be read, if it could not."""
     snapshot = load_snapshot(**{k: options[k] for k in CLUSTER_PARAMS if k in options})
-    problem = load_telemetry(snapshot, config, **{k: options[k] for k in TELEMETRY_PARAMS if k in options})
+    problem = load_telemetry(
+        snapshot,
+        config,
+        **{k: options[k] for k in TELEMETRY_PARAMS if k in options},
+        # --request-timeout and --deadline bound Prometheus as they bound the API server.
+        request_timeout=options.get("request_timeout"),
+        deadline=options.get("deadline"),
+    )
     return snapshot, problem
 
 
@@ -196,8 +209,12 @@ def load_telemetry(
     prometheus_ca: str | None,
     prometheus_header: Sequence[str],
     sample_files: Sequence[Path],
+    request_timeout: float | None = None,
+    deadline: float | None = None,
 ) -> str | None:
     """Put telemetry aggregates into ``snapshot['telemetry']`` when asked for.
+    ``request_timeout`` and ``deadline`` (wall-clock seconds per query and for
+    all of them) default to the Prometheus source's own.
 
     Returns why telemetry could not be read (the audit goes on without it), or None.
     """
@@ -223,7 +240,14 @@ def load_telemetry(
     from gpuaudit.sources.promql import QueryConfigError
 
     headers = dict(h.split("=", 1) for h in prometheus_header if "=" in h)
-    token = Path(prometheus_token_file).read_text().strip() if prometheus_token_file else None
+    token = None
+    try:
+        if prometheus_token_file:
+            token = read_text(prometheus_token_file, limit=MAX_TOKEN_BYTES, what="token file").strip()
+        if prometheus_ca:  # the TLS library opens it by name: refuse a FIFO or device first
+            read_bytes(prometheus_ca, limit=MAX_CA_BYTES, what="CA bundle")
+    except FileReadError as exc:
+        return f"cannot query Prometheus: {exc}"
     password = os.environ.get("GPUAUDIT_PROMETHEUS_PASSWORD", "")
     try:
         snapshot["telemetry"] = query_telemetry(
@@ -237,6 +261,8 @@ def load_telemetry(
             basic_auth=(prometheus_user, password) if prometheus_user else None,
             ca_bundle=prometheus_ca,
             headers=headers,
+            **({"timeout": request_timeout} if request_timeout is not None else {}),
+            deadline=deadline,
         )
     except QueryConfigError as exc:  # the site's query override is wrong: a usage error
         stop(f"telemetry.queries in config: {exc}")

@@ -22,9 +22,13 @@ from pathlib import Path
 from typing import Any
 
 from gpuaudit import __version__
+from gpuaudit.files import FileReadError, read_bytes
 from gpuaudit.model import Finding
 
 VERSION = 1
+# An entry is about 200 bytes: 64 MiB is some 300,000 distinct findings,
+# far more than any repository adopts a baseline for.
+MAX_BASELINE_BYTES = 64 * 1024 * 1024
 FIELDS = ("rule", "file", "kind", "namespace", "name", "container")
 
 Fingerprint = tuple[str, str, str, str, str, str]
@@ -83,11 +87,13 @@ def dumps(baseline: Mapping[str, Any]) -> str:
 
 def load(path: Path) -> dict[Fingerprint, int]:
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise BaselineError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        data = json.loads(read_bytes(path, limit=MAX_BASELINE_BYTES, what="baseline"))
+    except FileReadError as exc:
+        raise BaselineError(str(exc)) from None
+    except ValueError as exc:  # invalid JSON or UTF-8; an integer past Python's 4,300 digits
         raise BaselineError(f"{path}: not a gpuaudit baseline (invalid JSON: {exc})") from None
+    except RecursionError:
+        raise BaselineError(f"{path}: not a gpuaudit baseline (nested too deep to parse)") from None
     if not isinstance(data, dict) or data.get("version") != VERSION:
         raise BaselineError(f"{path}: not a gpuaudit baseline of version {VERSION}")
     entries = data.get("findings")

@@ -44,18 +44,24 @@ class Evaluation:
 
 
 DEFAULT_MIN_COVERAGE = 0.5
+DEFAULT_MIN_SPAN_HOURS = 1.0
 
 
 def missing_telemetry(rule: Rule, facts: Mapping[str, Any]) -> str | None:
     """Why a GPU subject cannot be judged by a telemetry rule, or None: no
-    series, coverage of the window under the rule's ``min_coverage`` param
-    (default 0.5), or a signal the rule requires that was not collected.
-    Missing telemetry is never judged: it is reported as insufficient data."""
+    series, coverage of the pod's life in the window under the rule's
+    ``min_coverage`` param (default 0.5), a life in the window shorter than
+    its ``min_span_hours`` (default 1), or a signal the rule requires that was
+    not collected. Missing telemetry is never judged: it is reported as
+    insufficient data."""
     coverage = lookup(facts, "telemetry.coverage")
     if not isinstance(coverage, (int, float)):
         return "no series"
     if coverage < rule.params.get("min_coverage", DEFAULT_MIN_COVERAGE):
         return f"coverage {coverage:.0%}"
+    span = lookup(facts, "telemetry.span_hours")
+    if isinstance(span, (int, float)) and span < rule.params.get("min_span_hours", DEFAULT_MIN_SPAN_HOURS):
+        return f"{span:g} h of samples"
     absent = [name for name in rule.telemetry_signals if lookup(facts, f"telemetry.{name}") is None]
     return f"no {', '.join(absent)}" if absent else None
 

@@ -12,8 +12,13 @@ from typing import Any
 import yaml
 
 from gpuaudit.engine.rules import Rule, RuleError, load_rule, load_rules
+from gpuaudit.files import FileReadError, read_text
+from gpuaudit.kube.yaml_lines import YamlLimitError, load_yaml_with_lines
 
 CASES_SUFFIXES = (".cases.yaml", ".cases.yml")
+# The largest built-in cases file is under 5 KiB; a case embeds a manifest or
+# a fact document, never megabytes of them.
+MAX_CASES_BYTES = 4 * 1024 * 1024
 CASE_INPUTS = ("manifest", "facts")
 
 
@@ -56,16 +61,29 @@ def validate_paths(paths: Iterable[Path]) -> Validation:
     return out
 
 
-def check_cases_file(path: Path) -> list[RuleError]:
-    """The shape of a cases file: a list of {name, expect: pass|fail, manifest|facts}."""
+def read_cases(path: Path) -> Any:
+    """The parsed cases file ``path`` (read as rule files are: bounded, regular
+    files only, libyaml with the nesting and alias limits of kube/yaml_lines),
+    or a RuleError naming the file and, where known, the line."""
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as exc:
-        return [RuleError(str(path), None, f"cannot read: {exc}")]
+        data, _ = load_yaml_with_lines(read_text(path, limit=MAX_CASES_BYTES, what="cases file"))
+    except FileReadError as exc:
+        raise RuleError(str(path), exc.line, exc.problem) from None
+    except YamlLimitError as exc:
+        raise RuleError(str(path), None, str(exc)) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line = mark.line + 1 if mark is not None else None
-        return [RuleError(str(path), line, f"invalid YAML: {getattr(exc, 'problem', exc)}")]
+        raise RuleError(str(path), line, f"invalid YAML: {getattr(exc, 'problem', exc)}") from None
+    return data
+
+
+def check_cases_file(path: Path) -> list[RuleError]:
+    """The shape of a cases file: a list of {name, expect: pass|fail, manifest|facts}."""
+    try:
+        data = read_cases(path)
+    except RuleError as exc:
+        return [exc]
     if not isinstance(data, list):
         return [RuleError(str(path), None, "a cases file is a list of cases")]
     problems = []

@@ -19,9 +19,13 @@ import fastjsonschema
 import yaml
 
 from gpuaudit.engine.fact_schema import assemble, read_fragments
-from gpuaudit.kube.yaml_lines import load_yaml_with_lines
+from gpuaudit.files import FileReadError, read_text
+from gpuaudit.kube.yaml_lines import YamlLimitError, load_yaml_with_lines
 from gpuaudit.schemas import SchemaError, validate
 
+# The largest built-in rule is under 5 KiB; a site's rule folder is
+# untrusted input (a repository's config names it).
+MAX_RULE_BYTES = 1024 * 1024
 _COMBINATORS = ("allOf", "anyOf", "oneOf")
 _SINGLE = ("not", "if", "then", "else")
 
@@ -144,9 +148,11 @@ def load_rule(
     severities: Mapping[str, str] | None = None,
 ) -> Rule:
     try:
-        data, lines = load_yaml_with_lines(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as exc:
-        raise RuleError(str(path), None, f"cannot read: {exc}") from None
+        data, lines = load_yaml_with_lines(read_text(path, limit=MAX_RULE_BYTES, what="rule file"))
+    except FileReadError as exc:
+        raise RuleError(str(path), exc.line, exc.problem) from None
+    except YamlLimitError as exc:  # nesting or alias expansion past kube/yaml_lines' limits
+        raise RuleError(str(path), None, str(exc)) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line = mark.line + 1 if mark is not None else None

@@ -41,10 +41,14 @@ def subjects(state: ClusterState) -> Iterator[Subject]:
         if pod.holds_gpus and pod.node:
             held[pod.node] += _pod_gpus(pod)
     gpu_pods = [p for p in state.pods if p.workload.requests_gpus]
+    pods_known = "pods" not in state.unread
+    pending_causes: Counter[str] = Counter()
     for pod in gpu_pods:
         if pod.phase in ("Succeeded", "Failed"):
             continue
         facts = pod_state_facts(pod, state.collected_at, eligibility, telemetry, len(gpu_nodes))
+        if facts["pending"]["pending"]:
+            pending_causes[facts["pending"]["cause"]] += 1
         owner = pod.owner
         yield Subject(
             "pod",
@@ -57,7 +61,7 @@ def subjects(state: ClusterState) -> Iterator[Subject]:
     for node in gpu_nodes:
         yield Subject(
             "node",
-            node_facts(node, held.get(node.name, 0.0), telemetry),
+            node_facts(node, held.get(node.name, 0.0) if pods_known else None, telemetry),
             Resource("v1", "Node", "", node.name, node=node.name),
             None,
             scope="cluster",
@@ -76,7 +80,7 @@ def subjects(state: ClusterState) -> Iterator[Subject]:
             yield Subject(subject.target, subject.facts, subject.resource, None, scope="cluster")
     yield Subject(
         "cluster",
-        cluster_facts(state, gpu_nodes, gpu_pods),
+        cluster_facts(state, gpu_nodes, gpu_pods, pending_causes),
         Resource("", "Cluster", "", state.source),
         None,
         scope="cluster",
@@ -129,14 +133,10 @@ def pod_state_facts(
         else None
     )
     eligible, blocking_taints = eligibility.of(template.spec, template.containers)
-    if pending and KUEUE_GATE in pod.scheduling_gates:
-        cause = "quota"
-    elif pending and pod.scheduling_gates:
-        cause = "gated"
-    elif parsed is not None:
-        cause = parsed["cause"]
-    else:
-        cause = "unknown" if pending else None
+    scheduler_cause = parsed["cause"] if parsed else None
+    cause, disagreement = (
+        pending_cause(pod.scheduling_gates, scheduler_cause, eligible) if pending else (None, None)
+    )
     facts["placement"]["eligible_gpu_nodes"] = eligible
     facts["placement"]["gpu_nodes"] = gpu_node_count
     facts.update(
@@ -158,7 +158,10 @@ def pod_state_facts(
             "pending": {
                 "pending": pending,
                 "cause": cause,
+                "scheduler_cause": scheduler_cause,
+                "disagreement": disagreement,
                 "message": pod.failed_scheduling if pending else None,
+                "summary": _pending_summary(pod.failed_scheduling, disagreement) if pending else None,
                 "reasons": parsed["reasons"] if parsed else [],
                 "untolerated_taints": blocking_taints if pending else [],
                 "gates": list(pod.scheduling_gates),
@@ -167,6 +170,37 @@ def pod_state_facts(
         }
     )
     return facts
+
+
+def pending_cause(
+    gates: Sequence[str], scheduler_cause: str | None, eligible: int
+) -> tuple[str, str | None]:
+    """Why a Pending pod waits, and where the scheduler's last word and the
+    pod's eligibility disagree. Eligibility is structural: when no GPU node
+    matches the pod's selectors, affinity, tolerations and GPU shape, more free
+    GPUs would not place it, whatever the last FailedScheduling said."""
+    if KUEUE_GATE in gates:
+        return "quota", None
+    if gates:
+        return "gated", None
+    if eligible == 0:
+        if scheduler_cause in (None, "unknown", "placement"):
+            return "placement", None
+        return "placement", (
+            f"the scheduler's message points to {scheduler_cause}, but no GPU node matches the pod's "
+            "selectors, affinity, tolerations and GPU count: freeing GPUs would not place it"
+        )
+    if scheduler_cause == "placement":
+        return "placement", (
+            f"the scheduler found no matching node, but {eligible} GPU node(s) match the pod's selectors, "
+            "affinity and tolerations as gpuaudit reads them: check the scheduler's message"
+        )
+    return scheduler_cause or "unknown", None
+
+
+def _pending_summary(message: str | None, disagreement: str | None) -> str:
+    text = message or "no FailedScheduling event recorded"
+    return f"{text} ({disagreement})" if disagreement else text
 
 
 class _Eligibility:
@@ -239,8 +273,9 @@ def _mig_enabled(node: Node) -> bool:
 
 
 def node_facts(
-    node: Node, allocated: float, telemetry: Mapping[tuple[str, str], Mapping[str, Any]]
+    node: Node, allocated: float | None, telemetry: Mapping[tuple[str, str], Mapping[str, Any]]
 ) -> dict[str, Any]:
+    """``allocated``: None when the pods could not be read."""
     capable_label = node.labels.get("nvidia.com/mig.capable")
     mig_capable = (
         capable_label == "true" if capable_label else bool(node.model and node.model.mig_capable)
@@ -257,7 +292,7 @@ def node_facts(
         "gpus": node.gpus,
         "gpu_resources": dict(node.gpu_capacity),
         "allocated": allocated,
-        "free": max(sum(node.gpu_allocatable.values()) - allocated, 0.0),
+        "free": None if allocated is None else max(sum(node.gpu_allocatable.values()) - allocated, 0.0),
         "mig_capable": mig_capable,
         "mig_enabled": _mig_enabled(node),
         "mig_config": node.labels.get("nvidia.com/mig.config"),
@@ -288,7 +323,11 @@ def cluster_facts(
     state: ClusterState,
     gpu_nodes: Sequence[Node],
     gpu_pods: Sequence[PodState],
+    pending_causes: Mapping[str, int],
 ) -> dict[str, Any]:
+    """Totals, with the causes the pending pods' facts give (so the summary and
+    the pending findings agree). What depends on a list the collector could not
+    read is None (unknown), and ``partial`` names those lists."""
     by_name = {n.name: n for n in gpu_nodes}
     # Physical GPUs, as the capacity review counts them (a MIG slice is its
     # share of a GPU), so that both give the same total.
@@ -304,14 +343,6 @@ def cluster_facts(
     # config nobody references changes nothing.
     active = sum(v for k, v in nodes_by_strategy.items() if k != "none") + mig_nodes
     pending = [p for p in gpu_pods if p.phase == "Pending" and not p.node]
-    causes = Counter()
-    for pod in pending:
-        if KUEUE_GATE in pod.scheduling_gates:
-            causes["quota"] += 1
-        elif pod.failed_scheduling:
-            causes[parse_failed_scheduling(pod.failed_scheduling)["cause"]] += 1
-        else:
-            causes["unknown"] += 1
     single_gpu_services = sum(
         1
         for p in gpu_pods
@@ -324,12 +355,15 @@ def cluster_facts(
     )
     kueue = [kueue_pending(w) for w in state.kueue_workloads]
     kueue = [k for k in kueue if k is not None]
+    nodes_known = "nodes" not in state.unread
+    pods_known = "pods" not in state.unread
     return {
         "name": state.source,
         "pointer": "",
-        "gpu_nodes": len(gpu_nodes),
-        "gpus_total": sum(n.gpus for n in gpu_nodes),
-        "gpus_allocated": round(allocated, 2),
+        "partial": sorted(state.unread),
+        "gpu_nodes": len(gpu_nodes) if nodes_known else None,
+        "gpus_total": sum(n.gpus for n in gpu_nodes) if nodes_known else None,
+        "gpus_allocated": round(allocated, 2) if pods_known and nodes_known else None,
         "sharing": {
             "active_nodes": active,
             "time_slicing_nodes": nodes_by_strategy.get("time-slicing", 0),
@@ -341,9 +375,9 @@ def cluster_facts(
                 if c.get("configures_sharing") and c.get("config_type") == "device-plugin"
             ),
         },
-        "shareable_pods": single_gpu_services,
-        "pending_gpu_pods": len(pending),
-        "pending_by_cause": dict(causes),
+        "shareable_pods": single_gpu_services if pods_known else None,
+        "pending_gpu_pods": len(pending) if pods_known else None,
+        "pending_by_cause": dict(sorted(pending_causes.items())) if pods_known else None,
         "kueue_pending": len(kueue),
         "kueue_examples": kueue[:5],
     }
@@ -392,25 +426,61 @@ def _telemetry_index(telemetry: Mapping[str, Any] | None) -> dict[tuple[str, str
     for row in rows:
         facts = {key: row.get(key) for key in _TELEMETRY_KEYS}
         facts["signal"] = signal
+        facts["signal_name"] = signal_name(signal)
         facts["window_seconds"] = seconds
+        # The span the values describe: the pod's life inside the window, from
+        # its first to its last sample (the whole window when the source does
+        # not say, e.g. NVML samples).
+        first, last = row.get("first_seen"), row.get("last_seen")
+        span = last - first if first is not None and last is not None and last >= first else seconds
+        facts["span_hours"] = round(span / 3600, 2) if span is not None else None
         compute = row.get("compute_mean")
         # Capacity held but not used: GPUs x hours with data x the share of
         # that time the GPU did not compute.
         facts["idle_gpu_hours"] = (
-            round(row["gpus"] * seconds / 3600 * (row.get("coverage") or 0) * (1 - compute), 2)
-            if row.get("gpus") and seconds and compute is not None
+            round(row["gpus"] * span / 3600 * (row.get("coverage") or 0) * (1 - compute), 2)
+            if row.get("gpus") and span and compute is not None
             else None
         )
         tx, rx = row.get("pcie_tx_mean_bps"), row.get("pcie_rx_mean_bps")
         facts["pcie_mean_bps"] = tx + rx if tx is not None and rx is not None else None
-        facts["extra"] = dict(row.get("extra") or {})
+        extra = dict(row.get("extra") or {})
+        facts["extra"] = extra
+        facts["demand_evidence"] = _demand_evidence(extra)
         if row.get("pod") is not None:
             index[(row.get("namespace") or "", row["pod"])] = facts
     return index
 
 
+def signal_name(metric: str | None) -> str | None:
+    """The compute signal as people name it: DCGM_FI_PROF_GR_ENGINE_ACTIVE ->
+    GR_ENGINE_ACTIVE, DCGM_FI_DEV_GPU_UTIL -> GPU_UTIL; other names as they are."""
+    if not metric:
+        return None
+    for prefix in ("DCGM_FI_PROF_", "DCGM_FI_DEV_"):
+        if metric.startswith(prefix):
+            return metric[len(prefix):]
+    return metric
+
+
+DEMAND_PREFIX = "demand_"
+
+
+def _demand_evidence(extra: Mapping[str, Any]) -> bool | None:
+    """Whether the work had demand waiting, from the site's signals named
+    ``demand_*`` (a request rate or queue length, a busy CPU share, a
+    data-loader wait): true when any is above 0, false when all are 0, null
+    when the site collects none. GPU metrics alone cannot tell a GPU starved
+    by its input from one idle for lack of requests."""
+    values = [v for k, v in extra.items() if k.startswith(DEMAND_PREFIX) and isinstance(v, (int, float))]
+    if not values:
+        return None
+    return any(v > 0 for v in values)
+
+
 _TELEMETRY_KEYS = (
     "coverage",
+    "samples",
     "gpus",
     "compute_mean",
     "compute_p95",

@@ -38,6 +38,9 @@ class LineLoader(_BaseLoader):  # type: ignore[misc, valid-type]
       they do nothing here; builtins that do nothing (``{}.get(node, index)``,
       ``tuple()``; the composer ignores what they return) cost far less than
       Python methods: a fifth of composing time.
+
+    Kubernetes reads YAML as 1.2 does where 1.1 guesses a base-60 number:
+    ``1:20`` is the text "1:20" there, never 80, and so it is here.
     """
 
     _plain_tags: ClassVar[dict[str, str]] = {}
@@ -55,6 +58,8 @@ class LineLoader(_BaseLoader):  # type: ignore[misc, valid-type]
         tag = self._plain_tags.get(value)
         if tag is None:
             tag = super().resolve(kind, value, implicit)
+            if tag in _SEXAGESIMAL_TAGS and ":" in value:
+                tag = _STR_TAG
             if len(self._plain_tags) < 100_000:  # bounded: inputs can be huge
                 self._plain_tags[value] = tag
         return tag
@@ -72,17 +77,24 @@ def load_yaml_with_lines(text: str) -> tuple[Any, dict[str, int]]:
 
 _constructor = yaml.constructor.SafeConstructor()
 _STR_TAG = "tag:yaml.org,2002:str"
+_SEXAGESIMAL_TAGS = ("tag:yaml.org,2002:int", "tag:yaml.org,2002:float")
+# Tags that ask PyYAML for a Python object (``!!python/object/apply:os.system``):
+# never constructed; a reader reports them (LineBuilder.python_tags).
+PYTHON_TAG_PREFIX = "tag:yaml.org,2002:python/"
 _MERGE_TAG = "tag:yaml.org,2002:merge"
 
 
 class LineBuilder:
     """Builds Python values from a composed YAML node, recording the line of
     every mapping value and sequence item, duplicate keys, and the expanded
-    size (aliases can make a small file describe a huge object)."""
+    size (aliases can make a small file describe a huge object). Python
+    tags (``!!python/object/apply:…``) are read as plain data and recorded
+    with their line in ``python_tags``, for the reader to report."""
 
     def __init__(self) -> None:
         self.lines: dict[str, int] = {}
         self.duplicates: list[tuple[str, int]] = []
+        self.python_tags: list[tuple[str, int]] = []
         self._built: dict[int, Any] = {}
         self._size: dict[int, int] = {}
 
@@ -94,6 +106,8 @@ class LineBuilder:
         if known is not None:  # an alias: share the value, as PyYAML does
             return known
         self.lines[pointer] = line if line is not None else node.start_mark.line + 1
+        if node.tag.startswith(PYTHON_TAG_PREFIX) and not isinstance(node, yaml.ScalarNode):
+            self.python_tags.append((node.tag, node.start_mark.line + 1))  # scalars: in _scalar
         if isinstance(node, yaml.MappingNode):
             return self._mapping(node, pointer, depth)
         if isinstance(node, yaml.SequenceNode):
@@ -169,13 +183,14 @@ class LineBuilder:
                 "(YAML aliases: a possible alias bomb)"
             )
 
-    @staticmethod
-    def _scalar(node: yaml.Node) -> Any:
+    def _scalar(self, node: yaml.Node) -> Any:
         tag = node.tag
         if tag == "tag:yaml.org,2002:str":
             return node.value
         construct = _constructor.yaml_constructors.get(tag)
         if construct is None or not isinstance(node, yaml.ScalarNode):
+            if tag.startswith(PYTHON_TAG_PREFIX):
+                self.python_tags.append((tag, node.start_mark.line + 1))
             return node.value  # unknown tags (!Ref, !!python/...) stay plain text
         try:
             value = construct(_constructor, node)

@@ -38,6 +38,11 @@ class Node:
     gpu_allocatable: Mapping[str, float]
     product: str | None
     model: gpus.GpuModel | None
+    # GPU fields whose value could not be read ("status.capacity.nvidia.com/gpu:
+    # '1e400' is out of range"). Such a node's GPUs are unknown, never zero:
+    # its capacity and allocatable are left empty, so it is in no GPU count,
+    # and the builder reports it as an input error.
+    unreadable: tuple[str, ...] = ()
 
     @property
     def gpus(self) -> float:
@@ -97,3 +102,20 @@ class ClusterState:
     errors: tuple[InputError, ...] = field(default_factory=tuple)
     source: str = "cluster"
     pods_total: int = 0
+    # Object lists the collector could not read (a 403 on pods): what depends
+    # on them is unknown, never zero.
+    unread: frozenset[str] = frozenset()
+
+    @property
+    def unknown_gpu_nodes(self) -> tuple[str, ...]:
+        """Nodes whose GPU capacity could not be read (``Node.unreadable``):
+        left out of every GPU total, so a run with any is not a trend point."""
+        return tuple(n.name for n in self.nodes if n.unreadable)
+
+    def unknown_gpus_note(self) -> str | None:
+        """Why this run's GPU totals must not enter the history, or None."""
+        unknown = self.unknown_gpu_nodes
+        if not unknown:
+            return None
+        named = ", ".join(unknown[:5]) + (f" and {len(unknown) - 5} more" if len(unknown) > 5 else "")
+        return f"the GPUs of {len(unknown)} node(s) are unknown ({named}): totals without them would distort the trend"

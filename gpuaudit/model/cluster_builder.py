@@ -32,33 +32,68 @@ def _count(value: Any) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
 
-def _gpu_resources(values: Any) -> dict[str, float]:
+# Devices of one resource on one node beyond which a count is not believed
+# (MIG slices and time-slicing replicas of 16 GPUs stay far below it); Intel's
+# gpu.intel.com/* resources count millicores and bytes, so only their range
+# is checked.
+MAX_DEVICES_PER_NODE = 65_536
+
+
+def _gpu_resources(values: Any, where: str, problems: list[str]) -> dict[str, float]:
+    """The GPU resources in ``values``; what cannot be read is named in
+    ``problems`` (``where`` is the field: status.capacity)."""
     out: dict[str, float] = {}
     if isinstance(values, Mapping):
         for name, value in values.items():
-            if GPU_RESOURCE.match(str(name)):
-                try:
-                    out[str(name)] = parse_quantity(value)
-                except QuantityError:
-                    continue
+            if not GPU_RESOURCE.match(str(name)):
+                continue
+            try:
+                number = parse_quantity(value)
+            except QuantityError as exc:
+                problems.append(f"{where}.{name}: {exc}")
+                continue
+            if number != int(number):
+                problems.append(f"{where}.{name}: {value!r:.40} is not a whole number of devices")
+            elif number > MAX_DEVICES_PER_NODE and not str(name).startswith("gpu.intel.com/"):
+                problems.append(f"{where}.{name}: {value!r:.40} is more devices than a node has")
+            else:
+                out[str(name)] = number
     return out
 
 
-def build_node(obj: Mapping[str, Any]) -> Node:
+def build_node(obj: Mapping[str, Any], errors: list[InputError] | None = None) -> Node:
+    """The node; a GPU quantity it cannot read makes the node's GPUs unknown
+    (``Node.unreadable``): left out of every GPU count, and named in ``errors``."""
     meta = as_map(obj.get("metadata"))
     spec = as_map(obj.get("spec"))
     status = as_map(obj.get("status"))
     labels = {str(k): str(v) for k, v in as_map(meta.get("labels")).items()}
     product = next((labels[k] for k in gpus.PRODUCT_LABELS if k in labels), None)
+    name = str(meta.get("name", ""))
+    problems: list[str] = []
+    capacity = _gpu_resources(status.get("capacity"), "status.capacity", problems)
+    allocatable = _gpu_resources(status.get("allocatable"), "status.allocatable", problems)
+    if problems:
+        capacity, allocatable = {}, {}
+        if errors is not None:
+            errors.append(
+                InputError(
+                    "cluster",
+                    None,
+                    f"node {name}: {'; '.join(problems)}; its GPUs are unknown: "
+                    "the node is left out of the GPU totals",
+                )
+            )
     return Node(
-        name=str(meta.get("name", "")),
+        name=name,
         labels=labels,
         taints=tuple(t for t in as_list(spec.get("taints")) if isinstance(t, Mapping)),
         unschedulable=spec.get("unschedulable") is True,
-        gpu_capacity=_gpu_resources(status.get("capacity")),
-        gpu_allocatable=_gpu_resources(status.get("allocatable")),
+        gpu_capacity=capacity,
+        gpu_allocatable=allocatable,
         product=product,
         model=gpus.lookup(product) if product else None,
+        unreadable=tuple(problems),
     )
 
 
@@ -199,7 +234,8 @@ def _unbound(spec: Any) -> Any:
 def build_cluster_state(snapshot: Mapping[str, Any]) -> ClusterState:
     objects = as_map(snapshot.get("objects"))
     locators = builtin_locators()
-    nodes = tuple(build_node(n) for n in _objects(objects, "nodes"))
+    node_errors: list[InputError] = []
+    nodes = tuple(build_node(n, node_errors) for n in _objects(objects, "nodes"))
     owners: dict[str, list[Mapping[str, Any]]] = {
         "ReplicaSet": _objects(objects, "replicasets"),
         "Job": _objects(objects, "jobs"),
@@ -222,7 +258,15 @@ def build_cluster_state(snapshot: Mapping[str, Any]) -> ClusterState:
         )
         for p in raw_pods
     ]
-    workloads, field_errors = build_workloads(documents, locators)
+    # One pod at a time, so that a value it cannot read names the pod.
+    workloads: list[Workload] = []
+    field_errors: list[InputError] = []
+    for doc in documents:
+        built, problems = build_workloads([doc], locators)
+        workloads += built
+        field_errors += [
+            InputError("cluster", None, f"pod {doc.namespace}/{doc.name}: {p.message}") for p in problems
+        ]
     pods = []
     for raw, workload in zip(raw_pods, workloads, strict=True):
         key = (workload.namespace, workload.name)
@@ -252,7 +296,9 @@ def build_cluster_state(snapshot: Mapping[str, Any]) -> ClusterState:
         for e in as_list(snapshot.get("errors"))
         if isinstance(e, Mapping)
     ]
-    errors += [InputError("cluster", None, e.message, "warning") for e in field_errors]
+    # A GPU count or node capacity that cannot be read is unknown, never zero:
+    # an input error (exit 2), naming the node or pod and the field.
+    errors += [*node_errors, *field_errors]
     collected = parse_time(snapshot.get("collected_at")) or datetime.now(timezone.utc)
     return ClusterState(
         collected_at=collected,
@@ -265,4 +311,7 @@ def build_cluster_state(snapshot: Mapping[str, Any]) -> ClusterState:
         errors=tuple(errors),
         source=str(as_map(snapshot.get("cluster")).get("server") or "snapshot"),
         pods_total=len(all_pods),
+        unread=frozenset(
+            str(e["resource"]) for e in as_list(snapshot.get("errors")) if isinstance(e, Mapping) and e.get("resource")
+        ),
     )

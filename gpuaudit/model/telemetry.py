@@ -44,6 +44,14 @@ ROLLUP: dict[str, str] = {
     "tensor_active_mean": "mean",
     "dram_active_mean": "mean",
     "coverage": "mean",
+    # Real samples judged (of the compute signal, at most one per step): the
+    # least-covered GPU speaks for the pod. first_seen/last_seen: epoch
+    # seconds of the first and last such sample in the window, the span the
+    # pod's values describe; coverage is the share of that span's steps with
+    # a sample, not of the window.
+    "samples": "min",
+    "first_seen": "min",
+    "last_seen": "max",
 }
 METRIC_KEYS: tuple[str, ...] = tuple(ROLLUP)
 SIGNAL_NAMES: tuple[str, ...] = ("compute", "occupancy", "tensor", "dram", "memory", "pcie", "nvlink")

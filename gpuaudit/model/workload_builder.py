@@ -8,6 +8,7 @@ on that field's line, never a crash or a silent zero.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
@@ -25,6 +26,13 @@ from gpuaudit.kube.podspecs import (
 from gpuaudit.kube.quantity import QuantityError, parse_quantity
 from gpuaudit.model.objects import Document, InputError
 from gpuaudit.model.workload import Container, GpuRequest, PodTemplate, Workload
+
+# Replica counts are int32 fields in every kind the table knows (Kubernetes
+# refuses "3", 1.5 and 2^31 there); 1.0 passes, as it does through kubectl.
+MAX_INT32 = 2**31 - 1
+# What YAML 1.1 would read as a base-60 number (1:20 = 80); the loader keeps it
+# text, as Kubernetes' YAML does (kube/yaml_lines.py).
+_BASE_60 = re.compile(r"[-+]?\d[\d_]*(?::[0-5]?\d)+(?:\.\d*)?")
 
 
 def build_workloads(
@@ -109,12 +117,12 @@ class _TemplateBuilder:
             value = pointers.get(obj, ptr)
             if value is None:
                 continue
-            try:
-                number = parse_quantity(value)
-            except QuantityError as exc:
-                self.error(ptr, f"{ptr.rsplit('/', 1)[-1]}: {exc}; expected a whole number")
+            problem = _int32_problem(value)
+            if problem is not None:
+                field = ptr.rsplit("/", 1)[-1]
+                self.error(ptr, f"{field}: {problem}; Kubernetes expects a whole number from 0 to {MAX_INT32:,}")
                 return None
-            total *= int(number)
+            total *= int(value)
         return total
 
     def _containers(
@@ -232,11 +240,12 @@ class _TemplateBuilder:
         except QuantityError as exc:
             ptr = f"{res_ptr}/{section}/{pointers.escape(name)}"
             # A number out of range says so; text is most often a placeholder.
-            why = (
-                f"{exc}, not a GPU count"
-                if isinstance(value, (int, float)) or "is not" not in str(exc)
-                else f"{value!r} is not a GPU count (a placeholder left unrendered?)"
-            )
+            if isinstance(value, (int, float)) or "is not" not in str(exc):
+                why = f"{exc}, not a GPU count"
+            elif isinstance(value, str) and _BASE_60.fullmatch(value.strip()):
+                why = f"{value!r} is text, not a GPU count (YAML 1.1 would read base 60; Kubernetes reads text)"
+            else:
+                why = f"{value!r} is not a GPU count (a placeholder left unrendered?)"
             self.error(ptr, f"{section}.{name}: {why}; this request cannot be judged")
             return None
 
@@ -274,6 +283,23 @@ class _TemplateBuilder:
                     self.error(ann_ptr, f"annotation {key}: {exc}")
                     amount = None
                 yield GpuRequest(key, "fraction", amount, amount, ann_ptr)
+
+
+def _int32_problem(value: Any) -> str | None:
+    """Why ``value`` is no replica count (an int32 >= 0), or None."""
+    if isinstance(value, str):
+        shown = repr(value) if len(value) <= 40 else repr(value[:37]) + "..."
+        return f"{shown} is text, not a count"
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        shown = repr(value) if isinstance(value, bool) else type(value).__name__
+        return f"{shown} is not a number"
+    if isinstance(value, float) and not value.is_integer():
+        return f"{value!r} is not a whole number"
+    if value < 0:
+        return f"{value!r} is negative"
+    if value > MAX_INT32:
+        return f"{value!r:.40} is out of range"
+    return None
 
 
 def _str_map(value: Any) -> dict[str, str]:

@@ -8,10 +8,10 @@ manifest's text can never end an annotation or start a new command.
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from gpuaudit.model import AuditResult, Finding
+from gpuaudit.safetext import clean, one_line
 
 _LEVEL = {
     "critical": "error",
@@ -22,18 +22,14 @@ _LEVEL = {
 }
 
 
-# Control characters other than CR/LF (which are encoded) never reach the log.
-# Lone surrogates (possible in JSON snapshots) could not be written at all.
-_CONTROL = re.compile("[\x00-\x09\x0b\x0c\x0e-\x1f\x7f\ud800-\udfff]")
-
-
 def _data(text: str) -> str:
-    text = _CONTROL.sub("", text)
-    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+    # No terminal control (C0, C1, bidi overrides) reaches the log; a newline
+    # is encoded, as the runner expects (gpuaudit/safetext.py).
+    return clean(text).replace("%", "%25").replace("\n", "%0A")
 
 
 def _property(text: str) -> str:
-    return _data(text).replace(":", "%3A").replace(",", "%2C")
+    return _data(one_line(text)).replace(":", "%3A").replace(",", "%2C")
 
 
 def _command(level: str, message: str, **props: object) -> str:
@@ -42,7 +38,7 @@ def _command(level: str, message: str, **props: object) -> str:
 
 
 def _annotation(f: Finding) -> str:
-    subject = f.resource.label()
+    subject = one_line(f.resource.label())
     return _command(
         _LEVEL[f.severity],
         f"{subject}: {f.message}",

@@ -16,6 +16,7 @@ import json
 from typing import Any
 
 from gpuaudit.model import AuditResult, Finding, InputError
+from gpuaudit.safetext import escape_json
 
 SEVERITY = {
     "critical": "blocker",
@@ -34,7 +35,8 @@ def _path(file: str) -> str:
 
 
 def _fingerprint(*parts: object) -> str:
-    return hashlib.sha256("\0".join(str(p) for p in parts).encode()).hexdigest()[:32]
+    text = "\0".join(str(p) for p in parts)
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:32]
 
 
 def _issue(f: Finding) -> dict[str, Any]:
@@ -66,4 +68,5 @@ def _problem(e: InputError) -> dict[str, Any]:
 
 def render(result: AuditResult, **_: Any) -> str:
     issues = [*(_issue(f) for f in result.findings), *(_problem(e) for e in result.errors)]
-    return json.dumps(issues, indent=2, ensure_ascii=False) + "\n"
+    # Text stays as written; the characters a terminal would act on are \u escapes.
+    return escape_json(json.dumps(issues, indent=2, ensure_ascii=False)) + "\n"

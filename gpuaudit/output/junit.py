@@ -16,14 +16,16 @@ from typing import Any
 
 from gpuaudit import __version__
 from gpuaudit.model import CATEGORIES, AuditResult, Finding
+from gpuaudit.safetext import clean
 
 # Characters XML 1.0 cannot carry, even escaped (lone surrogates included:
-# JSON snapshots can hold them, and no UTF-8 file can).
+# JSON snapshots can hold them, and no UTF-8 file can); terminal controls and
+# bidi overrides go first (gpuaudit/safetext.py): CI pages show this text.
 _INVALID_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
 
 
 def _text(value: object) -> str:
-    return _INVALID_XML.sub("", str(value))
+    return _INVALID_XML.sub("", clean(value))
 
 
 def _where(f: Finding) -> str:

@@ -20,6 +20,7 @@ from typing import Any
 import yaml
 
 from gpuaudit.model import AuditResult, Finding
+from gpuaudit.safetext import clean_tree
 
 API_VERSION = "wgpolicyk8s.io/v1alpha2"
 SOURCE = "gpuaudit"
@@ -129,4 +130,6 @@ def reports(result: AuditResult, now: float | None = None) -> list[dict[str, Any
 
 
 def render(result: AuditResult, **_: Any) -> str:
-    return yaml.safe_dump_all(reports(result), sort_keys=False, default_flow_style=False, allow_unicode=True)
+    # YAML writes C1 and bidi characters as they are: they go first (gpuaudit/safetext.py).
+    documents = [clean_tree(d) for d in reports(result)]
+    return yaml.safe_dump_all(documents, sort_keys=False, default_flow_style=False, allow_unicode=True)

@@ -1,16 +1,20 @@
-"""stderr without the control sequences that input carries into messages.
+"""stdout and stderr without the control sequences that input carries into
+what gpuaudit prints.
 
-Error and warning lines quote file names, object names and server messages;
-on a terminal (or a CI log that renders ANSI) an escape sequence in one of
-them could clear the screen, retitle the window or hide a line. gpuaudit's
-own status line writes to ``raw``, the stream underneath.
+Results, error and warning lines quote file names, object names, rule case
+names and server messages; on a terminal (or a CI log that renders ANSI) an
+escape sequence in one of them could clear the screen, retitle the window or
+hide a line. Every renderer cleans the fields it places (gpuaudit/safetext.py);
+this stream is the backstop for everything printed, and it only removes, so
+text that is clean already passes unchanged. gpuaudit's own colours and status
+line write to ``raw``, the stream underneath.
 """
 
 from __future__ import annotations
 
 from typing import Any, TextIO
 
-from gpuaudit.output.text import clean
+from gpuaudit.safetext import clean
 
 
 class CleanStream:

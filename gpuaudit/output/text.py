@@ -2,34 +2,15 @@
 
 from __future__ import annotations
 
-import re
 from collections import Counter
 from typing import Any
 
 from gpuaudit.model import CATEGORIES, SEVERITIES, AuditResult, Finding
+from gpuaudit.safetext import one_line
 
 _COLOURS = {"critical": "1;31", "high": "31", "medium": "33", "low": "36", "info": "2"}
-# Escape sequences and other control characters from manifests or a cluster
-# must not reach the terminal (they could rewrite what the reader sees).
-# Whole sequences go (OSC titles and hyperlinks with their payload, CSI with
-# its parameters, 7- or 8-bit), then any control character left over.
-_CONTROL = re.compile(
-    r"\x1b\][^\x07\x1b\x9c]*(?:\x07|\x1b\\|\x9c)?"  # OSC ... BEL or ST
-    r"|(?:\x1b\[|\x9b)[0-9;?<=>]*[ -/]*[@-~]"  # CSI
-    r"|\x1b[@-_]"
-    r"|[\x00-\x08\x0b-\x1f\x7f-\x9f]"
-)
-
-
-# A lone surrogate (JSON can carry one) cannot be written to a UTF-8 stream.
-_SURROGATE = re.compile("[\ud800-\udfff]")
-
-
-def clean(text: object) -> str:
-    text = str(text)
-    if text.isprintable():  # no control character, no surrogate: most text
-        return text
-    return _SURROGATE.sub("\ufffd", _CONTROL.sub("", text))
+# Every field quotes input (names, files, messages): each is one line, with
+# no terminal control (gpuaudit/safetext.py); the colours are the only ones.
 
 
 def _pod(finding: Finding) -> str | None:
@@ -83,10 +64,10 @@ def render(result: AuditResult, *, colour: bool = False, **_: Any) -> str:
             if r.node and r.kind != "Node":
                 what += f" on {r.node}"
             severity = paint(_COLOURS[f.severity], f.severity.upper())
-            lines.append(f"  {severity:<8} {f.rule}  {clean(where)}  {clean(what)}")
-            lines.append(f"           {clean(f.message)}")
+            lines.append(f"  {severity:<8} {f.rule}  {one_line(where)}  {one_line(what)}")
+            lines.append(f"           {one_line(f.message)}")
             if repeats:
-                pods = ", ".join(clean(_pod(x)) for x in repeats[:5])
+                pods = ", ".join(one_line(_pod(x)) for x in repeats[:5])
                 more = f" and {len(repeats) - 5} more" if len(repeats) > 5 else ""
                 lines.append(f"           ... and the same for {len(repeats)} more pod(s): {pods}{more}")
         lines.append("")
@@ -96,32 +77,40 @@ def render(result: AuditResult, *, colour: bool = False, **_: Any) -> str:
         for s in result.skipped:
             by_reason.setdefault(s.reason, []).append(s.rule)
         for reason, rule_ids in by_reason.items():
-            lines.append(f"  {', '.join(rule_ids)}: {clean(reason)}")
+            lines.append(f"  {', '.join(rule_ids)}: {one_line(reason)}")
         lines.append("")
     if result.errors:
         lines.append(paint("1", "INPUT PROBLEMS"))
         for e in result.errors:
             where = e.file + (f":{e.line}" if e.line else "")
-            lines.append(f"  {e.level}: {clean(where)}: {clean(e.message)}")
+            lines.append(f"  {e.level}: {one_line(where)}: {one_line(e.message)}")
         lines.append("")
     if result.cluster is not None:
         c = result.cluster
         causes = (
-            ", ".join(f"{n} {clean(cause)}" for cause, n in sorted(c["pending_by_cause"].items()))
+            ", ".join(f"{n} {one_line(cause)}" for cause, n in sorted((c["pending_by_cause"] or {}).items()))
             or "none"
         )
         lines.append(
-            f"Cluster: {c['gpus_allocated']:g} of {c['gpus_total']:g} GPUs allocated on {c['gpu_nodes']} GPU "
-            f"nodes; {c['pending_gpu_pods']} GPU pods pending ({causes}); {c['kueue_pending']} queued in Kueue."
+            f"Cluster: {_known(c['gpus_allocated'])} of {_known(c['gpus_total'])} GPUs allocated on "
+            f"{_known(c['gpu_nodes'])} GPU nodes; {_known(c['pending_gpu_pods'])} GPU pods pending ({causes}); "
+            f"{c['kueue_pending']} queued in Kueue."
+            + (f" Partial: could not read {', '.join(one_line(r) for r in c['partial'])}." if c.get("partial") else "")
         )
+        # Nodes whose GPU capacity could not be read: unknown, so in no total.
+        unknown = result.state.unknown_gpu_nodes if result.state is not None else ()
+        if unknown:
+            shown = ", ".join(one_line(n) for n in unknown[:5])
+            shown += f" and {len(unknown) - 5} more" if len(unknown) > 5 else ""
+            lines[-1] += f" GPUs unknown on {len(unknown)} node(s), left out of these totals: {shown}."
     if result.telemetry is not None:
         t = result.telemetry
         window = (
             f"{t['window_seconds'] / 3600:g} h" if t.get("window_seconds") else "unknown window"
         )
-        signal = clean(t.get("signal") or "no compute signal")
+        signal = one_line(t.get("signal") or "no compute signal")
         lines.append(
-            f"Telemetry ({clean(t.get('source'))}, {signal}, {window}): "
+            f"Telemetry ({one_line(t.get('source'))}, {signal}, {window}): "
             f"{t['gpu_pods_with_data']} of {t['gpu_pods']} GPU pods have data; "
             "the rest are reported as insufficient data, never as idle."
         )
@@ -135,3 +124,8 @@ def render(result: AuditResult, *, colour: bool = False, **_: Any) -> str:
         + (f", {len(result.errors)} input problems" if result.errors else "")
     )
     return "\n".join(lines) + "\n"
+
+
+def _known(value: float | None) -> str:
+    """A count, or "unknown" where what it depends on could not be read."""
+    return "unknown" if value is None else f"{value:g}"

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from gpuaudit.engine.evaluate import evaluate, site_inputs
+from gpuaudit.engine.per_workload import one_per_workload, suppressed_per_workload
 from gpuaudit.engine.rules import Rule
 from gpuaudit.facts import Subject
 from gpuaudit.facts import cluster as cluster_facts
@@ -64,9 +65,10 @@ def audit_cluster(
             "gpu_pods": len(gpu_pods),
             "gpu_pods_with_data": sum(1 for s in gpu_pods if s.facts.get("telemetry") is not None),
         }
+    by_id = {r.id: r for r in rules}
     return AuditResult(
-        findings=evaluation.findings,
-        suppressed=evaluation.suppressed,
+        findings=one_per_workload(evaluation.findings, by_id),
+        suppressed=suppressed_per_workload(evaluation.suppressed, by_id),
         skipped=[*evaluation.skipped, *insufficient_data(evaluation.insufficient)],
         errors=[*errors, *evaluation.warnings],
         rules=list(rules),
@@ -78,6 +80,7 @@ def audit_cluster(
         cluster={
             key: totals[key]
             for key in (
+                "partial",
                 "gpu_nodes",
                 "gpus_total",
                 "gpus_allocated",

@@ -3,7 +3,8 @@ documents -> workloads -> facts -> findings, on all cores when it pays."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+import os
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
@@ -15,6 +16,7 @@ from gpuaudit.facts import claims as claim_facts
 from gpuaudit.facts import device_plugin as config_facts
 from gpuaudit.facts import workload as workload_facts
 from gpuaudit.facts.context import Context, Site, build_context, merge_contexts
+from gpuaudit.kube.podspecs import group_of
 from gpuaudit.model import AuditResult, Document, InputError, Workload
 from gpuaudit.model.workload_builder import build_workloads
 from gpuaudit.pipelines.policy import locators_for
@@ -65,6 +67,48 @@ class _JudgedShard:
     evaluations: list[Evaluation]  # one per subject group
     resources: int
     gpu_workloads: int
+    identities: list[tuple[tuple[str, str, str, str], str, str, int]]  # see _identities
+
+
+def _identities(documents: Sequence[Document]) -> list[tuple[tuple[str, str, str, str], str, str, int]]:
+    """(API group, kind, namespace, name), a label, file and line of each
+    named object (``generateName`` makes a new object each time: left out)."""
+    out = []
+    for doc in documents:
+        meta = doc.obj.get("metadata")
+        name = meta.get("name") if isinstance(meta, Mapping) else None
+        if not isinstance(name, str) or not name:
+            continue
+        namespace = doc.namespace
+        key = (group_of(doc.api_version), doc.kind, namespace, name)
+        label = f"{doc.api_version} {doc.kind} {namespace + '/' if namespace else ''}{name}"
+        out.append((key, label, doc.file, doc.line))
+    return out
+
+
+def duplicate_objects(identities: Iterable[tuple[tuple[str, str, str, str], str, str, int]]) -> list[InputError]:
+    """A warning for each object defined again in the same folder (what
+    `kubectl apply -f DIR` applies together): a cluster keeps one of them,
+    whichever is applied last, so the audit of the others may not hold. The
+    same name in other folders is the usual one-folder-per-environment
+    layout, not a mistake."""
+    first: dict[tuple[str, tuple[str, str, str, str]], tuple[str, int]] = {}
+    warnings = []
+    for key, label, file, line in identities:
+        place = (os.path.dirname(file), key)
+        if place not in first:
+            first[place] = (file, line)
+            continue
+        where = f"{first[place][0]}:{first[place][1]}"
+        warnings.append(
+            InputError(
+                file,
+                line,
+                f"{label} is defined again (first at {where}); the cluster keeps one: the last applied",
+                "warning",
+            )
+        )
+    return warnings
 
 
 def check_manifests(
@@ -77,8 +121,10 @@ def check_manifests(
     helm_charts: Sequence[Path] = (),
     helm_values: Sequence[Path] = (),
     keep_subjects: bool = True,
+    kustomize_load_anywhere: bool = False,
 ) -> AuditResult:
-    """Directories with a kustomization are rendered (``render_kustomize``);
+    """Directories with a kustomization are rendered (``render_kustomize``;
+    reading files outside their folder only with ``kustomize_load_anywhere``);
     ``helm_charts`` are rendered with ``helm template`` and ``helm_values``.
 
     Findings keep the Subject they judged (fixes need it) unless
@@ -91,6 +137,7 @@ def check_manifests(
         render_kustomize=render_kustomize,
         helm_charts=helm_charts,
         helm_values=helm_values,
+        kustomize_load_anywhere=kustomize_load_anywhere,
     )
     site = Site.from_config(config.site)
     locators = locators_for(config)
@@ -113,7 +160,9 @@ def check_manifests(
                 e.findings = [replace(f, subject=None) for f in e.findings]
                 e.suppressed = [(replace(f, subject=None), why) for f, why in e.suppressed]
         gpu_workloads = sum(1 for w in workloads if w.requests_gpus)
-        return _JudgedShard(read.errors, field_errors, evaluations, len(read.documents), gpu_workloads)
+        return _JudgedShard(
+            read.errors, field_errors, evaluations, len(read.documents), gpu_workloads, _identities(read.documents)
+        )
 
     processes = 1 if keep_subjects else workers_for(len(items), _MIN_FILES_PER_PROCESS)
     shards = run_sharded(items, processes, model, partial(merge_contexts, site), judge)
@@ -126,6 +175,7 @@ def check_manifests(
         errors=[
             *(e for shard in shards for e in shard.read_errors),
             *(e for shard in shards for e in shard.field_errors),
+            *duplicate_objects(i for shard in shards for i in shard.identities),
             *evaluation.warnings,
         ],
         rules=list(rules),

@@ -15,7 +15,7 @@ from typing import Any
 from gpuaudit.engine.evaluate import evaluate, site_inputs
 from gpuaudit.engine.rules import Rule
 from gpuaudit.facts.context import Site, build_context
-from gpuaudit.files import UnsafePathError, inside, write_atomic
+from gpuaudit.files import UnsafePathError, inside, make_folders, write_atomic
 from gpuaudit.model import Document, Finding, InputError
 from gpuaudit.model.workload_builder import build_workloads
 from gpuaudit.pipelines import fix_live
@@ -34,6 +34,7 @@ from gpuaudit.remediate.plan import (
 )
 from gpuaudit.remediate.planners.common import RunState
 from gpuaudit.remediate.planners.sharing import sharing_configs
+from gpuaudit.safetext import one_line
 from gpuaudit.sources import kustomize
 from gpuaudit.sources.manifests import read_paths
 from gpuaudit.sources.user_config import Config
@@ -47,16 +48,19 @@ def plan_fix(
     config: Config,
     rules: Sequence[Rule],
     overrides: Mapping[str, Any],
+    *,
+    kustomize_load_anywhere: bool = False,
 ) -> tuple[Plan, Inputs]:
     """Findings in ``paths`` (or, without paths, in the snapshot's cluster) ->
     the plan of patches. A snapshot with paths sizes the patches from its
-    pods' telemetry and GPU models."""
+    pods' telemetry and GPU models. ``kustomize_load_anywhere``: the user
+    lets kustomizations read files outside their folder."""
     run = RunState()
     if snapshot is not None:
         run.evidence = fix_live.evidence(snapshot)
         run.evidence_source = snapshot_label
     if paths:
-        inputs = read_fix_inputs(paths, config, rules)
+        inputs = read_fix_inputs(paths, config, rules, kustomize_load_anywhere=kustomize_load_anywhere)
     else:
         inputs = read_live(snapshot or {}, snapshot_label, config, rules, telemetry_problem)
     run.shared_names = inputs.shared_names(config)
@@ -93,20 +97,22 @@ class Inputs:
         return build_context(site, self.documents, [], self.bare).shared_names
 
 
-def read_fix_inputs(paths: Sequence[str], config: Config, rules: Sequence[Rule]) -> Inputs:
+def read_fix_inputs(
+    paths: Sequence[str], config: Config, rules: Sequence[Rule], *, kustomize_load_anywhere: bool = False
+) -> Inputs:
     inputs = Inputs()
     plain: list[str] = []
     for path in paths:
         p = Path(path)
         if kustomize.is_package(p):
-            _read_package(p, config, rules, inputs)
+            _read_package(p, config, rules, inputs, kustomize_load_anywhere)
         else:
             plain.append(path)
     if plain:
         read = read_paths(plain)
         inputs.documents.extend(read.documents)
         inputs.bare.extend(read.bare)
-        result = check_manifests(plain, config, rules)
+        result = check_manifests(plain, config, rules, kustomize_load_anywhere=kustomize_load_anywhere)
         inputs.errors.extend(result.errors)
         sources: dict[str, Source] = {}
         for finding in result.findings:
@@ -157,10 +163,13 @@ def _file_source(path: Path) -> Source:
     return Source(str(path), path, "file", ids, problem)
 
 
-def _read_package(path: Path, config: Config, rules: Sequence[Rule], inputs: Inputs) -> None:
+def _read_package(path: Path, config: Config, rules: Sequence[Rule], inputs: Inputs, load_anywhere: bool) -> None:
     label = f"{path} (kustomize build)"
     try:
-        text, unrestricted = kustomize.build_package(path)
+        text, unrestricted = kustomize.build_package(path, load_anywhere=load_anywhere)
+    except kustomize.OutsideFileError as exc:
+        inputs.errors.append(InputError(str(path), None, str(exc)))
+        return
     except kustomize.KustomizeError as exc:
         inputs.errors.append(InputError(str(path), None, f"kustomize build failed: {exc}"))
         return
@@ -204,16 +213,33 @@ def rechecker(config: Config, rules: Sequence[Rule], inputs: Inputs):
 
 
 def write_overlay(out_dir: Path, layout: overlay.Overlay, input_files: set[Path]) -> None:
-    """Write the overlay's files inside ``out_dir``; never over an input file."""
+    """Write the overlay's files inside ``out_dir``; never over an input file.
+    When a write fails (OSError naming the file), the files and folders this
+    call created are removed again; nothing that was there before is touched."""
     targets = {rel: inside(out_dir, rel) for rel in [*layout.files, *layout.copies]}
     clobbered = sorted(str(t) for t in targets.values() if t in input_files)
     if clobbered:
         raise UnsafePathError(f"refusing to overwrite input file(s): {', '.join(clobbered)}")
-    out_dir.mkdir(parents=True, exist_ok=True)
-    for rel, text in layout.files.items():
-        write_atomic(targets[rel], text)
-    for rel, source in layout.copies.items():
-        write_atomic(targets[rel], source.read_bytes())
+    created: list[Path] = []  # what this call made, in order: undone in reverse on failure
+    try:
+        created += make_folders(out_dir)
+        for rel, content in [*layout.files.items(), *layout.copies.items()]:
+            target = targets[rel]
+            created += make_folders(target.parent)
+            new = not target.exists() and not target.is_symlink()
+            write_atomic(target, content.read_bytes() if isinstance(content, Path) else content)
+            if new:
+                created.append(target)
+    except BaseException:
+        for path in reversed(created):
+            try:
+                if path.is_dir() and not path.is_symlink():
+                    path.rmdir()
+                else:
+                    path.unlink()
+            except OSError:
+                pass  # a folder someone else wrote into meanwhile stays
+        raise
 
 
 def built_objects(directory: Path, plan: Plan) -> tuple[str, list[dict[str, Any]]]:
@@ -292,7 +318,8 @@ def rendered_diff(plan: Plan) -> tuple[str, str]:
     for oid in dict.fromkeys(targets):
         before = plan.expected[oid][0] if oid in plan.expected else None
         after = rendered.get(oid)
-        name = f"{oid[1]}/{oid[2] + '/' if oid[2] else ''}{oid[3]}"
+        # The header quotes object names: one line, no terminal control.
+        name = one_line(f"{oid[1]}/{oid[2] + '/' if oid[2] else ''}{oid[3]}")
         old = overlay.dump(before, sort_keys=True).splitlines(keepends=True) if before else []
         new = overlay.dump(after, sort_keys=True).splitlines(keepends=True) if after else []
         chunks.append("".join(difflib.unified_diff(old, new, f"a/{name}", f"b/{name}")))

@@ -17,10 +17,14 @@ def record_audit(path: Path, result: AuditResult, config: Config, snapshot: Mapp
     """Add this audit's counts to the history at ``path``.
 
     Raises history.HistoryError when the database cannot be used, and
-    ValueError for an invalid price in config.
+    ValueError for an invalid price in config or when a node's GPUs are
+    unknown (its totals are incomplete).
     """
     if result.state is None:
         raise ValueError("only a cluster audit has counts to record")
+    incomplete = result.state.unknown_gpus_note()
+    if incomplete is not None:
+        raise ValueError(incomplete)
     settings = replace(settings_from_config(config.report), cluster_name=cluster_name(config.report, snapshot))
     analysis = analyse(result.state, result.subjects, result, settings)
     history.record(path, run_summary(analysis, "audit"))

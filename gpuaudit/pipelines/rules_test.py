@@ -15,9 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from gpuaudit.engine.evaluate import evaluate
+from gpuaudit.engine.policy_files import read_cases
 from gpuaudit.engine.rules import Rule, RuleError, load_rule
 from gpuaudit.facts import Subject
 from gpuaudit.model import Resource
@@ -32,6 +31,7 @@ class Case:
     rule_file: Path
     name: str
     data: Mapping[str, Any]
+    problem: str | None = None  # the cases file could not be read or is no list of cases
 
 
 @dataclass(frozen=True)
@@ -53,7 +53,18 @@ def iter_cases(directory: Path) -> Iterator[Case]:
         if not path.exists():
             yield Case(rule_file, "<missing cases file>", {})
             continue
-        for entry in yaml.safe_load(path.read_text()) or []:
+        try:
+            entries = read_cases(path) or []
+        except RuleError as exc:
+            yield Case(rule_file, "<unreadable cases file>", {}, problem=str(exc))
+            continue
+        if not isinstance(entries, list):
+            yield Case(rule_file, "<cases file>", {}, problem=f"{path}: a cases file is a list of cases")
+            continue
+        for entry in entries:
+            if not isinstance(entry, dict):
+                yield Case(rule_file, "?", {}, problem=f"{path}: a case is a mapping, not {entry!r:.40}")
+                continue
             yield Case(rule_file, str(entry.get("name", "?")), entry)
 
 
@@ -80,6 +91,8 @@ def fact_findings(rule: Rule, case: Mapping[str, Any]) -> list[Any]:
 def run_case(case: Case, runners: Mapping[str, CaseRunner] | None = None) -> CaseResult:
     """Run one case; ``runners`` maps a case key (manifest, facts, ...) to how
     to get findings for it, so later inputs (snapshots) can plug in."""
+    if case.problem:
+        return CaseResult(case, False, case.problem)
     if not case.data:
         return CaseResult(case, False, f"no cases file: {cases_file(case.rule_file)}")
     table: dict[str, CaseRunner] = {"manifest": manifest_findings, "facts": fact_findings}

@@ -20,6 +20,7 @@ import yaml
 
 from gpuaudit.kube.podspecs import group_of
 from gpuaudit.remediate.plan import Change, Plan
+from gpuaudit.safetext import one_line
 
 KUSTOMIZE_API = "kustomize.config.k8s.io/v1beta1"
 _UNSAFE = re.compile(r"[^a-z0-9.-]+")
@@ -131,7 +132,7 @@ def _patch_text(change: Change) -> str:
     assert change.patch is not None
     kind = "strategic merge" if change.patch.format == "strategic-merge" else "JSON 6902"
     header = (
-        f"# {change.rendered.summary}\n"
+        f"# {one_line(change.rendered.summary)}\n"
         f"# Fixes {', '.join(change.rules)}; {kind} patch. "
         f"See change {change.number} in REVIEW.md.\n"
     )

@@ -13,17 +13,19 @@ from gpuaudit.remediate import patches
 from gpuaudit.remediate.overlay import Overlay, build_command
 from gpuaudit.remediate.plan import Change, Plan
 from gpuaudit.remediate.planners.common import REMEDIATED
+from gpuaudit.safetext import clean
 
 _MD_SPECIAL = str.maketrans({c: "\\" + c for c in "\\`*_[]<>|#"})
 
 
 def md(text: Any) -> str:
-    """Cluster-supplied text, inert in Markdown (one line, specials escaped)."""
-    return " ".join(str(text).split()).translate(_MD_SPECIAL)
+    """Cluster-supplied text, inert in Markdown (one line, no terminal
+    control or bidi override, specials escaped)."""
+    return " ".join(clean(text).split()).translate(_MD_SPECIAL)
 
 
 def code(text: Any) -> str:
-    value = " ".join(str(text).split())
+    value = " ".join(clean(text).split())
     fence = "``" if "`" in value else "`"
     return f"{fence} {value} {fence}" if fence == "``" else f"`{value}`"
 

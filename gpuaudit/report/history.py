@@ -16,7 +16,9 @@ weigh a snapshot double in the trend.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import math
 import sqlite3
 import time
 from collections.abc import Iterator, Mapping
@@ -25,6 +27,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
+
+from gpuaudit.files import WriteError, check_folder, file_mode, make_folders
 
 SCHEMA_VERSION = 1
 BUSY_TIMEOUT_S = 60.0
@@ -101,13 +105,32 @@ def _use_wal(connection: sqlite3.Connection) -> None:
             delay = min(delay * 2, 0.5)
 
 
+def check_location(path: Path) -> None:
+    """HistoryError unless a database can be opened at ``path``: not a folder,
+    and no part of the path above it a file (``somefile/history.sqlite``)."""
+    path = Path(path)
+    try:
+        check_folder(path.parent)
+    except WriteError as exc:
+        raise HistoryError(f"{path}: cannot open the history database: {exc.strerror}") from exc
+    if path.is_dir():
+        raise HistoryError(f"{path}: cannot open the history database: it is a folder")
+
+
 def _connect(path: Path) -> sqlite3.Connection:
     path = Path(path)
-    if path.parent and not path.parent.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
+    check_location(path)
+    try:
+        make_folders(path.parent)
+    except WriteError as exc:
+        raise HistoryError(f"{path}: cannot open the history database: {exc.strerror}") from exc
+    new = not path.exists()
     try:
         # isolation_level=None: transactions are explicit (BEGIN IMMEDIATE below).
         connection = sqlite3.connect(str(path), timeout=BUSY_TIMEOUT_S, isolation_level=None)
+        if new:  # SQLite creates it 0644 at most, less the umask: give it the mode of every other output
+            with contextlib.suppress(OSError):
+                path.chmod(file_mode())
         connection.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
         _use_wal(connection)
     except sqlite3.DatabaseError as exc:
@@ -181,8 +204,13 @@ def record(path: Path, run: RunSummary, *, now: datetime | None = None) -> None:
         )
 
 
-def runs(path: Path, cluster: str) -> list[RunSummary]:
-    """Every recorded run of ``cluster``, oldest first (none when no database)."""
+def runs(path: Path, cluster: str, problems: list[str] | None = None) -> list[RunSummary]:
+    """Every recorded run of ``cluster``, oldest first (none when no database).
+
+    Rows are read defensively (the file may have been edited): a row with a
+    value of the wrong type, a non-finite or implausible number, or a time
+    that is no time is left out, and one line in ``problems`` says so
+    (the caller names the database)."""
     if not Path(path).exists():
         return []
     with _open(path) as connection:
@@ -190,19 +218,104 @@ def runs(path: Path, cluster: str) -> list[RunSummary]:
         rows = connection.execute(
             "SELECT * FROM runs WHERE cluster = ? ORDER BY collected_at, id", (cluster,)
         ).fetchall()
-    return [
-        RunSummary(
-            cluster=row["cluster"],
-            collected_at=_parse(row["collected_at"]),
-            command=row["command"],
-            gpus={key: row[f"gpus_{key}"] for key in COUNTS},
-            pending_pods=row["pending_pods"] or 0,
-            pending_gpus=row["pending_gpus"] or 0.0,
-            coverage=row["coverage"],
-            idle_cost_per_hour=row["idle_cost_per_hour"],
-            allocated_cost_per_hour=row["allocated_cost_per_hour"],
-            findings=row["findings"] or 0,
-            detail=json.loads(row["detail"] or "{}"),
-        )
-        for row in rows
-    ]
+    summaries: list[RunSummary] = []
+    skipped: list[str] = []
+    for row in rows:
+        try:
+            summaries.append(_summary(row))
+        except (ValueError, TypeError, KeyError, IndexError, RecursionError) as exc:
+            skipped.append(f"row {_row_id(row)}: {exc}")
+    if skipped and problems is not None:
+        shown = "; ".join(skipped[:3]) + (f"; and {len(skipped) - 3} more" if len(skipped) > 3 else "")
+        problems.append(f"{len(skipped)} history row(s) of {cluster!r} left out of the trend: {shown}")
+    summaries.sort(key=lambda r: r.collected_at)
+    return summaries
+
+
+# A count or price beyond this is no measurement (and would overflow the
+# GPU-hour sums into infinity).
+_PLAUSIBLE = 1e12
+
+
+def _summary(row: sqlite3.Row) -> RunSummary:
+    """A RunSummary from a row, or ValueError/TypeError naming the bad column."""
+    return RunSummary(
+        cluster=_text(row, "cluster"),
+        collected_at=_time(row, "collected_at"),
+        command=_text(row, "command"),
+        gpus={key: _number(row, f"gpus_{key}") for key in COUNTS},
+        pending_pods=int(_number(row, "pending_pods", integer=True) or 0),
+        pending_gpus=_number(row, "pending_gpus") or 0.0,
+        coverage=_number(row, "coverage"),
+        idle_cost_per_hour=_number(row, "idle_cost_per_hour"),
+        allocated_cost_per_hour=_number(row, "allocated_cost_per_hour"),
+        findings=int(_number(row, "findings", integer=True) or 0),
+        detail=_detail(row),
+    )
+
+
+def _row_id(row: sqlite3.Row) -> str:
+    try:
+        return repr(row["id"])
+    except (KeyError, IndexError):
+        return "?"
+
+
+def _text(row: sqlite3.Row, column: str) -> str:
+    value = row[column]
+    if not isinstance(value, str):
+        raise TypeError(f"{column} is {_shown(value)}, not text")
+    return value
+
+
+def _time(row: sqlite3.Row, column: str) -> datetime:
+    text = _text(row, column)
+    try:
+        moment = _parse(text)
+    except ValueError:
+        raise ValueError(f"{column} {_shown(text)} is not a time") from None
+    if moment.tzinfo is None:  # gpuaudit writes UTC with a Z; read a bare time as UTC
+        moment = moment.replace(tzinfo=timezone.utc)
+    if not 1970 <= moment.year <= 9000:
+        raise ValueError(f"{column} {_shown(text)} is not a plausible time")
+    return moment
+
+
+def _number(row: sqlite3.Row, column: str, *, integer: bool = False) -> float | None:
+    """A count, share or price: None (unknown), else finite, 0 or more, and
+    plausible. SQLite stores what it is given, so text or a blob may sit here."""
+    value = row[column]
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{column} is {_shown(value)}, not a number")
+    if integer and not isinstance(value, int):
+        raise TypeError(f"{column} is {_shown(value)}, not a whole number")
+    if not math.isfinite(value) or not 0 <= value <= _PLAUSIBLE:
+        raise ValueError(f"{column} is {_shown(value)}, not a plausible value")
+    return value if integer else float(value)
+
+
+def _detail(row: sqlite3.Row) -> dict[str, Any]:
+    text = row["detail"]
+    if text is None:
+        return {}
+    if not isinstance(text, str):
+        raise TypeError(f"detail is {_shown(text)}, not JSON text")
+    try:
+        detail = json.loads(text)
+    except (ValueError, RecursionError):
+        raise ValueError("detail is not JSON (or nested too deep)") from None
+    if not isinstance(detail, dict):
+        raise TypeError(f"detail is {_shown(detail)}, not a JSON object")
+    return detail
+
+
+def _shown(value: object) -> str:
+    """A value for a message: its type, and a short repr of text and numbers."""
+    if value is None:
+        return "NULL"
+    if isinstance(value, (str, int, float)) and not isinstance(value, bool):
+        text = repr(value)
+        return text if len(text) <= 40 else text[:37] + "..."
+    return "a blob" if isinstance(value, bytes) else f"a {type(value).__name__}"

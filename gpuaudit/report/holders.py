@@ -30,6 +30,8 @@ class Thresholds:
 
     active_compute: float = 0.1  # GPA-AL-201 max_compute
     resident_idle: float = 0.5  # GPA-ME-001 min_resident_idle_fraction
+    resident_compute_mean: float = 0.1  # GPA-ME-001 max_compute_mean
+    resident_compute_p95: float = 0.5  # GPA-ME-001 max_compute_p95: busy in bursts is not idle
     min_coverage: float = 0.5  # the telemetry rules' min_coverage
 
     @classmethod
@@ -40,6 +42,8 @@ class Thresholds:
         return cls(
             active_compute=float(idle_rule.get("max_compute", cls.active_compute)),
             resident_idle=float(resident_rule.get("min_resident_idle_fraction", cls.resident_idle)),
+            resident_compute_mean=float(resident_rule.get("max_compute_mean", cls.resident_compute_mean)),
+            resident_compute_p95=float(resident_rule.get("max_compute_p95", cls.resident_compute_p95)),
             min_coverage=float(resident_rule.get("min_coverage", idle_rule.get("min_coverage", cls.min_coverage))),
         )
 
@@ -129,12 +133,18 @@ def classify(telemetry: Mapping[str, Any] | None, thresholds: Thresholds) -> str
     coverage = telemetry.get("coverage")
     if not isinstance(coverage, (int, float)) or coverage < thresholds.min_coverage:
         return NO_DATA
-    resident_idle = telemetry.get("resident_idle_fraction")
-    if isinstance(resident_idle, (int, float)) and resident_idle >= thresholds.resident_idle:
-        return RESIDENT_IDLE
     compute = telemetry.get("compute_mean")
     if not isinstance(compute, (int, float)):
         return NO_DATA
+    resident_idle = telemetry.get("resident_idle_fraction")
+    p95 = telemetry.get("compute_p95")
+    if (
+        isinstance(resident_idle, (int, float))
+        and resident_idle >= thresholds.resident_idle
+        and compute < thresholds.resident_compute_mean
+        and not (isinstance(p95, (int, float)) and p95 >= thresholds.resident_compute_p95)
+    ):  # as GPA-ME-001 and GPA-ME-003 judge it: a pod busy in bursts is not resident-idle
+        return RESIDENT_IDLE
     return ACTIVE if compute >= thresholds.active_compute else IDLE
 
 

@@ -4,7 +4,10 @@ HTML: Jinja2 with autoescaping on, inline CSS and SVG, no script and a
 Content-Security-Policy that allows none, no external URL. Markdown: every
 string in the dict is escaped for Markdown (``|``, ``<``, backticks...)
 before the template sees it, so cluster-supplied text cannot break a table
-or inject HTML. All three come from the same dict: the same numbers.
+or inject HTML. All three come from the same dict: the same numbers. Its
+text quotes the cluster (its name from the kubeconfig, pods, messages), so
+each render first removes terminal controls and bidi overrides from every
+string (gpuaudit/safetext.py); the format's own escaping follows, once.
 """
 
 from __future__ import annotations
@@ -21,8 +24,9 @@ from typing import Any
 import jinja2
 import markupsafe
 
-from gpuaudit.files import inside, write_atomic
+from gpuaudit.files import UnsafePathError, check_folder, inside, write_atomic
 from gpuaudit.report import charts
+from gpuaudit.safetext import clean_tree
 
 FILES = ("report.html", "report.md", "report.json")
 _MD_SPECIAL = str.maketrans(
@@ -143,20 +147,35 @@ def _charts(report: Mapping[str, Any]) -> dict[str, Any]:
 
 def render_html(report: Mapping[str, Any]) -> str:
     template = _environment(True).get_template("report.html.j2")
-    return template.render(r=report, charts=_charts(report))
+    shown = clean_tree(report)
+    return template.render(r=shown, charts=_charts(shown))
 
 
 def render_markdown(report: Mapping[str, Any]) -> str:
     template = _environment(False).get_template("report.md.j2")
-    return template.render(r=md_escape(report))
+    return template.render(r=md_escape(clean_tree(report)))
 
 
 def render_json(report: Mapping[str, Any]) -> str:
-    return json.dumps(report, indent=2, ensure_ascii=False, allow_nan=False) + "\n"
+    return json.dumps(clean_tree(report), indent=2, ensure_ascii=False, allow_nan=False) + "\n"
+
+
+def report_paths(out: Path) -> dict[str, Path]:
+    """Where write_report writes each file, checked before anything is
+    written: inside ``out`` (UnsafePathError for a symlink planted there that
+    points out), a file and not a folder, in a folder that can exist
+    (WriteError when ``out``, or a part of it, is a file)."""
+    check_folder(out)
+    paths = {name: inside(out, name) for name in FILES}
+    for name, path in paths.items():
+        if path.is_dir():
+            raise UnsafePathError(f"{Path(out) / name} is a folder: the report cannot be written there")
+    return paths
 
 
 def write_report(report: Mapping[str, Any], out: Path) -> list[Path]:
     """Write the three files into ``out`` (created when missing), each atomically."""
+    paths = report_paths(out)
     rendered = {
         "report.html": render_html(report),
         "report.md": render_markdown(report),
@@ -164,7 +183,6 @@ def write_report(report: Mapping[str, Any], out: Path) -> list[Path]:
     }
     written = []
     for name, text in rendered.items():
-        path = inside(out, name)
-        write_atomic(path, text)
-        written.append(path)
+        write_atomic(paths[name], text)
+        written.append(paths[name])
     return written

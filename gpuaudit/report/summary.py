@@ -225,10 +225,14 @@ def coverage(inventory: Inventory, telemetry: Mapping[str, Any] | None) -> dict[
         for row in telemetry.get("gpus") or []:
             if row.get("node") in nodes and (row.get("uuid") or row.get("gpu") is not None):
                 devices.add((str(row.get("node")), str(row.get("uuid") or row.get("gpu"))))
+    signal = ((telemetry or {}).get("signals") or {}).get("compute")
     return {
         "present": bool(telemetry),
         "source": (telemetry or {}).get("source"),
-        "signal": ((telemetry or {}).get("signals") or {}).get("compute"),
+        "signal": signal,
+        # What column headings call it: the metric without DCGM's prefix
+        # (GR_ENGINE_ACTIVE is not "SM" activity; say which one was used).
+        "signal_name": str(signal).removeprefix("DCGM_FI_PROF_").removeprefix("DCGM_FI_DEV_") if signal else None,
         "window": window,
         "allocated_gpus": r1(allocated),
         "allocated_gpus_measured": r1(measured),
@@ -323,34 +327,34 @@ def stakes(inventory: Inventory) -> tuple[dict[tuple[str, str], Stake], dict[str
     return pods, nodes
 
 
-def finding_stake(
+def finding_stakes(
     finding: Finding,
     pods: Mapping[tuple[str, str], Stake],
     nodes: Mapping[str, Stake],
-) -> tuple[tuple[str, ...], Stake]:
-    """(what the finding is about, its stake). The key lets a category count
-    a pod or node once however many of its rules fire."""
+) -> list[tuple[tuple[str, ...], Stake]]:
+    """(what the finding is about, its stake), for each pod a cluster finding
+    covers (``pods`` in its evidence: one finding per workload). The key lets
+    a category count a pod or node once however many of its rules fire."""
     subject = finding.subject
     facts: Mapping[str, Any] = subject.facts if subject is not None else {}
     target = subject.target if subject is not None else None
     evidence = finding.evidence
     res = finding.resource
     if target == "pod" or "pod" in evidence:
-        pod = (
-            str(facts.get("namespace") or res.namespace or ""),
-            str(facts.get("pod") or evidence.get("pod") or ""),
-        )
-        if pod in pods:
-            return ("pod", *pod), pods[pod]
+        namespace = str(facts.get("namespace") or res.namespace or "")
+        names = evidence.get("pods") or [facts.get("pod") or evidence.get("pod") or ""]
         count = (facts.get("gpu") or {}).get("count") if facts else evidence.get("gpu.count")
-        return ("pod", *pod), Stake(float(count or 0.0), 0.0)
+        return [
+            (("pod", namespace, str(name)), pods.get((namespace, str(name)), Stake(float(count or 0.0), 0.0)))
+            for name in names
+        ]
     if target == "node":
-        return ("node", res.name), nodes.get(res.name, Stake(float(facts.get("gpus") or 0), 0.0))
+        return [(("node", res.name), nodes.get(res.name, Stake(float(facts.get("gpus") or 0), 0.0)))]
     key = (target or "", res.kind, res.namespace, res.name)
     for name in ("gpus_held", "gpu.count"):
         if isinstance(evidence.get(name), (int, float)):
-            return key, Stake(float(evidence[name]), 0.0)
-    return key, Stake(0.0, 0.0)
+            return [(key, Stake(float(evidence[name]), 0.0))]
+    return [(key, Stake(0.0, 0.0))]
 
 
 def root_causes(findings: Sequence[Finding], rules: Iterable[Any], inventory: Inventory) -> list[dict[str, Any]]:
@@ -362,9 +366,10 @@ def root_causes(findings: Sequence[Finding], rules: Iterable[Any], inventory: In
     by_rule: dict[str, list[tuple[Finding, Stake]]] = defaultdict(list)
     keys: dict[str, dict[tuple[str, ...], Stake]] = defaultdict(dict)
     for f in findings:
-        key, stake = finding_stake(f, pods, nodes)
-        by_rule[f.rule].append((f, stake))
-        keys[f.category][key] = stake
+        covered = finding_stakes(f, pods, nodes)
+        by_rule[f.rule].append((f, Stake(sum(s.gpus for _, s in covered), sum(s.idle for _, s in covered))))
+        for key, stake in covered:
+            keys[f.category][key] = stake
     categories = []
     order = [*CATEGORIES, *sorted({f.category for f in findings} - set(CATEGORIES))]
     for category in order:

@@ -5,7 +5,8 @@ A directory holding a kustomization is rendered as a unit when kubectl or
 kustomize is on PATH; the files it consumed (its own, and bases it reaches
 outside itself) are then not read again as plain manifests — a patch file
 is not an object. Without either tool it says so and reads the files as
-they are.
+they are. A kustomization that reads a file outside its folder is refused
+unless the user allows it (``kustomize_load_anywhere``; sources/kustomize.py).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ def gather_inputs(
     render_kustomize: bool = True,
     helm_charts: Sequence[Path] = (),
     helm_values: Sequence[Path] = (),
+    kustomize_load_anywhere: bool = False,
 ) -> list[Item]:
     """Everything to audit, in order. Files are left to read where they are
     audited (perhaps another core: pipelines/shards.py); stdin, rendered
@@ -43,7 +45,7 @@ def gather_inputs(
         else:
             items.append(Path(path))
     for directory in directories:
-        items += _gather_directory(Path(directory), directory, render_kustomize)
+        items += _gather_directory(Path(directory), directory, render_kustomize, kustomize_load_anywhere)
     items += (kustomize.render_helm_chart(chart, helm_values) for chart in helm_charts)
     return items
 
@@ -59,7 +61,7 @@ def read_items(items: Sequence[Item], result: ReadResult) -> None:
             result.files += item.files
 
 
-def _gather_directory(root: Path, shown: str, render: bool) -> list[Item]:
+def _gather_directory(root: Path, shown: str, render: bool, load_anywhere: bool = False) -> list[Item]:
     roots = _kustomization_dirs(root) if render else []
     consumed: set[Path] = set()
     items: list[Item] = []
@@ -76,7 +78,7 @@ def _gather_directory(root: Path, shown: str, render: bool) -> list[Item]:
             items.append(ReadResult(errors=[problem]))
         else:
             for directory in roots:
-                rendered = kustomize.render_kustomization(directory, command, shown)
+                rendered = kustomize.render_kustomization(directory, command, shown, load_anywhere=load_anywhere)
                 items.append(rendered.result)
                 consumed |= rendered.consumed
                 # A directory that failed to build is not read file by file either:

@@ -6,8 +6,15 @@ directory is built through a throw-away wrapper kustomization that asks for
 `buildMetadata: [originAnnotations]`, so each rendered object names the
 file it came from; its lines come from that file (fields a patch added fall
 back to their nearest ancestor there). Objects with no source file
-(generators) point at the kustomization. A build that needs files outside
-the directory is retried with `--load-restrictor LoadRestrictionsNone`.
+(generators) point at the kustomization.
+
+kustomize's load restrictor stays on: a kustomization that reads a file
+outside its own folder (a generator's `files:`, a patch, a resource) is
+refused, and the refusal is an input error naming that file. Lifting it
+(`--load-restrictor LoadRestrictionsNone`) lets a pull request copy any file
+of the machine it runs on into an object, and from there into logs and
+reports, so only the user asks for it (``load_anywhere``:
+`--kustomize-load-restrictor none`), never a file in the repository.
 
 Helm: `helm template`; each object points at the template named in the
 `# Source:` comment Helm writes, at the line of a field's key where that key
@@ -17,6 +24,7 @@ occurs once in the template (else its nearest such ancestor, else line 1).
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Sequence
@@ -35,6 +43,8 @@ if TYPE_CHECKING:
 KUSTOMIZATION_FILES = ("kustomization.yaml", "kustomization.yml", "Kustomization")
 ORIGIN = "config.kubernetes.io/origin"
 _LOAD_ANYWHERE = ("--load-restrictor", "LoadRestrictionsNone")
+# kustomize's refusal: "security; file '/x/secret' is not in or below '/x/app'".
+_REFUSED = re.compile(r"file '([^']*)' is not in or below '([^']*)'")
 _TIMEOUT = 120
 
 
@@ -62,9 +72,12 @@ def kustomize_command() -> list[str] | None:
     return None
 
 
-def render_kustomization(directory: Path, command: Sequence[str], shown: str) -> Rendered:
+def render_kustomization(
+    directory: Path, command: Sequence[str], shown: str, *, load_anywhere: bool = False
+) -> Rendered:
     """Build ``directory``; ``shown`` is how the user named it (paths in
-    findings keep the same style, relative or absolute)."""
+    findings keep the same style, relative or absolute). ``load_anywhere``:
+    the user allows files outside the kustomization's folder."""
     rendered = Rendered()
     kustomization = kustomization_in(directory) or directory / "kustomization.yaml"
     label = _display(kustomization, shown, directory)
@@ -75,14 +88,18 @@ def render_kustomization(directory: Path, command: Sequence[str], shown: str) ->
             f"resources:\n- {os.path.relpath(directory.resolve(), wrapper)}\n"
             "buildMetadata: [originAnnotations]\n"
         )
-        text, problem = _build(command, wrapper)
-        if text is None:  # the wrapper itself may be refused: build the directory plainly
-            text, problem = _build(command, directory)
-            wrapper_used = False
-        else:
-            wrapper_used = True
+        text, problem = _build(command, wrapper, load_anywhere)
+        wrapper_used = text is not None
+        if text is None and not isinstance(problem, OutsideFileError):
+            # the wrapper itself may be refused: build the directory plainly
+            text, problem = _build(command, directory, load_anywhere)
         if text is None:
-            rendered.result.errors.append(InputError(label, None, f"kustomize build failed, not audited: {problem}"))
+            if isinstance(problem, OutsideFileError):  # its paths in the style the user wrote
+                shown_file, shown_root = (_display(Path(p), shown, directory) for p in (problem.file, problem.root))
+                message = str(OutsideFileError(shown_file, shown_root))
+            else:
+                message = f"kustomize build failed, not audited: {_first_line(str(problem))}"
+            rendered.result.errors.append(InputError(label, None, message))
             return rendered
         raw = ReadResult()
         read_text(text, label, raw)
@@ -104,6 +121,19 @@ def render_kustomization(directory: Path, command: Sequence[str], shown: str) ->
 
 class KustomizeError(RuntimeError):
     """kustomize refused to build, or could not run; the message says why."""
+
+
+class OutsideFileError(KustomizeError):
+    """The kustomization reads a file outside its folder, and the user has
+    not allowed that (kustomize's load restrictor refused it)."""
+
+    def __init__(self, file: str, root: str) -> None:
+        super().__init__(
+            f"not audited: it reads {file}, outside its folder {root}; kustomize refuses files outside "
+            "a kustomization's folder unless you allow them (--kustomize-load-restrictor none)"
+        )
+        self.file = file
+        self.root = root
 
 
 def is_package(path: Path) -> bool:
@@ -139,23 +169,30 @@ def build(directory: Path, *, load_restrictor_none: bool = False, command: Seque
     return proc.stdout
 
 
-def build_package(directory: Path, command: Sequence[str] | None = None) -> tuple[str, bool]:
+def build_package(
+    directory: Path, command: Sequence[str] | None = None, *, load_anywhere: bool = False
+) -> tuple[str, bool]:
     """Build a user's kustomize directory as kustomize's default restrictions
-    allow or, when it reads files outside its folder, without them. Returns the
-    YAML and whether the restriction had to be lifted."""
+    allow. When it reads a file outside its folder: OutsideFileError, unless
+    the user allows that (``load_anywhere``), then it is built without them.
+    Returns the YAML and whether the restriction was lifted."""
     try:
         return build(directory, command=command), False
     except KustomizeError as exc:
-        if "is not in or below" not in str(exc):
+        refused = _REFUSED.search(str(exc))
+        if refused is None and "is not in or below" not in str(exc):
             raise
+        if not load_anywhere:
+            file, root = refused.groups() if refused else ("a file", str(directory))
+            raise OutsideFileError(file, root) from None
     return build(directory, load_restrictor_none=True, command=command), True
 
 
-def _build(command: Sequence[str], directory: Path) -> tuple[str | None, str]:
+def _build(command: Sequence[str], directory: Path, load_anywhere: bool) -> tuple[str | None, KustomizeError | None]:
     try:
-        return build_package(directory, command)[0], ""
+        return build_package(directory, command, load_anywhere=load_anywhere)[0], None
     except KustomizeError as exc:
-        return None, _first_line(str(exc))
+        return None, exc
 
 
 def _origin(doc: Document) -> str | None:
@@ -221,6 +258,17 @@ def render_helm_chart(chart: Path, values: Sequence[Path]) -> ReadResult:
     if helm is None:
         result.errors.append(InputError(str(chart), None, "--helm-chart needs `helm` on PATH to render the chart"))
         return result
+    outside = _links_outside(chart)
+    if outside:  # helm reads what a link points at: `.Files.Get` would carry it into the output
+        result.errors.append(
+            InputError(
+                str(outside),
+                None,
+                f"not rendered: this link in chart {chart} leads outside the chart's folder "
+                f"(to {os.path.realpath(outside)}); helm would read that file",
+            )
+        )
+        return result
     command = [helm, "template", chart.resolve().name or "release", str(chart)]
     for v in values:
         command += ["--values", str(v)]
@@ -245,6 +293,21 @@ def render_helm_chart(chart: Path, values: Sequence[Path]) -> ReadResult:
             lines = _template_lines(file, d) if single else {}
             result.documents.append(Document(obj=d.obj, file=d.file, line=1, lines=lines))
     return result
+
+
+def _links_outside(chart: Path) -> Path | None:
+    """The first symbolic link under ``chart`` that resolves outside it (a
+    chart from a pull request could otherwise pull a runner's file into an
+    object name with `.Files.Get`, as a kustomize configMapGenerator could)."""
+    root = os.path.realpath(chart)
+    for dirpath, dirnames, filenames in os.walk(chart):
+        for name in [*dirnames, *filenames]:
+            path = os.path.join(dirpath, name)
+            if os.path.islink(path):
+                target = os.path.realpath(path)
+                if target != root and not target.startswith(root + os.sep):
+                    return Path(path)
+    return None
 
 
 def _template_lines(template: Path, doc: Document) -> dict[str, int]:

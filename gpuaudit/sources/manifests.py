@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import re
-import stat
 import sys
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -18,7 +17,8 @@ from typing import Any
 
 import yaml
 
-from gpuaudit.kube.yaml_lines import LineBuilder, LineLoader, YamlLimitError
+from gpuaudit.files import FileReadError, decode_text, read_bytes, too_big
+from gpuaudit.kube.yaml_lines import PYTHON_TAG_PREFIX, LineBuilder, LineLoader, YamlLimitError
 from gpuaudit.model import Document, InputError
 
 MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
@@ -86,38 +86,23 @@ def iter_manifest_files(root: Path) -> Iterator[Path]:
 def read_file(path: Path, result: ReadResult) -> None:
     name = str(path)
     result.files += 1
-    try:
-        info = path.stat()
-        if not stat.S_ISREG(info.st_mode):  # a FIFO would block the run forever
-            result.errors.append(InputError(name, None, "not a regular file, not read"))
-            return
-        if info.st_size > MAX_FILE_BYTES:
-            result.errors.append(_too_big(name, f"{info.st_size:,} bytes"))
-            return
-        with path.open("rb") as handle:  # bounded: the file may grow meanwhile
-            raw = handle.read(MAX_FILE_BYTES + 1)
-    except OSError as exc:
-        result.errors.append(InputError(name, None, f"cannot read: {exc.strerror or exc}"))
+    try:  # regular files only (a FIFO would block the run forever), bounded
+        raw = read_bytes(path, limit=MAX_FILE_BYTES)
+    except FileReadError as exc:
+        result.errors.append(InputError(name, exc.line, exc.problem))
         return
     _read_bytes(raw, name, result)
 
 
-def _too_big(name: str, size: str) -> InputError:
-    return InputError(name, None, f"file is {size}; the limit is {MAX_FILE_BYTES:,} bytes")
-
-
 def _read_bytes(raw: bytes, name: str, result: ReadResult) -> None:
-    if len(raw) > MAX_FILE_BYTES:
-        result.errors.append(_too_big(name, f"more than {MAX_FILE_BYTES:,} bytes"))
-        return
-    if b"\0" in raw[:8192]:
-        result.errors.append(InputError(name, None, "binary file, not a manifest"))
-        return
     try:
-        text = raw.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        line = raw[: exc.start].count(b"\n") + 1
-        result.errors.append(InputError(name, line, "not valid UTF-8 text"))
+        if len(raw) > MAX_FILE_BYTES:  # stdin: read with the same bound as a file
+            raise too_big(name, f"more than {MAX_FILE_BYTES:,} bytes", MAX_FILE_BYTES)
+        if b"\0" in raw[:8192]:
+            raise FileReadError(name, "binary file, not a manifest")
+        text = decode_text(raw, name)
+    except FileReadError as exc:
+        result.errors.append(InputError(name, exc.line, exc.problem))
         return
     _read_text(text, name, result)
 
@@ -168,6 +153,19 @@ def _add_document(node: yaml.Node, name: str, result: ReadResult) -> None:
         return
     for key, line in builder.duplicates:
         result.errors.append(InputError(name, line, f"duplicate key {key!r}: the last value wins"))
+    # A Python tag is never constructed; it is no Kubernetes YAML either: say so.
+    whole = node.tag.startswith(PYTHON_TAG_PREFIX)
+    for tag, line in builder.python_tags:
+        shown = "!!" + tag.removeprefix("tag:yaml.org,2002:")
+        shown = shown if len(shown) <= 80 else shown[:77] + "..."
+        what = (
+            "this document is not audited"
+            if whole and line == node.start_mark.line + 1
+            else "not constructed; the value is read as plain data"
+        )
+        result.errors.append(InputError(name, line, f"YAML tag {shown} asks for a Python object: {what}"))
+    if whole:
+        return
     start = node.start_mark.line + 1
     _add_object(obj, name, start, builder.lines, "", result)
 

@@ -43,7 +43,7 @@ _ROLLUP_OPS = {"mean", "max", "min", "sum"}
 _PLACEHOLDER = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _METRIC = re.compile(r"^[A-Za-z_:][A-Za-z0-9_:]*$")
-_BUILTIN_PLACEHOLDERS = {"sel", "range", "step", "expected_steps"}
+_BUILTIN_PLACEHOLDERS = {"sel", "range", "step", "step_seconds", "expected_steps"}
 _HEX = "0123456789abcdef"
 
 
@@ -237,9 +237,18 @@ def string_literal(text: str) -> str:
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
 
 
-def probe_query(spec: QuerySpec) -> str:
-    names = "|".join(regex_escape(m) for m in spec.probe_metrics())
-    return f"count by (__name__) ({{__name__=~{string_literal(names)}}})"
+def probe_query(spec: QuerySpec, range_s: int) -> str:
+    """Which candidate metrics have samples anywhere in the window, and how
+    many series each: one ``count(last_over_time(m[range]))`` per metric,
+    named by a ``metric`` label. A series whose last sample is a few minutes
+    before the window's end is still present (an instant probe at the end
+    would call the whole signal absent)."""
+    parts = [
+        f'label_replace(count(last_over_time({m}[{range_s}s])), "metric", '
+        f'{string_literal(m)}, "", "")'
+        for m in spec.probe_metrics()
+    ]
+    return " or ".join(parts)
 
 
 def shard_matchers(label: str, parts: int) -> list[str]:
@@ -286,7 +295,8 @@ def render_field(spec: QuerySpec, field: Field, *, chosen: Mapping[str, Candidat
     """The complete PromQL for one field: the template rendered once per matcher
     set (joined with ``or``), canonicalised and aggregated per GPU row."""
     values: dict[str, str] = {k: _number(v) for k, v in params.items()}
-    values.update(range=f"{range_s}s", step=f"{step_s}s", expected_steps=str(expected_steps))
+    values.update(range=f"{range_s}s", step=f"{step_s}s", step_seconds=str(step_s),
+                  expected_steps=str(expected_steps))
     parts = []
     for matchers in matcher_sets:
         sel = f"{{{matchers}}}" if matchers else ""

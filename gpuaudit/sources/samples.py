@@ -24,10 +24,30 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from gpuaudit.files import FileReadError, iter_lines, read_bytes
 from gpuaudit.model import telemetry
 from gpuaudit.model.telemetry import TelemetryUnavailable
 
 DEFAULT_PARAMS = {"resident_fb_mib": 1024, "idle_compute": 0.05}
+# A record is about 700 bytes: a week of 8 GPUs with 7 MIG instances each,
+# sampled every 10 s, is 3.9 million records, 2.7 GB. A sample file is read
+# line by line, so its size bounds the time spent, not the memory; one line
+# is one record, far below 1 MiB.
+MAX_SAMPLES_BYTES = 4 << 30
+MAX_SAMPLE_LINE_BYTES = 1 << 20
+# kubelet's /pods on a node is a few MB; a cluster's PodList of 50,000 pods
+# about 150 MB with managedFields (bench/gen_cluster.py).
+MAX_PODS_BYTES = 1 << 30
+MAX_PROBLEMS_PER_FILE = 10  # then one line says how many more
+# Plausible values: a time between 1970 and 9999 (what datetime can hold), a
+# sampling interval between 1 ms and a day.
+MAX_TIMESTAMP = 253402300799.0
+INTERVAL_RANGE = (0.001, 86400.0)
+_IDENTITY = ("node", "gpu", "uuid", "mig_id", "model", "mig_profile", "parent_uuid")
+_MEASUREMENTS = ("util_gpu_pct", "util_memory_pct", "sm_util_pct", "sm_occupancy_pct",
+                 "tensor_util_pct", "dram_bw_util_pct", "fb_used_bytes", "fb_free_bytes",
+                 "fb_total_bytes", "fb_reserved_bytes", "pcie_tx_bytes_per_s",
+                 "pcie_rx_bytes_per_s")
 MIB = 2**20
 _COMPUTE_SOURCES = (("sm_util_pct", "nvml.gpm.sm_util"),
                     ("util_gpu_pct", "nvml.utilization.gpu"))
@@ -37,7 +57,14 @@ def load_pods_json(path: Path) -> dict[str, tuple[str, str]]:
     """Pod UID -> (namespace, name) from a kubelet ``/pods`` response or any
     PodList (``{"items": [...]}``), a list of pods, or a plain mapping
     ``{uid: "namespace/name"}`` / ``{uid: [namespace, name]}``."""
-    data = json.loads(Path(path).read_text("utf-8"))
+    try:
+        data = json.loads(read_bytes(path, limit=MAX_PODS_BYTES, what="pods file"))
+    except FileReadError:
+        raise
+    except ValueError as exc:  # invalid JSON or UTF-8, or an integer of 4,300+ digits
+        raise ValueError(f"{path}: not valid JSON: {str(exc).split(';')[0]}") from None
+    except RecursionError:
+        raise ValueError(f"{path}: not valid JSON: nested too deep to parse") from None
     items = data.get("items") if isinstance(data, dict) and "items" in data else data
     out: dict[str, tuple[str, str]] = {}
     if isinstance(items, list):
@@ -77,40 +104,131 @@ def _mean(values: Sequence[float]) -> float | None:
 
 def _read(paths: Sequence[Path], errors: list[dict[str, str]]
           ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    headers, records = [], []
+    headers: list[dict[str, Any]] = []
+    records: list[dict[str, Any]] = []
     for path in paths:
-        try:
-            lines = path.read_text("utf-8").splitlines()
-        except (OSError, UnicodeDecodeError) as exc:
-            errors.append({"endpoint": str(path), "query": "read", "message": str(exc)})
-            continue
-        for number, line in enumerate(lines, 1):
+        _read_file(path, errors, headers, records)
+    return headers, records
+
+
+def _read_file(path: Path, errors: list[dict[str, str]], headers: list[dict[str, Any]],
+               records: list[dict[str, Any]]) -> None:
+    """One sample file, line by line: what cannot be used is an error naming
+    file and line (the first MAX_PROBLEMS_PER_FILE of them), never a crash."""
+    problems = 0
+
+    def problem(number: int | None, message: str, query: str = "parse") -> None:
+        nonlocal problems
+        problems += 1
+        if problems <= MAX_PROBLEMS_PER_FILE:
+            where = f"{path}:{number}" if number else str(path)
+            errors.append({"endpoint": where, "query": query, "message": message})
+
+    try:
+        for number, line in iter_lines(path, limit=MAX_SAMPLES_BYTES,
+                                       line_limit=MAX_SAMPLE_LINE_BYTES, what="sample file"):
             if not line.strip():
                 continue
             try:
                 record = json.loads(line)
             except ValueError as exc:
                 # a sampler killed mid-line leaves a torn last line; keep the rest
-                errors.append({"endpoint": f"{path}:{number}", "query": "parse",
-                               "message": f"not JSON: {exc}"})
+                problem(number, f"not JSON: {str(exc).split(';')[0]}")
+                continue
+            except RecursionError:
+                problem(number, "not JSON: nested too deep to parse")
                 continue
             if not isinstance(record, dict):
                 continue
             if record.get("kind") == "header":
                 headers.append(record)
-            elif record.get("kind") == "gpu" and isinstance(record.get("ts"), (int, float)):
-                records.append(record)
-    return headers, records
+            elif record.get("kind") == "gpu":
+                cleaned, wrong = _clean_record(record)
+                if wrong:
+                    problem(number, wrong, "sample")
+                if cleaned is not None:
+                    records.append(cleaned)
+    except FileReadError as exc:
+        problem(exc.line, exc.problem, "read")
+    if problems > MAX_PROBLEMS_PER_FILE:
+        errors.append({"endpoint": str(path), "query": "parse",
+                       "message": f"{problems - MAX_PROBLEMS_PER_FILE} more lines with problems"})
+
+
+def _number(value: Any, low: float, high: float) -> float | None:
+    """``value`` when it is a real number between low and high, else None."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    number = float(value) if isinstance(value, float) or abs(value) < 2**63 else math.inf
+    return number if math.isfinite(number) and low <= number <= high else None
+
+
+def _clean_record(record: Mapping[str, Any]) -> tuple[dict[str, Any] | None, str | None]:
+    """A GPU record whose values have the types the aggregation computes
+    with, and what was wrong: a record without a plausible time or with an
+    identity that is not text is dropped; a measurement of the wrong type or
+    out of range reads as missing (null), as NVML's own gaps do."""
+    ts = _number(record.get("ts"), 0.0, MAX_TIMESTAMP)
+    if ts is None:
+        return None, f"ts {_show(record.get('ts'))} is not a time in seconds; record skipped"
+    out: dict[str, Any] = {"kind": "gpu", "ts": ts}
+    for key in _IDENTITY:
+        value = record.get(key)
+        if isinstance(value, int) and not isinstance(value, bool):
+            value = str(value)
+        if value is not None and not isinstance(value, str):
+            return None, f"{key} {_show(value)} is not text; record skipped"
+        out[key] = value
+    wrong = []
+    mig = record.get("mig_enabled")
+    out["mig_enabled"] = mig if isinstance(mig, bool) else None
+    for key in _MEASUREMENTS:
+        value = record.get(key)
+        out[key] = _number(value, 0.0, telemetry.MAX_MEASUREMENT)
+        if value is not None and out[key] is None:
+            wrong.append(f"{key} {_show(value)}")
+    processes = record.get("processes")
+    if processes is not None and not isinstance(processes, list):
+        wrong.append(f"processes {_show(processes)}")
+        processes = None
+    out["processes"] = None if processes is None else [
+        p for p in (_clean_process(proc, wrong) for proc in processes) if p is not None]
+    if wrong:
+        return out, f"read as missing: {', '.join(wrong[:5])}" + (" ..." if len(wrong) > 5 else "")
+    return out, None
+
+
+def _clean_process(proc: Any, wrong: list[str]) -> dict[str, Any] | None:
+    if not isinstance(proc, dict):
+        wrong.append(f"process {_show(proc)}")
+        return None
+    out = {}
+    for key in ("pod_uid", "namespace", "pod"):
+        value = proc.get(key)
+        if value is not None and not isinstance(value, str):
+            wrong.append(f"process {key} {_show(value)}")
+            return None
+        out[key] = value
+    used = proc.get("used_bytes")
+    out["used_bytes"] = _number(used, 0.0, telemetry.MAX_MEASUREMENT)
+    if used is not None and out["used_bytes"] is None:
+        wrong.append(f"process used_bytes {_show(used)}")
+    return out
+
+
+def _show(value: Any) -> str:
+    text = json.dumps(value) if not isinstance(value, float) or math.isfinite(value) else repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def _interval(headers: Sequence[Mapping[str, Any]], records: Sequence[Mapping[str, Any]]) -> float:
-    declared = [h["interval_s"] for h in headers
-                if isinstance(h.get("interval_s"), (int, float)) and h["interval_s"] > 0]
+    declared = [number for h in headers
+                if (number := _number(h.get("interval_s"), *INTERVAL_RANGE)) is not None]
     if declared:
         return float(min(declared))
     stamps = sorted({r["ts"] for r in records})
     gaps = sorted(b - a for a, b in itertools.pairwise(stamps) if b > a)
-    return gaps[len(gaps) // 2] if gaps else 1.0
+    return max(gaps[len(gaps) // 2], INTERVAL_RANGE[0]) if gaps else 1.0
 
 
 def _pods_on(record: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
@@ -143,7 +261,6 @@ def aggregate_samples(paths: Sequence[Path], *, params: Mapping[str, Any] | None
         raise TelemetryUnavailable(f"NVML samples {', '.join(map(str, paths))}: {reason}")
     interval = _interval(headers, records)
     start, end = min(r["ts"] for r in records), max(r["ts"] for r in records)
-    expected = round((end - start) / interval) + 1
 
     # One compute source per device, so its samples are comparable: GPM where
     # the device ever reported it (its first tick has no GPM delta yet).
@@ -215,7 +332,13 @@ def aggregate_samples(paths: Sequence[Path], *, params: Mapping[str, Any] | None
             "occupancy_mean": _mean(row["occ"]),
             "tensor_active_mean": _mean(row["tensor"]),
             "dram_active_mean": _mean(row["dram"]),
-            "coverage": min(1.0, len(row["ts"]) / expected),
+            # over the row's own life in the samples (first to last tick), as
+            # the Prometheus source measures it
+            "coverage": min(1.0, len(row["ts"]) / (round((max(row["ts"]) - min(row["ts"]))
+                                                         / interval) + 1)),
+            "samples": len(row["ts"]),
+            "first_seen": min(row["ts"]),
+            "last_seen": max(row["ts"]),
         }
         identity = {"node": node, "gpu": gpu, "uuid": uuid, "model": first.get("model"),
                     "mig_profile": first.get("mig_profile"), "mig_id": mig_id,

@@ -21,10 +21,21 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from gpuaudit.files import FileReadError, file_mode, read_bytes
+
 __all__ = ["SNAPSHOT_VERSION", "SnapshotError", "read_snapshot", "write_snapshot"]
 
 SNAPSHOT_VERSION = 1
-_GZIP_MAGIC = b"\x1f\x8b"
+# The most JSON a snapshot may hold, compressed or not: checked before the file
+# is read and again while a .gz inflates (a 2 MB gzip can inflate to 2 GB).
+# A 50,000-pod snapshot is about 120 MB of JSON (bench/gen_cluster.py, 2.4 KB
+# per pod with its share of nodes, events and owners); 1 GiB is eight times
+# that, nearly three times what Kubernetes' own 150,000-pod limit would make,
+# and parses in a few GB of memory. An environment variable rather than an option, because audit,
+# report, fix and snapshot all read snapshots, often from a CronJob: one
+# setting reaches them all, and nobody should need it.
+MAX_SNAPSHOT_BYTES = 1 << 30
+LIMIT_VARIABLE = "GPUAUDIT_MAX_SNAPSHOT_BYTES"
 
 
 class SnapshotError(Exception):
@@ -41,8 +52,10 @@ def write_snapshot(snapshot: dict[str, Any], path: Path) -> None:
 
     The data goes to a temporary file in the same folder, which then replaces
     ``path`` in one step: a reader (or a crash) never sees half a snapshot, and
-    an existing snapshot survives a failed write. The file is readable by its
-    owner only (``mkstemp``'s mode): it holds the cluster's pod specs.
+    an existing snapshot survives a failed write. The file gets the mode a
+    plain ``open()`` would give it (0666 less the umask), like every file
+    gpuaudit writes: a snapshot holds the cluster's pod specs, so keep it
+    private with ``umask 077`` (or a private folder) where that matters.
     """
     path = Path(path)
     folder = path.parent if str(path.parent) else Path(".")
@@ -54,6 +67,8 @@ def write_snapshot(snapshot: dict[str, Any], path: Path) -> None:
     tmp = Path(tmp_name)
     try:
         with os.fdopen(fd, "wb") as raw:
+            with contextlib.suppress(OSError):  # a file system without modes
+                os.fchmod(raw.fileno(), file_mode())
             if path.name.endswith(".gz"):
                 # mtime=0 keeps the bytes reproducible for the same snapshot;
                 # level 6 is twice as fast as the default 9 for a few % more bytes.
@@ -125,15 +140,12 @@ def read_snapshot(path: Path) -> dict[str, Any]:
     schema violation with its JSON path.
     """
     path = Path(path)
+    limit = snapshot_limit(path)
+    hint = f" (set {LIMIT_VARIABLE} to raise it)"
     try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise SnapshotError(path, f"cannot read: {exc.strerror or exc}") from exc
-    if raw[:2] == _GZIP_MAGIC:
-        try:
-            raw = gzip.decompress(raw)
-        except (OSError, EOFError) as exc:
-            raise SnapshotError(path, f"corrupt gzip data: {exc}") from exc
+        raw = read_bytes(path, limit=limit, what="snapshot", hint=hint, gunzip=True)
+    except FileReadError as exc:
+        raise SnapshotError(path, exc.problem) from None
     try:
         data = loads_json(raw)
     except UnicodeDecodeError as exc:
@@ -142,8 +154,30 @@ def read_snapshot(path: Path) -> dict[str, Any]:
         raise SnapshotError(
             path, f"not valid JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}"
         ) from exc
-    validate_snapshot(data, path)
+    except ValueError as exc:  # a number past Python's 4,300-digit integer limit
+        raise SnapshotError(path, f"not valid JSON: {str(exc).split(';')[0]}") from None
+    except RecursionError:
+        raise SnapshotError(path, "not valid JSON: nested too deep to parse") from None
+    del raw
+    try:
+        validate_snapshot(data, path)
+    except RecursionError:
+        raise SnapshotError(path, "nested too deep to validate") from None
     return data
+
+
+def snapshot_limit(path: Path | str = "<snapshot>") -> int:
+    """MAX_SNAPSHOT_BYTES, or the number of bytes $GPUAUDIT_MAX_SNAPSHOT_BYTES gives."""
+    value = os.environ.get(LIMIT_VARIABLE, "").strip()
+    if not value:
+        return MAX_SNAPSHOT_BYTES
+    try:
+        limit = int(value)
+    except ValueError:
+        limit = 0
+    if limit <= 0:
+        raise SnapshotError(path, f"{LIMIT_VARIABLE}={value!r} is not a positive number of bytes")
+    return limit
 
 
 def loads_json(raw: bytes) -> Any:

@@ -6,6 +6,8 @@ warned about (a typo should not silently do nothing), not rejected.
 
 from __future__ import annotations
 
+import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import date
@@ -14,11 +16,15 @@ from typing import Any
 
 import yaml
 
-from gpuaudit.kube.yaml_lines import load_yaml_with_lines
+from gpuaudit.files import FileReadError, read_text
+from gpuaudit.kube.yaml_lines import YamlLimitError, load_yaml_with_lines
 from gpuaudit.model import Exemption, InputError
 from gpuaudit.schemas import SchemaError, load_schema, validate
 
 CONFIG_NAMES = (".gpuaudit.yaml", ".gpuaudit.yml")
+# A real config is a few KiB; 4 MiB holds tens of thousands of exemptions. A
+# repository's config is untrusted input (`gpuaudit check .` finds it).
+MAX_CONFIG_BYTES = 4 * 1024 * 1024
 
 
 class ConfigError(ValueError):
@@ -46,7 +52,10 @@ def find_config(start: Path) -> Path | None:
     for directory in (start, *start.parents):
         for name in CONFIG_NAMES:
             candidate = directory / name
-            if candidate.is_file():
+            # Anything that is there and no folder: the reader refuses what is
+            # not a regular file (a FIFO, a link to /dev/zero) rather than
+            # silently skipping the config the repository meant.
+            if candidate.exists() and not candidate.is_dir():
                 return candidate
     return None
 
@@ -56,9 +65,11 @@ def load_config(explicit: Path | None = None, cwd: Path | None = None) -> Config
     if path is None:
         return Config()
     try:
-        data, lines = load_yaml_with_lines(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from None
+        data, lines = load_yaml_with_lines(read_text(path, limit=MAX_CONFIG_BYTES, what="config file"))
+    except FileReadError as exc:
+        raise ConfigError(str(exc)) from None
+    except YamlLimitError as exc:  # nesting or alias expansion past kube/yaml_lines' limits
+        raise ConfigError(f"{path}: {exc}") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f":{mark.line + 1}" if mark is not None else ""
@@ -71,6 +82,11 @@ def load_config(explicit: Path | None = None, cwd: Path | None = None) -> Config
     except SchemaError as exc:
         line = lines.get("/" + exc.path.replace(".", "/"), 1)
         raise ConfigError(f"{path}:{line}: {exc} (at {exc.path or 'top level'})") from None
+    problems = _telemetry_problems(data.get("telemetry") or {})
+    if problems:
+        key, problem = problems[0]
+        line = lines.get("/" + key.replace(".", "/"), 1)
+        raise ConfigError(f"{path}:{line}: {problem} (at {key})")
     known = set(load_schema("config.schema.json")["properties"])
     warnings = tuple(
         InputError(
@@ -105,6 +121,23 @@ def load_config(explicit: Path | None = None, cwd: Path | None = None) -> Config
         report=data.get("report") or {},
         warnings=warnings,
     )
+
+
+def _telemetry_problems(telemetry: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """What the schema cannot say about `telemetry:`: its regexes must
+    compile and its numbers be finite (YAML's .nan and .inf pass a schema's
+    minimum and maximum)."""
+    problems = []
+    for name, value in (telemetry.get("params") or {}).items():
+        key = f"telemetry.params.{name}"
+        if str(name).endswith("_regex") and isinstance(value, str):
+            try:
+                re.compile(value)
+            except re.error as exc:
+                problems.append((key, f"{value!r} is not a valid regular expression: {exc}"))
+        elif isinstance(value, float) and not math.isfinite(value):
+            problems.append((key, f"{value!r} is not a finite number"))
+    return problems
 
 
 def _expiry(value: str | None, path: Path, line: int | None) -> date | None:

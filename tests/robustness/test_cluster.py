@@ -247,7 +247,7 @@ def test_any_prometheus_answer_gives_finite_telemetry_or_a_reason(replies):
     answers = iter(replies * 50)
 
     def handler(request):
-        if "count by (__name__)" in request.query:
+        if "count(last_over_time(" in request.query:
             return Reply(200, _probe_answer())
         return next(answers)
 
@@ -282,7 +282,7 @@ def test_the_audit_survives_a_prometheus_that_answers_nonsense(run_cli, tmp_path
     )
 
     def handler(request):
-        if "count by (__name__)" in request.query:
+        if "count(last_over_time(" in request.query:
             return Reply(200, _probe_answer())
         return nonsense
 

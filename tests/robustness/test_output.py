@@ -33,6 +33,7 @@ import yaml
 from gpuaudit.files import write_atomic
 from gpuaudit.model import AuditResult, Finding, InputError, Location, Resource, Skipped
 from gpuaudit.output import FORMATS, formatter
+from tests.robustness.processes import on_a_terminal
 
 ROOT = Path(__file__).resolve().parents[2]
 SARIF_SCHEMA = json.loads((ROOT / "tests" / "schemas" / "sarif-schema-2.1.0.json").read_text())
@@ -85,40 +86,6 @@ def test_terminal_output_never_carries_escape_sequences(run_cli, tmp_path):
     assert "  Pod ns/pod\n" in out  # reported, the escape sequences removed whole
 
 
-def _stderr_on_a_terminal(args: list[str], cwd: Path) -> bytes:
-    """What a command writes to stderr when stderr is a terminal (a pty):
-    click strips colour codes for pipes only, so a pipe would hide escapes."""
-    import pty
-    import select
-
-    leader, follower = pty.openpty()
-    try:
-        subprocess.run(
-            [str(Path(sys.executable).with_name("gpuaudit")), *args],
-            cwd=cwd,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=follower,
-            timeout=120,
-        )
-        os.close(follower)
-        follower = -1
-        chunks = []
-        while select.select([leader], [], [], 1)[0]:
-            try:
-                chunk = os.read(leader, 65536)
-            except OSError:  # EIO: the child side is closed
-                break
-            if not chunk:
-                break
-            chunks.append(chunk)
-        return b"".join(chunks)
-    finally:
-        os.close(leader)
-        if follower != -1:
-            os.close(follower)
-
-
 @pytest.mark.skipif(not hasattr(os, "openpty"), reason="no pseudo-terminals here")
 def test_messages_on_a_terminal_carry_no_escape_sequences(tmp_path):
     (tmp_path / f"evil{ESCAPES.replace(chr(13), '').replace(chr(8), '')}.yaml").write_text("kind: Pod\n  bad: [\n")
@@ -126,7 +93,7 @@ def test_messages_on_a_terminal_carry_no_escape_sequences(tmp_path):
     snapshot = tmp_path / f"snap{ESCAPES.replace(chr(13), '').replace(chr(8), '')}.json"
     snapshot.write_text("{not json")
     for args in (["fix", ".", "--out", "out"], ["rules", "list"], ["audit", "--snapshot", snapshot.name]):
-        stderr = _stderr_on_a_terminal(args, tmp_path)
+        stderr = on_a_terminal(args, tmp_path, stream="stderr")
         assert b"rules" in stderr or b"evil" in stderr or b"snap" in stderr, (args, stderr)
         assert not TERMINAL_CONTROL.search(stderr.decode(errors="replace").replace("\r\n", "\n")), (
             args,

@@ -61,7 +61,7 @@ BAD_RULES = {
     "param.yaml": (rule(4).replace("maximum: 100", "maximum: {$param: cores}"), "undeclared param", 9),
     "list.yaml": ("- id: SITE-005\n", "is not of type 'object'", None),
     "empty.yaml": ("", "is not of type 'object'", None),
-    "binary.yaml": (b"\xff\xfe\x00\x01", "cannot read", None),
+    "binary.yaml": (b"\xff\xfe\x00\x01", "not valid UTF-8 text", 1),
     "template.yaml": (rule(8, "{{ container"), "invalid template", 12),
     "keyword.yaml": (rule(9).replace("maximum: 100", 'maximum: "lots"'), "cannot be evaluated", None),
     "dup.yaml": (rule(1), "already used", None),
