@@ -132,9 +132,11 @@ def emit(result: AuditResult, formats: Sequence[str], output: Path | None) -> No
         colour = file is None and sys.stdout.isatty() and "NO_COLOR" not in os.environ
         text = formatter(name)(result, colour=colour)
         if file is None:
-            # Coloured text is ours and its fields are clean (output/text.py):
-            # it goes beneath the stream that removes control sequences.
-            click.echo(text, nl=False, file=getattr(sys.stdout, "raw", sys.stdout) if colour else None)
+            # Every format cleans or escapes what it quotes (gpuaudit/safetext.py;
+            # JSON and SARIF are ASCII), and text's colours are ours: the result
+            # goes beneath the stream that removes control sequences, which
+            # would only scan megabytes of SARIF again.
+            click.echo(text, nl=False, file=getattr(sys.stdout, "raw", sys.stdout))
             continue
         try:
             write_atomic(file, text)

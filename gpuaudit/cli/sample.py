@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 from pathlib import Path
@@ -65,25 +66,11 @@ def sample(
             click.echo(json.dumps(result, indent=2, allow_nan=False))
             return 0
         seconds, every = parse_duration(duration), parse_duration(interval)
-        if output is None:
+        target = output.open("w", encoding="utf-8") if output else contextlib.nullcontext(sys.stdout)
+        with target as out:
             ticks = nvml.sample(
-                interval=every,
-                duration=seconds,
-                out=sys.stdout,
-                proc_root=proc_root,
-                node=node,
-                pods_by_uid=pods,
+                interval=every, duration=seconds, out=out, proc_root=proc_root, node=node, pods_by_uid=pods
             )
-        else:
-            with output.open("w", encoding="utf-8") as out:
-                ticks = nvml.sample(
-                    interval=every,
-                    duration=seconds,
-                    out=out,
-                    proc_root=proc_root,
-                    node=node,
-                    pods_by_uid=pods,
-                )
     except (ValueError, OSError, TelemetryUnavailable, nvml.NvmlUnavailable) as exc:
         stop(str(exc))
     click.echo(f"{ticks} samples written to {output or 'stdout'}", err=True)

@@ -285,6 +285,7 @@ def build_cluster_state(snapshot: Mapping[str, Any]) -> ClusterState:
         Document(obj={"apiVersion": "nvidia.com/v1", "kind": "ClusterPolicy", **c}, file="", line=0)
         for c in _objects(objects, "clusterpolicies")
     )
+    unread = [e for e in as_list(snapshot.get("errors")) if isinstance(e, Mapping)]  # what the collector could not list
     errors = [
         InputError(
             e.get("endpoint", "cluster"),
@@ -293,8 +294,7 @@ def build_cluster_state(snapshot: Mapping[str, Any]) -> ClusterState:
             + (f" (HTTP {e['status']})" if e.get("status") else "")
             + "; this audit is partial",
         )
-        for e in as_list(snapshot.get("errors"))
-        if isinstance(e, Mapping)
+        for e in unread
     ]
     # A GPU count or node capacity that cannot be read is unknown, never zero:
     # an input error (exit 2), naming the node or pod and the field.
@@ -311,7 +311,5 @@ def build_cluster_state(snapshot: Mapping[str, Any]) -> ClusterState:
         errors=tuple(errors),
         source=str(as_map(snapshot.get("cluster")).get("server") or "snapshot"),
         pods_total=len(all_pods),
-        unread=frozenset(
-            str(e["resource"]) for e in as_list(snapshot.get("errors")) if isinstance(e, Mapping) and e.get("resource")
-        ),
+        unread=frozenset(str(e["resource"]) for e in unread if e.get("resource")),
     )

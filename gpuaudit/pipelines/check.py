@@ -67,44 +67,41 @@ class _JudgedShard:
     evaluations: list[Evaluation]  # one per subject group
     resources: int
     gpu_workloads: int
-    identities: list[tuple[tuple[str, str, str, str], str, str, int]]  # see _identities
+    identities: list[tuple[str, str, str, str, str, str, int]]  # see _identities
 
 
-def _identities(documents: Sequence[Document]) -> list[tuple[tuple[str, str, str, str], str, str, int]]:
-    """(API group, kind, namespace, name), a label, file and line of each
-    named object (``generateName`` makes a new object each time: left out)."""
+def _identities(documents: Sequence[Document]) -> list[tuple[str, str, str, str, str, str, int]]:
+    """(API group, kind, namespace, name, apiVersion, file, line) of each named object
+    (``generateName`` makes a new object each time: left out)."""
     out = []
     for doc in documents:
         meta = doc.obj.get("metadata")
         name = meta.get("name") if isinstance(meta, Mapping) else None
-        if not isinstance(name, str) or not name:
-            continue
-        namespace = doc.namespace
-        key = (group_of(doc.api_version), doc.kind, namespace, name)
-        label = f"{doc.api_version} {doc.kind} {namespace + '/' if namespace else ''}{name}"
-        out.append((key, label, doc.file, doc.line))
+        if isinstance(name, str) and name:
+            out.append((group_of(doc.api_version), doc.kind, doc.namespace, name, doc.api_version, doc.file, doc.line))
     return out
 
 
-def duplicate_objects(identities: Iterable[tuple[tuple[str, str, str, str], str, str, int]]) -> list[InputError]:
+def duplicate_objects(identities: Iterable[tuple[str, str, str, str, str, str, int]]) -> list[InputError]:
     """A warning for each object defined again in the same folder (what
     `kubectl apply -f DIR` applies together): a cluster keeps one of them,
     whichever is applied last, so the audit of the others may not hold. The
     same name in other folders is the usual one-folder-per-environment
     layout, not a mistake."""
-    first: dict[tuple[str, tuple[str, str, str, str]], tuple[str, int]] = {}
+    first: dict[tuple[str, str, str, str, str], tuple[str, int]] = {}
     warnings = []
-    for key, label, file, line in identities:
-        place = (os.path.dirname(file), key)
+    for group, kind, namespace, name, api_version, file, line in identities:
+        place = (os.path.dirname(file), group, kind, namespace, name)
         if place not in first:
             first[place] = (file, line)
             continue
-        where = f"{first[place][0]}:{first[place][1]}"
+        label = f"{api_version} {kind} {namespace + '/' if namespace else ''}{name}"
         warnings.append(
             InputError(
                 file,
                 line,
-                f"{label} is defined again (first at {where}); the cluster keeps one: the last applied",
+                f"{label} is defined again (first at {first[place][0]}:{first[place][1]}); "
+                "the cluster keeps one: the last applied",
                 "warning",
             )
         )

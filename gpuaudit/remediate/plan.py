@@ -24,7 +24,7 @@ from gpuaudit.model.workload_builder import build_workloads
 from gpuaudit.remediate import patches, templates
 from gpuaudit.remediate.edits import EditError, apply_edits
 from gpuaudit.remediate.planners import PLANNERS
-from gpuaudit.remediate.planners.common import REMEDIATED, Context, Declined, Proposal, RunState
+from gpuaudit.remediate.planners.common import REMEDIATED, TAKE_GPUS_AWAY, Context, Declined, Proposal, RunState
 
 ObjectId = tuple[str, str, str, str]  # apiVersion, kind, namespace, name
 
@@ -143,12 +143,6 @@ class Settings:
             if target in ("", remediation) and name in params:
                 params[name] = value
         return params
-
-
-# Remediations that take GPUs away from a pod shape: planned before the others
-# of their category, so a finding about how those GPUs are held (whole, not
-# shared) is judged again on the object without them, and needs no patch.
-TAKE_GPUS_AWAY = frozenset({"drop-init-container-gpus", "drop-ray-head-gpus"})
 
 
 def plan_fixes(

@@ -255,7 +255,7 @@ def whole_gpu_quantity(ctx: Context) -> Proposal | Declined:
     return Proposal(None, params, basis, "needs confirmation", f"{c.pointer}#fraction")
 
 
-@planner("drop-init-container-gpus")
+@planner("drop-init-container-gpus", takes_gpus_away=True)
 def drop_init_container_gpus(ctx: Context) -> Proposal | Declined:
     template = needs_template(ctx)
     if isinstance(template, Declined):
@@ -294,7 +294,7 @@ def drop_init_container_gpus(ctx: Context) -> Proposal | Declined:
 _RAY_POD_TEMPLATE = "/template/spec"  # a Ray group's pod spec, below the group
 
 
-@planner("drop-ray-head-gpus")
+@planner("drop-ray-head-gpus", takes_gpus_away=True)
 def drop_ray_head_gpus(ctx: Context) -> Proposal | Declined:
     template = needs_template(ctx)
     if isinstance(template, Declined):

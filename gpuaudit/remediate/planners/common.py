@@ -85,11 +85,17 @@ NO_CONTAINER = Declined("the finding names no container")
 
 Planner = Callable[[Context], "Proposal | Declined"]
 PLANNERS: dict[str, Planner] = {}
+# Remediations that take GPUs away from a pod shape: planned before the others
+# of their category, so a finding about how those GPUs are held (whole, not
+# shared) is judged again on the object without them, and needs no patch.
+TAKE_GPUS_AWAY: set[str] = set()
 
 
-def planner(remediation: str) -> Callable[[Planner], Planner]:
+def planner(remediation: str, *, takes_gpus_away: bool = False) -> Callable[[Planner], Planner]:
     def register(func: Planner) -> Planner:
         PLANNERS[remediation] = func
+        if takes_gpus_away:
+            TAKE_GPUS_AWAY.add(remediation)
         return func
 
     return register
