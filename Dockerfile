@@ -1,6 +1,7 @@
 # gpuaudit container image: the CLI, its rules and patch templates, nothing else.
 #   docker build -t ghcr.io/gpuaudit/gpuaudit:0.1.0 .
-# Used by deploy/ (CronJobs, the optional NVML sampler). Dependencies are the
+# Used by deploy/ (CronJobs, the optional NVML sampler), so it installs every
+# extra ([all]: cluster, nvml, report, fix). Dependencies are the
 # exact versions in constraints.txt (scripts/gen_constraints.py), the ones the
 # tests ran with.
 FROM python:3.12-slim
@@ -15,7 +16,7 @@ COPY constraints.txt pyproject.toml README.md ./
 COPY gpuaudit ./gpuaudit
 COPY policies ./policies
 COPY remediations ./remediations
-RUN pip install --constraint constraints.txt . \
+RUN pip install --constraint constraints.txt '.[all]' \
  && rm -rf /src
 
 # A fixed, unprivileged user: deploy/ runs as 10001 with a read-only root

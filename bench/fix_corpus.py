@@ -19,11 +19,9 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from gpuaudit.pipelines.fix import read_fix_inputs, rechecker
+from gpuaudit.pipelines.fix import read_fix_inputs, rechecker, run_state
 from gpuaudit.pipelines.policy import load_policy, locators_for
 from gpuaudit.remediate.plan import Plan, Settings, plan_fixes
-from gpuaudit.remediate.planners.common import RunState
-from gpuaudit.remediate.planners.sharing import sharing_configs
 from gpuaudit.sources.manifests import iter_manifest_files
 from gpuaudit.sources.user_config import Config
 
@@ -40,6 +38,22 @@ REASONS = [
     (r"uses \S+ GPUs in one pod", "multi-GPU container: a share of one GPU cannot replace it"),
     (r"GPU count is not a number", "the GPU count is a placeholder"),
     (r"only NVIDIA shares", "AMD GPUs: no known shared resource"),
+    (r"LLMInferenceServiceConfig", "KServe LLMInferenceService: its config templates are not merged"),
+    (r"gpuaudit does not merge a TrainJob", "Kubeflow TrainJob: its training runtime is not merged"),
+    (r"a Ray worker's GPUs are Ray's pool", "Ray: a worker's GPUs are Ray's pool (replicas x parallelism)"),
+    (r"KubeRay mounts", "Ray: KubeRay already mounts a /dev/shm the size of the memory limit"),
+    (r"nothing advertises nvidia.com/gpu.shared", "nothing advertises the shared resource"),
+    (r"Ray counts a pod's GPUs", "Ray: .shared or MIG would hide the GPUs from Ray"),
+    (r"no evidence of the host memory", "memory request: no evidence to size it"),
+    (r"(is not among the inputs|no ServingRuntime or ClusterServingRuntime among)", "KServe: serving runtime unknown"),
+    (r"effective (CPU|memory|/dev/shm|GPU) \S+ goes down", "would lower the effective (runtime-merged) request"),
+    (r"is its request too", "the CPU limit already sets the request"),
+    (r"pause container", "a pause container (placeholder)"),
+    (r"on GKE", "GKE: sharing is a node-pool setting"),
+    (r"nothing partitions a GPU", "MIG: nothing offers the slice"),
+    (r"hold the pod's only GPU request", "the initContainer holds the pod's only GPU"),
+    (r"no compute telemetry", "MIG: no compute telemetry"),
+    (r"measured fit: no two", "time-slicing: measured fit below 2"),
 ]
 
 
@@ -53,7 +67,7 @@ def reason_class(reason: str) -> str:
 
 def plan_for(paths: list[str], config: Config, rules) -> tuple[Plan, int]:
     inputs = read_fix_inputs(paths, config, rules)
-    run = RunState(shared_names=inputs.shared_names(config), sharing_configs=sharing_configs(inputs.documents))
+    run = run_state(inputs, config)
     plan = plan_fixes(inputs.items, locators_for(config), Settings(), run, rechecker(config, rules, inputs))
     return plan, len(inputs.findings)
 
@@ -64,10 +78,14 @@ def report(title: str, plans: list[tuple[Plan, int]], seconds: float) -> None:
     patches = sum(len(p.changes) for p, _ in plans)
     reasons = Counter(reason_class(s.reason) for p, _ in plans for s in p.skipped)
     by_remediation = Counter(c.remediation for p, _ in plans for c in p.changes)
+    by_kind = Counter(c.target[1] for p, _ in plans for c in p.changes)
     print(f"\n## {title} ({seconds:.1f} s)\n")
     print(f"findings {findings}, patched {fixed} ({fixed / max(findings, 1):.0%}) by {patches} patches")
     print("\npatches by remediation:")
     for name, count in by_remediation.most_common():
+        print(f"  {count:5d}  {name}")
+    print("\npatches by object kind:")
+    for name, count in by_kind.most_common():
         print(f"  {count:5d}  {name}")
     print("\nwithout a patch, by reason:")
     for reason, count in reasons.most_common():

@@ -36,6 +36,7 @@ class Run:
     wall_s: float
     peak_rss_mib: float
     returncode: int
+    cpu_s: float = 0.0  # user + system, with the descendants it waited for
 
 
 @dataclass(frozen=True)
@@ -49,6 +50,11 @@ class Measurement:
     @property
     def peak_rss_mib(self) -> float:
         return statistics.median(r.peak_rss_mib for r in self.runs)
+
+    @property
+    def cpu_s(self) -> float:
+        """CPU time: other work on a shared machine stretches it far less than wall time."""
+        return statistics.median(r.cpu_s for r in self.runs)
 
     @property
     def returncode(self) -> int:
@@ -75,13 +81,13 @@ def run_once(
             launcher, stdout=out, stderr=err, stdin=subprocess.DEVNULL, cwd=cwd, env=env,
             check=False,
         )  # fmt: skip
-        wall, rss_kib, code = Path(stats).read_text().split()
+        wall, rss_kib, code, *cpu = Path(stats).read_text().split()
     finally:
         os.unlink(stats)
         for handle in (out, err):
             if handle is not subprocess.DEVNULL:
                 handle.close()
-    return Run(float(wall), int(rss_kib) / 1024, int(code))
+    return Run(float(wall), int(rss_kib) / 1024, int(code), float(cpu[0]) if cpu else 0.0)
 
 
 def measure_interleaved(
@@ -116,7 +122,8 @@ def _launch(stats: str, timeout_s: float, argv: list[str]) -> int:
     signal.setitimer(signal.ITIMER_REAL, 0)
     wall = time.perf_counter() - started
     code = os.waitstatus_to_exitcode(status)
-    Path(stats).write_text(f"{wall:.6f} {usage.ru_maxrss} {code}\n")
+    cpu = usage.ru_utime + usage.ru_stime
+    Path(stats).write_text(f"{wall:.6f} {usage.ru_maxrss} {code} {cpu:.6f}\n")
     return 0
 
 

@@ -174,8 +174,17 @@ def write_atomic(path: Path, data: str | bytes) -> None:
     """Write via a temporary file in the same directory and rename it into
     place, so a crash never leaves half a file behind. The file gets the mode
     a plain ``open()`` would give it (0666 less the umask: 0644 under umask
-    022), not the temporary file's 0600. Raises WriteError naming ``path``."""
+    022), not the temporary file's 0600. Raises WriteError naming ``path``.
+
+    A device or a FIFO already at ``path`` (``--output-file /dev/null``,
+    ``/dev/stdout``) is written to, never renamed over: replacing it would
+    turn /dev/null into a regular file for the whole machine."""
     path = Path(path)
+    with contextlib.suppress(OSError):
+        mode = os.stat(path).st_mode
+        if stat.S_ISCHR(mode) or stat.S_ISFIFO(mode):
+            _write_through(path, data)
+            return
     try:
         make_folders(path.parent)
     except WriteError as exc:
@@ -195,6 +204,14 @@ def write_atomic(path: Path, data: str | bytes) -> None:
         if isinstance(exc, OSError):
             raise WriteError(exc.errno, exc.strerror or str(exc), str(path)) from exc
         raise
+
+
+def _write_through(path: Path, data: str | bytes) -> None:
+    try:
+        with open(path, "wb") as handle:
+            handle.write(data.encode("utf-8") if isinstance(data, str) else data)
+    except OSError as exc:
+        raise WriteError(exc.errno, exc.strerror or str(exc), str(path)) from exc
 
 
 def file_mode() -> int:

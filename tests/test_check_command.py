@@ -119,7 +119,11 @@ def test_sarif_is_valid_with_results_and_when_empty(run_cli, tmp_path):
         )
     sarif = json.loads(run_cli("check", "pinned.yaml", "--format", "sarif").stdout)
     region = sarif["runs"][0]["results"][0]["locations"][0]["physicalLocation"]
-    assert region == {"artifactLocation": {"uri": "pinned.yaml"}, "region": {"startLine": 7}}
+    assert region == {
+        "artifactLocation": {"uri": "pinned.yaml", "uriBaseId": "%SRCROOT%"},
+        "region": {"startLine": 7},
+    }
+    assert sarif["runs"][0]["originalUriBaseIds"]["%SRCROOT%"]["uri"] == tmp_path.resolve().as_uri() + "/"
 
 
 def test_several_formats_in_one_run_and_logs_never_on_stdout(run_cli, tmp_path):
@@ -202,7 +206,12 @@ def test_rule_selection(run_cli):
             "check", str(EXAMPLES), "--format", "json", "--exclude-rules", "GPA-PL-001,application"
         ).stdout
     )
-    assert {f["category"] for f in report["findings"]} == {"allocation", "memory", "sharing"}
+    assert {f["category"] for f in report["findings"]} == {"allocation", "sharing"}
+    # An opt-in rule runs when named by id, beside the rest of the selection.
+    report = json.loads(
+        run_cli("check", str(EXAMPLES), "--format", "json", "--rules", "allocation,GPA-ME-002").stdout
+    )
+    assert {f["category"] for f in report["findings"]} == {"allocation", "memory"}
 
 
 def test_invalid_config_is_a_usage_error(run_cli, tmp_path):

@@ -244,9 +244,13 @@ def test_no_api_failure_escapes_collect(served, kubeconfig, fault):
 
     validate_snapshot(snapshot)
     assert all(not items for items in snapshot["objects"].values())
-    # Each resource is either an error or (404 on an optional API) absent.
-    accounted = {e["resource"] for e in snapshot["errors"]} | set(snapshot["absent"])
+    # Each resource is an error, (404 on an optional API) absent, or (403 on
+    # an optional one the audit can judge without) forbidden.
+    optional = {"clusterpolicies.nvidia.com": "clusterpolicies", "workloads.kueue.x-k8s.io": "kueueworkloads"}
+    forbidden = {optional[f["resource"]] for f in snapshot["forbidden"]}
+    accounted = {e["resource"] for e in snapshot["errors"]} | set(snapshot["absent"]) | forbidden
     assert accounted == set(OBJECT_KEYS)
+    assert forbidden == ({"clusterpolicies", "kueueworkloads"} if fault.get("status") == 403 else set())
     if fault.get("status") == 404:  # "not installed" only for the optional APIs
         assert set(snapshot["absent"]) == {"clusterpolicies", "resourceclaims",
                                            "resourceslices", "kueueworkloads"}
@@ -417,8 +421,12 @@ def test_custom_resources_that_own_gpu_pods_are_listed_once_at_their_version(
     apiserver.requests.clear()
     apiserver.inject("/apis/kubeflow.org/v1/pytorchjobs", status=403)
     snapshot = collect(kubeconfig=str(kubeconfig), **FAST)
-    assert [(e["resource"], e["endpoint"], e["status"]) for e in snapshot["errors"]] == [
-        ("workloads", "/apis/kubeflow.org/v1/pytorchjobs", 403)]
+    # optional: forbidden is a warning naming the resource and what grants it, not an error
+    validate_snapshot(snapshot)
+    assert snapshot["errors"] == []
+    assert [(f["resource"], f["endpoint"], f["status"]) for f in snapshot["forbidden"]] == [
+        ("pytorchjobs.kubeflow.org", "/apis/kubeflow.org/v1/pytorchjobs", 403)]
+    assert "deploy/components/ml-operators" in snapshot["forbidden"][0]["note"]
     assert "pytorchjobs.kubeflow.org" not in snapshot["absent"]  # forbidden, not missing
     assert {o["kind"] for o in snapshot["objects"]["workloads"]} == {"Deployment", "CronJob"}
 

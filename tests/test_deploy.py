@@ -1,9 +1,10 @@
-"""deploy/ (the Kustomize base, its components and overlays), the container
-image recipe, and the kubectl plugin.
+"""deploy/ (the Kustomize base, its components and overlays, the Helm chart
+that wraps them), the container image recipe, and the kubectl plugin.
 
-The manifests are built with the real kubectl (embedded kustomize) from
-.tools/bin; no API server or container runtime runs here, so the scripts the
-CronJobs and the DaemonSet run are run directly, as the image would, against
+The manifests are built with the real kubectl (embedded kustomize) and the
+chart with the real helm (lint, template, package), both from .tools/bin; no
+API server or container runtime runs here, so the scripts the CronJobs and
+the DaemonSet run are run directly, as the image would, against
 the stand-in API server (tests/apiserver.py) and a fake NVML (tests/fake_pynvml.py).
 """
 
@@ -39,8 +40,21 @@ BUILDS = {
     "base": DEPLOY,
     "policyreports": DEPLOY / "overlays" / "policyreports",
     "nvml-sampler": DEPLOY / "overlays" / "nvml-sampler",
+    "ml-operators": DEPLOY / "overlays" / "ml-operators",
+    "report-server": DEPLOY / "overlays" / "report-server",
 }
-IMAGE = f"ghcr.io/gpuaudit/gpuaudit:{gpuaudit.__version__}"
+# A neutral placeholder the user replaces (Kustomize `images:`, the chart's
+# image.repository): the name `docker build -t` gives a local build.
+IMAGE = f"gpuaudit:{gpuaudit.__version__}"
+CHART = DEPLOY / "helm" / "gpuaudit"
+# The components in the order a site lists them (report-server last, so that
+# its pod affinity reaches every CronJob), and the chart's value for each.
+COMPONENTS = {
+    "policyreports": "policyReports",
+    "nvml-sampler": "nvmlSampler",
+    "ml-operators": "mlOperators",
+    "report-server": "reportServer",
+}
 
 
 # --- helpers ------------------------------------------------------------------
@@ -83,7 +97,7 @@ def pod_spec(obj: dict[str, Any]) -> dict[str, Any]:
 
 
 def workloads(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [d for d in docs if d["kind"] in ("CronJob", "DaemonSet")]
+    return [d for d in docs if d["kind"] in ("CronJob", "DaemonSet", "Deployment")]
 
 
 def rules_of(role: dict[str, Any]) -> set[tuple[str, str, str]]:
@@ -144,6 +158,8 @@ def test_base_builds_the_objects_the_readme_lists(built):
     namespaced = [d for d in docs if d["kind"] not in ("Namespace", "ClusterRole", "ClusterRoleBinding")]
     assert {d["metadata"].get("namespace") for d in namespaced} == {"gpuaudit"}
     assert not any(d["kind"] == "DaemonSet" for d in docs)  # the sampler is opt-in
+    # so are the operators' custom resources and the report server
+    assert not any(d["metadata"]["name"] in ("gpuaudit-ml-operators", "gpuaudit-report-server") for d in docs)
 
 
 @pytest.mark.parametrize("build", list(BUILDS))
@@ -180,9 +196,10 @@ def test_only_the_policyreports_overlay_can_write_and_only_policyreports(built):
         assert {s["name"] for b in reader for s in b["subjects"]} == {"gpuaudit", "gpuaudit-policyreports"}
 
 
-def test_both_components_compose_in_one_kustomization(kubectl, tmp_path):
+def site_build(kubectl: str, tmp_path: Path, components: list[str]) -> list[dict[str, Any]]:
+    """The base plus these components, as a site's own kustomization lists them."""
     site = tmp_path / "site"
-    site.mkdir()
+    site.mkdir(exist_ok=True)
     rel = os.path.relpath(DEPLOY, site)
     (site / "kustomization.yaml").write_text(
         yaml.safe_dump(
@@ -190,16 +207,27 @@ def test_both_components_compose_in_one_kustomization(kubectl, tmp_path):
                 "apiVersion": "kustomize.config.k8s.io/v1beta1",
                 "kind": "Kustomization",
                 "resources": [f"{rel}/base"],
-                "components": [f"{rel}/components/policyreports", f"{rel}/components/nvml-sampler"],
+                "components": [f"{rel}/components/{name}" for name in components],
             }
         )
     )
-    docs = kustomize(kubectl, site)
+    return kustomize(kubectl, site)
+
+
+def test_every_component_composes_in_one_kustomization(kubectl, tmp_path):
+    assert sorted(p.name for p in (DEPLOY / "components").iterdir()) == sorted(COMPONENTS)
+    docs = site_build(kubectl, tmp_path, list(COMPONENTS))
     names = {(d["kind"], d["metadata"]["name"]) for d in docs}
     assert ("CronJob", "gpuaudit-policyreports") in names
     assert ("DaemonSet", "gpuaudit-nvml-sampler") in names
+    assert ("ClusterRole", "gpuaudit-ml-operators") in names
+    assert ("Deployment", "gpuaudit-report-server") in names
     script_files = one(docs, "ConfigMap", "gpuaudit-scripts")["data"]
     assert set(script_files) == {"audit.sh", "report.sh", "policyreports.sh", "sample.sh"}
+    # every CronJob that mounts the ReadWriteOnce volume runs beside the server
+    for job in (d for d in docs if d["kind"] == "CronJob"):
+        term = pod_spec(job)["affinity"]["podAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][0]
+        assert term["labelSelector"]["matchLabels"]["app.kubernetes.io/component"] == "report-server"
 
 
 def test_workloads_reference_the_generated_config_maps(built):
@@ -642,3 +670,231 @@ def test_the_readme_authentication_patch_builds(kubectl, tmp_path):
     flag, _, path = container["args"][-1].partition("=")
     assert flag in command_options("audit")
     assert any(path.startswith(m["mountPath"]) for m in container["volumeMounts"])
+
+
+# --- the opt-in ML-operators role and the report server ---------------------------
+
+
+def test_ml_operators_component_grants_list_on_every_custom_resource_that_owns_pods(built):
+    """Exactly the `plural:` entries of gpuaudit/data/podspecs.yaml (what the
+    collector may list), `list` only, bound to the audit's ServiceAccount."""
+    from gpuaudit.kube import owners
+
+    docs = built["ml-operators"]
+    role = one(docs, "ClusterRole", "gpuaudit-ml-operators")
+    expected = {(group, plural, "list") for (group, _), plural in owners.plurals().items()}
+    assert rules_of(role) == expected
+    binding = one(docs, "ClusterRoleBinding", "gpuaudit-ml-operators")
+    assert binding["roleRef"]["name"] == "gpuaudit-ml-operators"
+    assert [(s["kind"], s["namespace"], s["name"]) for s in binding["subjects"]] == [
+        ("ServiceAccount", "gpuaudit", "gpuaudit")
+    ]
+    # the base grants none of them: without the component they are warnings
+    base = rules_of(one(built["base"], "ClusterRole", "gpuaudit-reader"))
+    assert not {(g, r) for g, r, _ in expected} & {(g, r) for g, r, _ in base}
+
+
+def test_report_server_serves_the_reports_read_only(built):
+    docs = built["report-server"]
+    server = one(docs, "Deployment", "gpuaudit-report-server")
+    spec = pod_spec(server)
+    (container,) = spec["containers"]
+    _restricted(spec, container)  # non-root, no capabilities, read-only root filesystem
+    assert spec["automountServiceAccountToken"] is False  # no Kubernetes API token
+    assert not any(spec.get(k) for k in ("hostPID", "hostNetwork", "hostIPC"))
+    assert container["image"] == IMAGE
+    # the data volume, read-only twice over: the claim and the mount
+    (volume,) = spec["volumes"]
+    assert volume["persistentVolumeClaim"] == {"claimName": "gpuaudit-data", "readOnly": True}
+    assert [(m["name"], m["readOnly"]) for m in container["volumeMounts"]] == [("data", True)]
+    # it serves reports/ only, never the snapshots (the cluster's objects)
+    command = container["command"]
+    assert command[:3] == ["python", "-m", "http.server"]
+    assert command[command.index("--directory") + 1] == "/data/reports"
+    service = one(docs, "Service", "gpuaudit-report-server")
+    assert service["spec"]["type"] == "ClusterIP"
+    assert service["spec"]["selector"] == server["spec"]["selector"]["matchLabels"]
+    assert server["spec"]["strategy"] == {"type": "Recreate"}  # ReadWriteOnce
+    for job in (d for d in docs if d["kind"] == "CronJob"):
+        assert "podAffinity" in pod_spec(job)["affinity"], job["metadata"]["name"]
+
+
+def test_report_server_command_serves_a_reports_folder(tmp_path):
+    """The container's command, run here: it lists reports/ and nothing above."""
+    import socket
+    import urllib.request
+
+    (tmp_path / "reports" / "2026-11").mkdir(parents=True)
+    (tmp_path / "reports" / "2026-11" / "report.html").write_text("<h1>review</h1>")
+    (tmp_path / "snapshots").mkdir()
+    (tmp_path / "snapshots" / "x.json.gz").write_bytes(b"secret-ish")
+    server = one(kustomize_cached(), "Deployment", "gpuaudit-report-server")
+    command = list(pod_spec(server)["containers"][0]["command"])
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    command[command.index("8080")] = str(port)
+    command[command.index("--directory") + 1] = str(tmp_path / "reports")
+    command[0] = sys.executable
+    proc = subprocess.Popen([*command, "--bind", "127.0.0.1"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                page = urllib.request.urlopen(f"http://127.0.0.1:{port}/2026-11/report.html", timeout=2).read()
+                break
+            except OSError:
+                assert time.monotonic() < deadline
+                time.sleep(0.2)
+        assert page == b"<h1>review</h1>"
+        with pytest.raises(urllib.error.HTTPError):
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/../snapshots/x.json.gz", timeout=2)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+_CACHE: dict[str, list[dict[str, Any]]] = {}
+
+
+def kustomize_cached() -> list[dict[str, Any]]:
+    if "report-server" not in _CACHE:
+        found = shutil.which("kubectl", path=tool_path())
+        if found is None:
+            pytest.skip("kubectl not found")
+        _CACHE["report-server"] = kustomize(found, BUILDS["report-server"])
+    return _CACHE["report-server"]
+
+
+# --- the Helm chart: the same manifests ------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def helm() -> str:
+    found = shutil.which("helm", path=tool_path())
+    if found is None:
+        pytest.skip("helm not found (scripts/install-kube-tools.py installs it in .tools/bin)")
+    return found
+
+
+def helm_run(helm: str, *args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [helm, *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=cwd,
+        env={"PATH": tool_path(), "HOME": str(cwd), "HELM_CACHE_HOME": str(cwd / ".helm-cache"),
+             "HELM_CONFIG_HOME": str(cwd / ".helm-config"), "HELM_DATA_HOME": str(cwd / ".helm-data")},
+    )
+
+
+def helm_template(helm: str, tmp_path: Path, *sets: str, chart: Path = CHART) -> list[dict[str, Any]]:
+    args = [a for s in sets for a in ("--set", s)]
+    proc = helm_run(helm, "template", "gpuaudit", str(chart), *args, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    return [d for d in yaml.safe_load_all(proc.stdout) if d]
+
+
+_GENERATED = re.compile(r"\b(gpuaudit-(?:settings|config|scripts))-[a-z0-9]{10}\b")
+
+
+def by_identity(docs: list[dict[str, Any]]) -> dict[tuple[str, str, str], dict[str, Any]]:
+    """Objects by (kind, namespace, name), Kustomize's generated-name hashes
+    removed (names and references): Helm names the ConfigMaps plainly."""
+    out = {}
+    for doc in docs:
+        doc = json.loads(_GENERATED.sub(r"\1", json.dumps(doc)))
+        key = (doc["kind"], doc["metadata"].get("namespace") or "", doc["metadata"]["name"])
+        assert key not in out, key
+        out[key] = doc
+    return out
+
+
+def _same_objects(kustomized: list[dict[str, Any]], templated: list[dict[str, Any]]) -> None:
+    want, got = by_identity(kustomized), by_identity(templated)
+    assert set(got) == set(want)
+    for key in want:
+        if key[0] in ("ClusterRole", "Role"):
+            assert rules_of(got[key]) == rules_of(want[key]), key
+            assert got[key]["rules"] == want[key]["rules"], key
+        assert got[key] == want[key], key
+
+
+def test_helm_lint_passes_with_defaults_and_with_every_component(helm, tmp_path):
+    for sets in ([], [f"{value}.enabled=true" for value in COMPONENTS.values()]):
+        args = [a for s in sets for a in ("--set", s)]
+        proc = helm_run(helm, "lint", "--strict", str(CHART), *args, cwd=tmp_path)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert "0 chart(s) failed" in proc.stdout
+        assert "[ERROR]" not in proc.stdout and "[WARNING]" not in proc.stdout
+
+
+def test_helm_template_with_defaults_is_the_kustomize_base(helm, built, tmp_path):
+    _same_objects(built["base"], helm_template(helm, tmp_path))
+
+
+@pytest.mark.parametrize("component", list(COMPONENTS))
+def test_helm_template_with_a_component_is_its_overlay(helm, built, tmp_path, component):
+    _same_objects(built[component], helm_template(helm, tmp_path, f"{COMPONENTS[component]}.enabled=true"))
+
+
+def test_helm_template_with_every_component_is_base_plus_components(helm, kubectl, tmp_path):
+    kustomized = site_build(kubectl, tmp_path, list(COMPONENTS))
+    templated = helm_template(helm, tmp_path, *(f"{value}.enabled=true" for value in COMPONENTS.values()))
+    _same_objects(kustomized, templated)
+
+
+def test_helm_values_set_the_image_namespace_settings_and_config(helm, tmp_path):
+    docs = helm_template(
+        helm,
+        tmp_path,
+        "image.repository=registry.example.com/team/gpuaudit",
+        "image.tag=9.9.9",
+        "image.pullPolicy=Always",
+        "namespace.name=gpu-audit",
+        "settings.WINDOW=24h",
+        "settings.KEEP_DAYS=30",
+        "config=fail_on: critical",
+        *(f"{value}.enabled=true" for value in COMPONENTS.values()),
+    )
+    for obj in workloads(docs):
+        spec = pod_spec(obj)
+        for container in [*spec.get("initContainers", []), *spec["containers"]]:
+            if container["name"] == "apply":  # the kubectl image of the PolicyReports job
+                assert container["image"].startswith("registry.k8s.io/kubectl:")
+                continue
+            assert container["image"] == "registry.example.com/team/gpuaudit:9.9.9"
+            assert container["imagePullPolicy"] == "Always"
+    cluster_scoped = ("Namespace", "ClusterRole", "ClusterRoleBinding")
+    assert {d["metadata"].get("namespace") for d in docs if d["kind"] not in cluster_scoped} == {"gpu-audit"}
+    assert one(docs, "Namespace", "gpu-audit")
+    for binding in (d for d in docs if d["kind"] == "ClusterRoleBinding"):
+        assert {s["namespace"] for s in binding["subjects"]} == {"gpu-audit"}
+    settings = one(docs, "ConfigMap", "gpuaudit-settings")["data"]
+    assert settings["WINDOW"] == "24h" and settings["KEEP_DAYS"] == "30"
+    assert settings["SAMPLES_DIR"] == "/samples"  # the sampler's, merged as Kustomize merges it
+    assert one(docs, "ConfigMap", "gpuaudit-config")["data"] == {"gpuaudit.yaml": "fail_on: critical"}
+    # without the namespace: the user's own (with the Pod Security labels)
+    docs = helm_template(helm, tmp_path, "namespace.create=false")
+    assert not any(d["kind"] == "Namespace" for d in docs)
+
+
+def test_helm_package_carries_the_manifests_it_links_to(helm, tmp_path):
+    """files/ links to deploy/base and deploy/components; a packaged chart
+    holds their contents and renders the same."""
+    proc = helm_run(helm, "package", str(CHART), "--destination", str(tmp_path), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    (archive,) = tmp_path.glob("gpuaudit-*.tgz")
+    assert archive.name == f"gpuaudit-{gpuaudit.__version__}.tgz"
+    sets = [f"{value}.enabled=true" for value in COMPONENTS.values()]
+    assert by_identity(helm_template(helm, tmp_path, *sets, chart=archive)) == by_identity(
+        helm_template(helm, tmp_path, *sets)
+    )
+
+
+def test_chart_version_is_gpuaudits():
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    assert chart["appVersion"] == chart["version"] == gpuaudit.__version__
+    assert (CHART / "files" / "base").resolve() == (DEPLOY / "base").resolve()
+    assert (CHART / "files" / "components").resolve() == (DEPLOY / "components").resolve()

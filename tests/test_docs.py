@@ -20,8 +20,10 @@ import jsonschema
 import pytest
 import yaml
 
+from gpuaudit.bundled import policies_dir
+from gpuaudit.engine.rules import load_rules
 from gpuaudit.pipelines.policy import load_policy
-from gpuaudit.sources.user_config import Config, load_config
+from gpuaudit.sources.user_config import load_config
 from tests.cli_options import command_options, unknown_options
 from tests.precommit_env import precommit_env
 
@@ -55,7 +57,7 @@ def test_generated_docs_are_current():
 
 
 def test_rule_reference_covers_every_builtin_rule():
-    rules, errors = load_policy(Config())
+    rules, errors = load_rules([policies_dir()])  # opt-in rules too
     assert not [e for e in errors if e.level == "error"]
     text = gen_docs().rules_markdown()
     headings = re.findall(r"^### (GPA-[A-Z]{2}-\d{3}): ", text, re.M)
@@ -298,7 +300,9 @@ def test_pre_commit_recipe_uses_the_published_hooks():
     assert repo["repo"] in (ROOT / "README.md").read_text()  # the same URL users are told
     for hook in repo["hooks"]:
         assert hook["id"] in hooks
-        entry = hooks[hook["id"]]["entry"].split()[1:]  # gpuaudit <command...>
+        words = hooks[hook["id"]]["entry"].split()[1:]  # gpuaudit <command...> [options]
+        entry = [w for w in words if not w.startswith("-")]
+        assert set(words[len(entry) :]) <= command_options(*entry)
         flags = [a for a in hook.get("args", []) if a.startswith("--")]
         assert set(flags) <= command_options(*entry)
 

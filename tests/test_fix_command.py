@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -73,7 +74,9 @@ def test_examples_overlay_builds_and_removes_every_patched_finding(tmp_path, run
     review = (out / "REVIEW.md").read_text()
     for heading in ("**Finding**", "**Sized from**", "**Expected effect**", "**Risk**"):
         assert review.count(heading) >= len(patch_files)
-    assert "**Roll back**" in review and "## Not remediated" in review
+    assert "**Roll back**" in review
+    unpatched = int(re.search(r"; (\d+) finding\(s\) without a patch", proc.stdout).group(1))
+    assert ("## Not remediated" in review) == (unpatched > 0)
     assert "needs confirmation" in review  # no telemetry: the share is a suggestion
 
 
@@ -161,7 +164,17 @@ spec:
     app = tmp_path / "job.yaml"
     app.write_text(job)
     out = tmp_path / "overlay"
-    args = ["fix", str(app), "--out", str(out), "--rules", "GPA-AP-002"]
+    # a test rule (tests/fix_rules) that reports any GPU pod without a memory /dev/shm
+    args = [
+        "fix",
+        str(app),
+        "--out",
+        str(out),
+        "--rules",
+        "TEST-AP-902",
+        "--policies",
+        str(ROOT / "tests" / "fix_rules"),
+    ]
     proc = run_cli(*args, "--set", "add-dev-shm.size_limit=32Gi", "--verify")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     (patch,) = (out / "patches").iterdir()
@@ -184,10 +197,12 @@ def test_taking_gpus_away_is_planned_before_reshaping_them(tmp_path, run_cli, ku
     app = tmp_path / "ray.yaml"
     app.write_text(case["manifest"])
     out = tmp_path / "overlay"
-    proc = run_cli("fix", str(app), "--out", str(out), "--verify", "--rules", "GPA-AL-001,GPA-AL-010")
+    # TEST-AL-901 (tests/fix_rules): any pod holding a whole GPU, the head included
+    rules = ["--rules", "TEST-AL-901,GPA-AL-010", "--policies", str(ROOT / "tests" / "fix_rules")]
+    proc = run_cli("fix", str(app), "--out", str(out), "--verify", *rules)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     patches = sorted(p.name for p in (out / "patches").iterdir())
     assert patches == ["01-drop-ray-head-gpus-rayservice-llm.yaml"]
     review = (out / "REVIEW.md").read_text()
-    assert "| GPA-AL-001, GPA-AL-010 |" in review
+    assert "| GPA-AL-010, TEST-AL-901 |" in review
     assert "gpu.shared" not in (out / "patches" / patches[0]).read_text()

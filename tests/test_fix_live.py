@@ -57,6 +57,7 @@ def telemetry_for(objects: dict, peaks: dict[str, float]) -> dict:
             "fb_used_max_mib": peak,
             "fb_used_mean_mib": peak * 0.8,
             "compute_mean": 0.05,
+            "compute_p95": 0.1,
             "coverage": 0.97,
         }
         for i, (pod, peak) in enumerate(peaks.items())
@@ -69,10 +70,26 @@ def telemetry_for(objects: dict, peaks: dict[str, float]) -> dict:
     }
 
 
-def snapshot(tmp_path: Path, peaks: dict[str, float] | None = None) -> Path:
+def partitioned(objects: dict, profiles: tuple[str, ...] = ("1g.10gb", "1g.20gb")) -> dict:
+    """``objects`` with the A100 nodes partitioned under the mixed MIG
+    strategy: they advertise nvidia.com/mig-<profile> (a move to a slice needs
+    a node that offers it)."""
+    for node in objects["nodes"]:
+        if "a100" in node["metadata"]["name"]:
+            for section in ("allocatable", "capacity"):
+                node.setdefault("status", {}).setdefault(section, {}).update(
+                    {f"nvidia.com/mig-{p}": "2" for p in profiles}
+                )
+    return objects
+
+
+def snapshot(tmp_path: Path, peaks: dict[str, float] | None = None, mig: bool = True) -> Path:
     """The recorded small cluster as a snapshot, with GPU telemetry for the
-    pods in ``peaks`` (pod name -> peak framebuffer MiB)."""
+    pods in ``peaks`` (pod name -> peak framebuffer MiB); ``mig``: its A100
+    nodes partitioned."""
     objects = json.loads(SMALL.read_text())
+    if mig:
+        objects = partitioned(objects)
     telemetry = telemetry_for(objects, peaks) if peaks else None
     path = tmp_path / "snapshot.json"
     path.write_text(
@@ -114,9 +131,7 @@ def test_snapshot_alone_fixes_the_gpu_configs_on_the_objects_as_read(tmp_path, r
 SERVER_WRITTEN = {"managedFields", "resourceVersion", "uid", "creationTimestamp", "generation"}
 
 
-def test_snapshot_alone_patches_the_deployments_that_own_the_pods(
-    tmp_path, run_cli, kubectl, apiserver, kubeconfig
-):
+def test_snapshot_alone_patches_the_deployments_that_own_the_pods(tmp_path, run_cli, kubectl, apiserver, kubeconfig):
     apiserver.load(json.loads(SMALL.read_text()))
     snap = tmp_path / "cluster.json.gz"
     proc = run_cli("snapshot", "-o", str(snap), "--kubeconfig", str(kubeconfig))
@@ -169,6 +184,7 @@ def test_a_live_patch_is_sized_for_the_hungriest_replica(tmp_path, run_cli, kube
     recorded = json.loads(snap.read_text())
     peaks = {"rag-reranker-5f8b9c7d6-j4x8q": 5200.0, "rag-reranker-5f8b9c7d6-p2r7m": 9000.0}
     recorded["telemetry"] = telemetry_for(recorded["objects"], peaks)
+    partitioned(recorded["objects"])
     snap.write_text(json.dumps(recorded))
     out = tmp_path / "overlay"
     proc = run_cli("fix", "--snapshot", str(snap), "--out", str(out), "--rules", "GPA-AL-001", "--verify")
@@ -206,7 +222,23 @@ def test_without_telemetry_the_snapshot_still_names_the_gpu(tmp_path, run_cli, k
     app.write_text(RERANKER)
     out = tmp_path / "overlay"
     snap = snapshot(tmp_path)
-    proc = run_cli("fix", str(app), "--snapshot", str(snap), "--out", str(out), "--rules", "GPA-AL-001")
+    config = tmp_path / ".gpuaudit.yaml"
+    config.write_text("site: {shared_resource: nvidia.com/gpu.shared}\n")
+    args = ["fix", str(app), "--snapshot", str(snap), "--out", str(out), "--rules", "GPA-AL-001"]
+    proc = run_cli(*args, "--config", str(config))
     assert proc.returncode == 0, proc.stderr
     review = (out / "REVIEW.md").read_text()
     assert "(needs confirmation)" in review and "A100-80GB" in review
+
+
+def test_a_slice_no_node_offers_is_declined(tmp_path, run_cli, kubectl):
+    app = tmp_path / "reranker.yaml"
+    app.write_text(RERANKER)
+    out = tmp_path / "overlay"
+    snap = snapshot(tmp_path, {"rag-reranker-5f8b9c7d6-j4x8q": 5200.0}, mig=False)
+    proc = run_cli("fix", str(app), "--snapshot", str(snap), "--out", str(out), "--rules", "GPA-AL-001")
+    assert proc.returncode == 0, proc.stderr
+    assert not (out / "patches").exists() or not list((out / "patches").iterdir())
+    review = (out / "REVIEW.md").read_text()
+    assert "nothing partitions a GPU into 1g.10gb slices" in review
+    assert "nvidia.com/mig.config=all-1g.10gb" in review

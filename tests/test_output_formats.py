@@ -80,10 +80,28 @@ def test_junit_escapes_what_manifests_contain(run_cli, tmp_path):
     assert "\x01" not in proc.stdout
 
 
+UNBOUNDED_JOB = """\
+apiVersion: batch/v1
+kind: Job
+metadata: {name: train, namespace: ml}
+spec:
+  template:
+    spec:
+      restartPolicy: Never
+      containers:
+      - name: train
+        command: [torchrun, train.py]
+        resources:
+          requests: {cpu: "8", memory: 32Gi}
+          limits: {nvidia.com/gpu: 1}
+"""
+
+
 def test_github_annotations_have_levels_files_lines_and_escaping(run_cli, tmp_path):
     (tmp_path / "pinned.yaml").write_text(PINNED)
     (tmp_path / "hostile.yaml").write_text(HOSTILE)
-    proc = run_cli("check", "pinned.yaml", "hostile.yaml", "--format", "github")
+    (tmp_path / "job.yaml").write_text(UNBOUNDED_JOB)  # a low finding: GPA-AL-008
+    proc = run_cli("check", "pinned.yaml", "hostile.yaml", "job.yaml", "--format", "github")
     lines = proc.stdout.splitlines()
     command = re.compile(r"^::(error|warning|notice) (?:[a-z]+=[^,:]*)(?:,[a-z]+=[^,:]*)*::[^\n]*$")
     assert lines and all(command.match(line) for line in lines), lines

@@ -326,7 +326,7 @@ def _plan(findings, **overrides):
 
 def test_telemetry_sizes_a_mig_slice_on_the_pinned_gpu():
     (finding,) = _findings(SERVICE, "GPA-AL-001")
-    measured = _with_telemetry(finding, {"fb_used_max_mib": 7000, "window_seconds": 7 * 86400})
+    measured = _with_telemetry(finding, {"fb_used_max_mib": 7000, "window_seconds": 7 * 86400, "compute_p95": 0.1})
     plan = _plan([measured])
     (change,) = plan.changes
     assert change.variant == "mig"
@@ -338,9 +338,25 @@ def test_telemetry_sizes_a_mig_slice_on_the_pinned_gpu():
 
 def test_more_headroom_picks_a_larger_slice():
     (finding,) = _findings(SERVICE, "GPA-AL-001")
-    measured = _with_telemetry(finding, {"fb_used_max_mib": 9000})
+    measured = _with_telemetry(finding, {"fb_used_max_mib": 9000, "compute_p95": 0.1})
     (change,) = _plan([measured], headroom=0.5).changes
     assert change.proposal.params["profile"] == "1g.20gb"
+
+
+def test_a_slice_is_sized_by_compute_too():
+    # 0.15 of a GPU does not fit a 1g slice (1/7 of an A100): 2g.20gb
+    (finding,) = _findings(SERVICE, "GPA-AL-001")
+    measured = _with_telemetry(finding, {"fb_used_max_mib": 7000, "compute_p95": 0.15})
+    (change,) = _plan([measured]).changes
+    assert change.proposal.params["profile"] == "2g.20gb"
+    assert "2/7" in change.proposal.basis
+
+
+def test_without_compute_telemetry_no_slice_is_chosen():
+    (finding,) = _findings(SERVICE, "GPA-AL-001")
+    plan = _plan([_with_telemetry(finding, {"fb_used_max_mib": 7000})])
+    assert plan.changes == []
+    assert "no compute telemetry" in plan.skipped[0].reason
 
 
 def test_without_telemetry_the_share_needs_confirmation():

@@ -111,7 +111,10 @@ def test_small_services_pack_onto_shares() -> None:
     assert scenarios["mig"] == {"low": 6, "high": 6}
     # time-slicing: four per GPU (memory and activity allow more): two GPUs
     assert scenarios["time_slicing_4"] == {"low": 5, "high": 5}
-    assert result["best"]["high"] == 6
+    assert result["best"]["theoretical_high"] == 6
+    # no fix plan given: what the overlay achieves is unknown, never a guess
+    assert result["best"]["achievable"] is None
+    assert result["achievable"]["known"] is False
 
 
 def test_busy_and_unmeasured_pods_keep_their_gpus() -> None:

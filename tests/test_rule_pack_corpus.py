@@ -46,7 +46,8 @@ def test_the_whole_corpus_runs_without_a_traceback(corpus_run):
     assert proc.returncode == 2  # the corpus holds invalid YAML and placeholders
     report = json.loads((out / "json").read_text())
     categories = {f["category"] for f in report["findings"]}
-    assert categories == {"allocation", "memory", "placement", "application", "sharing"}
+    # Memory rules judge telemetry, or are opt-in (GPA-ME-002): none speak on manifests.
+    assert categories == {"allocation", "placement", "application", "sharing"}
     rendered = [e for e in report["errors"] if "kustomize build failed" in e["message"]]
     assert len(rendered) == 1  # only the package that pulls a URL cannot be built offline
 
@@ -58,7 +59,10 @@ def test_sarif_junit_and_policyreport_of_the_corpus_are_valid(corpus_run):
     report = json.loads((out / "json").read_text())
     assert len(sarif["runs"][0]["results"]) == len(report["findings"])
     junit = ET.parse(out / "junit").getroot()
-    assert int(junit.get("failures")) == len(report["findings"])
+    # JUnit fails only what fails the run (--fail-on, high by default); the rest pass with their text.
+    blocking = [f for f in report["findings"] if f["severity"] in ("critical", "high")]
+    assert int(junit.get("failures")) == len(blocking)
+    assert int(junit.get("tests")) >= len(report["findings"])
     crds = {
         "PolicyReport": "wgpolicyk8s.io_policyreports.yaml",
         "ClusterPolicyReport": "wgpolicyk8s.io_clusterpolicyreports.yaml",

@@ -29,6 +29,7 @@ spec:
   - name: main
     image: nvcr.io/nvidia/pytorch:24.08-py3
     resources:
+      requests: {{cpu: "1"}}
       limits: {{nvidia.com/gpu: {gpus}}}
 """
 LIST = """{{"apiVersion": "v1", "kind": "List", "items": [
@@ -44,7 +45,7 @@ ODD = (
     "apiVersion: v1\nkind: Pod\nmetadata: {name: unrendered}\n"
     "spec:\n  containers: [{name: c, resources: {limits: {nvidia.com/gpu: x}}}]\n",
     "apiVersion: v1\nkind: Pod\nmetadata:\n  name: unexplained\n  annotations: {gpuaudit.io/ignore.GPA-AP-001: ''}\n"
-    "spec:\n  containers: [{name: c, resources: {limits: {nvidia.com/gpu: 1}}}]\n",
+    "spec:\n  containers: [{name: c, resources: {requests: {cpu: '1'}, limits: {nvidia.com/gpu: 2}}}]\n",
 )
 # Facts that need the rest of the input: the service and the shared-GPU
 # request sit at the start, what they depend on at the end (another shard).
@@ -111,8 +112,12 @@ CONFIG = Config(
 )
 
 
+# Every category, and the opt-in rule whose verdict needs another shard's scaler.
+ALL_AND_SCALE_TO_ZERO = ("allocation", "memory", "placement", "application", "sharing", "GPA-ME-002")
+
+
 def audit(root: Path, *, keep_subjects: bool) -> AuditResult:
-    rules, _ = load_policy(CONFIG)
+    rules, _ = load_policy(CONFIG, include=ALL_AND_SCALE_TO_ZERO)
     return check_manifests([str(root)], CONFIG, rules, keep_subjects=keep_subjects)
 
 

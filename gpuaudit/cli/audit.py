@@ -7,9 +7,19 @@ from typing import Any
 
 import click
 
-from gpuaudit.cli.options import emit, output_options, policy_options, read_config, split_names, stop
+from gpuaudit.cli.options import (
+    OutputSpec,
+    emit,
+    exit_code,
+    output_options,
+    output_targets,
+    policy_options,
+    read_config,
+    split_names,
+    stop,
+)
 from gpuaudit.cli.progress import Status
-from gpuaudit.cli.source_options import cluster_options, read_cluster, telemetry_options
+from gpuaudit.cli.source_options import cluster_options, read_cluster, scope_options, telemetry_options
 from gpuaudit.pipelines.audit import audit_cluster
 from gpuaudit.pipelines.policy import load_policy
 from gpuaudit.pipelines.record import record_audit
@@ -19,6 +29,7 @@ from gpuaudit.sources.snapshot import SnapshotError, write_snapshot
 
 @click.command()
 @cluster_options
+@scope_options
 @telemetry_options
 @policy_options
 @output_options
@@ -38,15 +49,20 @@ def audit(
     policy_dirs: tuple[Path, ...],
     include: str,
     exclude: str,
+    output_formats: tuple[str, ...],
     formats: tuple[str, ...],
-    output: Path | None,
+    output_file: Path | None,
     fail_on: str | None,
+    color: str,
+    quiet: bool,
     save_snapshot: Path | None,
     history_path: Path | None,
     **sources: Any,
 ) -> int:
     """Audit a live cluster read-only (or --snapshot FILE), with GPU telemetry
-    from --prometheus or --samples when given."""
+    from --prometheus or --samples when given; -n/-l narrow it to namespaces
+    and a pod label selector."""
+    output_targets([*output_formats, *formats] or ["text"], output_file)  # usage errors before the run
     config = read_config(config_path)
     rules, rule_errors = load_policy(config, policy_dirs, split_names(include), split_names(exclude))
     snapshot, problem = read_cluster(config, sources)
@@ -60,10 +76,11 @@ def audit(
     result = audit_cluster(snapshot, config, rules, telemetry_problem=problem)
     result.errors[:0] = [*config.warnings, *rule_errors]
     status.clear()
-    emit(result, formats, output)
+    threshold = fail_on or config.fail_on or "high"
+    emit(result, OutputSpec.from_options(output_formats, formats, output_file, threshold, color, quiet))
     if history_path is not None:
         try:
             record_audit(history_path, result, config, snapshot)
         except (HistoryError, ValueError) as exc:
             stop(f"history not recorded: {exc}")
-    return result.exit_code(fail_on or config.fail_on or "high")
+    return exit_code(result, threshold)

@@ -11,11 +11,14 @@ from pathlib import Path
 import click
 
 from gpuaudit.cli.options import (
+    OutputSpec,
     emit,
+    exit_code,
     input_errors_code,
     kustomize_restrictor_option,
     option_group,
     output_options,
+    output_targets,
     policy_options,
     read_config,
     split_names,
@@ -24,6 +27,7 @@ from gpuaudit.cli.options import (
 from gpuaudit.files import write_atomic
 from gpuaudit.pipelines.check import check_manifests
 from gpuaudit.pipelines.policy import load_policy
+from gpuaudit.sources.inputs import enclosing_packages
 
 input_options = option_group(
     click.option(
@@ -46,6 +50,13 @@ input_options = option_group(
         help="Read directories with a kustomization as plain files instead of rendering them.",
     ),
     kustomize_restrictor_option,
+    click.option(
+        "--changed-files",
+        is_flag=True,
+        help="PATHS are changed files (as pre-commit passes them): a file inside a kustomize package "
+        "(a kustomization in its folder or one above, up to the repository root) is audited as the "
+        "rendered package, not as a fragment.",
+    ),
     click.option(
         "--baseline",
         "baseline_path",
@@ -71,13 +82,17 @@ def check(
     policy_dirs: tuple[Path, ...],
     include: str,
     exclude: str,
+    output_formats: tuple[str, ...],
     formats: tuple[str, ...],
-    output: Path | None,
+    output_file: Path | None,
     fail_on: str | None,
+    color: str,
+    quiet: bool,
     helm_charts: tuple[Path, ...],
     helm_values: tuple[Path, ...],
     no_kustomize: bool,
     kustomize_load_restrictor: str,
+    changed_files: bool,
     baseline_path: Path | None,
     write_baseline: Path | None,
 ) -> int:
@@ -90,6 +105,9 @@ def check(
         raise click.UsageError("give manifest PATHS, '-' for stdin, or --helm-chart DIR")
     if helm_values and not helm_charts:
         raise click.UsageError("--values applies to --helm-chart")
+    output_targets([*output_formats, *formats] or ["text"], output_file)  # usage errors before the run
+    if changed_files and not no_kustomize:
+        paths = tuple(enclosing_packages(paths))
     config = read_config(config_path)
     rules, rule_errors = load_policy(config, policy_dirs, split_names(include), split_names(exclude))
     result = check_manifests(
@@ -123,9 +141,10 @@ def check(
                 baseline.apply_to_result(result, baseline_path)
             except baseline.BaselineError as exc:
                 stop(str(exc))
-    emit(result, formats, output)
+    threshold = fail_on or config.fail_on or "high"
+    emit(result, OutputSpec.from_options(output_formats, formats, output_file, threshold, color, quiet))
     if unwritten:
         return 2
     if write_baseline is not None:
         return input_errors_code(result.errors)
-    return result.exit_code(fail_on or config.fail_on or "high")
+    return exit_code(result, threshold)

@@ -22,6 +22,7 @@ from gpuaudit.output.terminal import CleanStream
 COMMANDS = {
     "audit": "gpuaudit.cli.audit:audit",
     "check": "gpuaudit.cli.check:check",
+    "facts": "gpuaudit.cli.facts:facts",
     "fix": "gpuaudit.cli.fix:fix",
     "report": "gpuaudit.cli.report:report",
     "rules": "gpuaudit.cli.rules:rules",
@@ -30,6 +31,48 @@ COMMANDS = {
 }
 CRASH_EXIT_CODE = 3
 DEBUG = "gpuaudit.debug"  # ctx.meta key: print the trace of a crash
+
+# The light install (pip install gpuaudit) runs `check` and `rules`; these
+# packages come with extras: module -> (distribution, extra).
+OPTIONAL = {
+    "kubernetes": ("kubernetes", "cluster"),
+    "jinja2": ("jinja2", "report"),
+    "markupsafe": ("jinja2", "report"),
+    "pynvml": ("nvidia-ml-py", "nvml"),
+}
+# `fix` renders its patches with Jinja2: its own extra names what it is for.
+EXTRA_FOR_COMMAND = {("jinja2", "fix"): "fix"}
+
+
+def missing_extra(exc: BaseException, command: str | None) -> str | None:
+    """The one-line message for an optional package that is not installed,
+    or None when ``exc`` is something else."""
+    if not isinstance(exc, ModuleNotFoundError) or not exc.name:
+        return None
+    module = exc.name.split(".")[0]
+    if module not in OPTIONAL:
+        return None
+    package, extra = OPTIONAL[module]
+    extra = EXTRA_FOR_COMMAND.get((package, command or ""), extra)
+    what = f"`gpuaudit {command}`" if command else "this command"
+    return f"{what} needs {package}, which is not installed: pip install 'gpuaudit[{extra}]' (or 'gpuaudit[all]')"
+
+
+class _NeedsExtra(click.Command):
+    """Stands for a command whose module needs a package this install lacks:
+    it lists in --help, and running it says what to install (exit 2)."""
+
+    def __init__(self, name: str, message: str) -> None:
+        super().__init__(
+            name,
+            help=f"(needs an extra: {message.split(': ', 1)[-1]})",
+            context_settings={"ignore_unknown_options": True, "allow_extra_args": True},
+        )
+        self.message = message
+
+    def invoke(self, ctx: click.Context) -> Any:
+        click.echo(f"gpuaudit: {self.message}", err=True)
+        ctx.exit(2)
 
 
 class LazyGroup(click.Group):
@@ -44,7 +87,13 @@ class LazyGroup(click.Group):
         if target is None:
             return None
         module, attribute = target.split(":")
-        return getattr(import_module(module), attribute)
+        try:
+            return getattr(import_module(module), attribute)
+        except ModuleNotFoundError as exc:
+            message = missing_extra(exc, name)
+            if message is None:
+                raise
+            return _NeedsExtra(name, message)
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -52,6 +101,10 @@ class LazyGroup(click.Group):
         except (click.exceptions.ClickException, click.exceptions.Exit, click.exceptions.Abort):
             raise
         except Exception as exc:
+            message = missing_extra(exc, ctx.invoked_subcommand)
+            if message is not None:  # a command reached a package of an extra this install lacks
+                click.echo(f"gpuaudit: {message}", err=True)
+                ctx.exit(2)
             if ctx.meta.get(DEBUG):
                 import traceback
 

@@ -4,8 +4,10 @@ with a message, and writing the requested output formats."""
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -52,26 +54,73 @@ policy_options = option_group(
 )
 
 
+FAIL_ON = (*SEVERITIES, "never")
+
+
+def _formats_callback(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> tuple[str, ...]:
+    """Each value is NAME or NAME=FILE; a NAME that is no format is a usage
+    error, and one that looks like a path (``-o report.json``) says so."""
+    for spec in value:
+        name = spec.partition("=")[0]
+        if name in FORMATS:
+            continue
+        hint = param.opts[0] if param.opts else "--format"
+        if hint == "-o" or "/" in name or "." in name:
+            raise click.BadParameter(
+                f"{name!r} is not a format: -o/--output takes a format ({', '.join(FORMATS)}), as in "
+                f"kubectl; to write to a file use --output-file {name} (or --format NAME={name})",
+                ctx=ctx,
+                param=param,
+            )
+        raise click.BadParameter(f"unknown format {name!r}; choose from {', '.join(FORMATS)}", ctx=ctx, param=param)
+    return value
+
+
 output_options = option_group(
+    click.option(
+        "-o",
+        "--output",
+        "output_formats",
+        multiple=True,
+        metavar="FORMAT",
+        callback=_formats_callback,
+        help=f"Output format, as in kubectl: one of {', '.join(FORMATS)} [default: text]. "
+        "FORMAT=FILE writes that format to FILE (repeatable; the same as --format).",
+    ),
     click.option(
         "--format",
         "formats",
         multiple=True,
-        default=("text",),
-        show_default=True,
-        help=f"One of {', '.join(FORMATS)}; NAME=FILE writes that format to FILE (repeatable).",
+        metavar="FORMAT[=FILE]",
+        callback=_formats_callback,
+        help="The same as -o (repeatable): each format to stdout, or to FILE. At most one goes to stdout.",
     ),
     click.option(
-        "-o",
-        "--output",
+        "--output-file",
         type=click.Path(dir_okay=False, path_type=Path),
-        help="Write the (single) format to this file instead of stdout.",
+        help="Write the format that has no =FILE to this file instead of stdout.",
     ),
     click.option(
         "--fail-on",
-        type=click.Choice(SEVERITIES),
+        type=click.Choice(FAIL_ON),
         default=None,
-        help="Exit 1 when a finding is at or above this severity [default: high].",
+        help="Exit 1 when a finding is at or above this severity; never: report only [default: config "
+        "fail_on, else high].",
+    ),
+    click.option(
+        "--color",
+        "--colour",
+        "color",
+        type=click.Choice(["auto", "always", "never"]),
+        default="auto",
+        show_default=True,
+        help="Colour in text output; auto: on a terminal unless NO_COLOR is set (FORCE_COLOR forces it).",
+    ),
+    click.option(
+        "-q",
+        "--quiet",
+        is_flag=True,
+        help="Text output: only findings, input problems and the summary (no skipped-rules block).",
     ),
 )
 
@@ -110,10 +159,82 @@ def input_errors_code(errors: Sequence[Any]) -> int:
     return 2 if any(e.level == "error" for e in errors) else 0
 
 
-def emit(result: AuditResult, formats: Sequence[str], output: Path | None) -> None:
-    """Render each requested format to its file, or to stdout. A file that
-    cannot be written ends the command with exit 2, naming it, once every
-    other format is out."""
+@dataclass(frozen=True)
+class OutputSpec:
+    """What output_options asked for: formats (NAME or NAME=FILE), the file for
+    the one without =FILE, and how text looks."""
+
+    formats: tuple[str, ...] = ("text",)
+    output_file: Path | None = None
+    fail_on: str | None = None
+    color: str = "auto"
+    quiet: bool = False
+
+    @classmethod
+    def from_options(
+        cls,
+        output_formats: Sequence[str] = (),
+        formats: Sequence[str] = (),
+        output_file: Path | None = None,
+        fail_on: str | None = None,
+        color: str = "auto",
+        quiet: bool = False,
+    ) -> OutputSpec:
+        return cls(tuple(output_formats) + tuple(formats) or ("text",), output_file, fail_on, color, quiet)
+
+
+def use_colour(choice: str, stream: Any = None) -> bool:
+    """``--color``: always, never, or auto: on a terminal unless NO_COLOR is set
+    to a non-empty value (https://no-color.org); a non-empty FORCE_COLOR (other
+    than 0) turns it on off a terminal, as in many CLIs."""
+    if choice != "auto":
+        return choice == "always"
+    if os.environ.get("NO_COLOR"):
+        return False
+    if os.environ.get("FORCE_COLOR", "") not in ("", "0"):
+        return True
+    stream = sys.stdout if stream is None else stream
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):
+        return False
+
+
+def terminal_width(stream: Any = None) -> int | None:
+    """The terminal's width when stdout is one, else None (no wrapping)."""
+    stream = sys.stdout if stream is None else stream
+    try:
+        if not stream.isatty():
+            return None
+    except (AttributeError, ValueError):
+        return None
+    return shutil.get_terminal_size().columns
+
+
+def _git_root(start: Path) -> Path | None:
+    for folder in (start, *start.parents):
+        if (folder / ".git").exists():
+            return folder
+    return None
+
+
+def repository_root(files: Sequence[str] = ()) -> Path:
+    """SARIF's %SRCROOT%: the repository the working directory is in (the
+    nearest folder above it holding ``.git``); outside one, the repository of
+    the first file in one; else the working directory."""
+    here = Path(os.path.abspath(Path.cwd()))
+    root = _git_root(here)
+    for file in files if root is None else ():
+        if file and file != "<stdin>":
+            root = _git_root(Path(os.path.abspath(here / file)).parent)
+            if root is not None:
+                break
+    return root or here
+
+
+def output_targets(formats: Sequence[str], output_file: Path | None) -> list[tuple[str, Path | None]]:
+    """(format, file or None for stdout) per requested format; a usage error
+    (exit 2) when two would share stdout, or --output-file has no format."""
     targets: list[tuple[str, Path | None]] = []
     for spec in formats:
         name, _, file = spec.partition("=")
@@ -122,21 +243,43 @@ def emit(result: AuditResult, formats: Sequence[str], output: Path | None) -> No
                 f"unknown format {name!r}; choose from {', '.join(FORMATS)}", param_hint="--format"
             )
         targets.append((name, Path(file) if file else None))
-    if output is not None:
-        plain = [i for i, (_, f) in enumerate(targets) if f is None]
+    plain = [i for i, (_, f) in enumerate(targets) if f is None]
+    if output_file is not None:
         if len(plain) != 1:
-            raise click.BadParameter("-o needs exactly one --format without =FILE", param_hint="-o")
-        targets[plain[0]] = (targets[plain[0]][0], output)
+            raise click.UsageError(
+                "--output-file takes the one format without =FILE; give exactly one "
+                f"(now {len(plain)}: {', '.join(targets[i][0] for i in plain) or 'none'})"
+            )
+        targets[plain[0]] = (targets[plain[0]][0], output_file)
+    elif len(plain) > 1:
+        names = ", ".join(targets[i][0] for i in plain)
+        raise click.UsageError(
+            f"{len(plain)} formats would go to stdout ({names}): give each but one its own file "
+            "(--format NAME=FILE, or --output-file FILE for one)"
+        )
+    return targets
+
+
+def emit(result: AuditResult, spec: OutputSpec) -> None:
+    """Render each requested format to its file, or to stdout. A file that
+    cannot be written ends the command with exit 2, naming it, once every
+    other format is out."""
+    targets = output_targets(spec.formats, spec.output_file)
     failed: list[str] = []
+    context: dict[str, Any] = {"fail_on": spec.fail_on or "high", "quiet": spec.quiet, "source_root": None}
+    if any(name == "sarif" for name, _ in targets):
+        context["source_root"] = repository_root([f.location.file for f in result.findings[:1]])
     for name, file in targets:
-        colour = file is None and sys.stdout.isatty() and "NO_COLOR" not in os.environ
-        text = formatter(name)(result, colour=colour)
+        colour = file is None and use_colour(spec.color)
+        width = terminal_width() if file is None else None
+        text = formatter(name)(result, colour=colour, width=width, **context)
         if file is None:
             # Every format cleans or escapes what it quotes (gpuaudit/safetext.py;
             # JSON and SARIF are ASCII), and text's colours are ours: the result
             # goes beneath the stream that removes control sequences, which
             # would only scan megabytes of SARIF again.
-            click.echo(text, nl=False, file=getattr(sys.stdout, "raw", sys.stdout))
+            # color=True: --color always keeps its codes on a pipe, which click would strip.
+            click.echo(text, nl=False, file=getattr(sys.stdout, "raw", sys.stdout), color=True if colour else None)
             continue
         try:
             write_atomic(file, text)
@@ -146,3 +289,11 @@ def emit(result: AuditResult, formats: Sequence[str], output: Path | None) -> No
         for message in failed[:-1]:
             click.echo(f"gpuaudit: {message}", err=True)
         stop(failed[-1])
+
+
+def exit_code(result: AuditResult, fail_on: str) -> int:
+    """``result.exit_code``, with ``never``: findings never fail the run (input
+    errors still exit 2)."""
+    if fail_on == "never":
+        return 2 if any(e.level == "error" for e in result.errors) else 0
+    return result.exit_code(fail_on)

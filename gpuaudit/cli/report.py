@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -9,11 +10,11 @@ import click
 
 from gpuaudit.cli.options import input_errors_code, policy_options, read_config, split_names, stop
 from gpuaudit.cli.progress import Status
-from gpuaudit.cli.source_options import cluster_options, read_cluster, telemetry_options
+from gpuaudit.cli.source_options import cluster_options, read_cluster, snapshot_files, telemetry_options
 from gpuaudit.files import UnsafePathError, WriteError
 from gpuaudit.pipelines.audit import audit_cluster
 from gpuaudit.pipelines.policy import load_policy
-from gpuaudit.pipelines.report import history_database, write_review
+from gpuaudit.pipelines.report import history_database, write_fleet_review, write_review
 from gpuaudit.report.build import settings_from_config
 from gpuaudit.report.history import HistoryError
 from gpuaudit.report.period import month
@@ -64,7 +65,10 @@ def report(
     time_slicing_replicas: int | None,
     **sources: Any,
 ) -> int:
-    """Write the capacity review of a live cluster (or --snapshot FILE) to --out DIR."""
+    """Write the capacity review of a live cluster (or --snapshot FILE) to --out DIR.
+
+    Several --snapshot files (or a folder of them) make a fleet review: one
+    review per cluster in its own folder, and the fleet's side by side."""
     config = read_config(config_path)
     try:
         settings = settings_from_config(
@@ -74,13 +78,17 @@ def report(
     except ValueError as exc:
         stop(str(exc))
     rules, rule_errors = load_policy(config, policy_dirs, split_names(include), split_names(exclude))
+    files = snapshot_files(sources)
+    if len(files) > 1:
+        return _fleet(files, config, rules, rule_errors, settings, out_dir, history_path, no_record, chosen, sources)
     snapshot, problem = read_cluster(config, sources)
     status = Status()
     status(f"judging {len(snapshot['objects'].get('pods') or []):,} pods")
     result = audit_cluster(snapshot, config, rules, telemetry_problem=problem)
     result.errors[:0] = [*config.warnings, *rule_errors]
-    try:
-        written, document = write_review(
+    written, document = _writing(
+        out_dir,
+        lambda: write_review(
             snapshot,
             result,
             config,
@@ -90,20 +98,85 @@ def report(
             record=not no_record,
             period=chosen,
             progress=status,
-        )
-    except (HistoryError, UnsafePathError) as exc:
-        stop(str(exc))
-    except OSError as exc:  # files.WriteError names the file
-        stop(str(exc) if isinstance(exc, WriteError) else f"cannot write the report to {out_dir}: {exc}")
+        ),
+    )
     status.clear()
-    for error in result.errors:
-        where = f"{error.file}:{error.line}" if error.line else error.file
-        click.echo(f"gpuaudit: {error.level}: {where}: {error.message}", err=True)
+    _print_errors(result.errors)
     first = document["first_screen"]
+
+    def shown(value: Any) -> str:
+        return "unknown" if value is None else f"{value:g}"
+
     click.echo(
-        f"wrote {', '.join(str(p) for p in written)}: {first['gpus']['total']:g} GPUs, "
-        f"{first['gpus']['allocated']:g} allocated, {first['gpus']['active']:g} active, "
-        f"{first['pending']['gpus']:g} pending; {first['gate']['headline'].lower()}",
+        f"wrote {', '.join(str(p) for p in written)}: {shown(first['gpus']['total'])} GPUs, "
+        f"{shown(first['gpus']['allocated'])} allocated, {shown(first['gpus']['active'])} active, "
+        f"{shown(first['pending']['gpus'])} pending ({shown(first['pending']['hardware_gpus'])} for lack of GPUs), "
+        f"{shown(first['whatif']['achievable'])} freed by the fix overlay; {first['gate']['headline'].lower()}"
+        + ("; partial input, not recorded" if document.get("partial") else ""),
         err=True,
     )
     return input_errors_code(result.errors)
+
+
+def _fleet(
+    files: list[Path],
+    config: Any,
+    rules: Any,
+    rule_errors: list[Any],
+    settings: Any,
+    out_dir: Path,
+    history_path: Path | None,
+    no_record: bool,
+    chosen: Any,
+    sources: dict[str, Any],
+) -> int:
+    """The fleet review of several snapshots: each audited alone, then reviewed together."""
+    if sources.get("prometheus_url") or sources.get("sample_files"):
+        stop("a fleet review reads the telemetry inside each snapshot; --prometheus and --samples name one cluster's")
+    status = Status()
+    clusters = []
+    errors = list(rule_errors)
+    for path in files:
+        snapshot, problem = read_cluster(config, sources, snapshot_path=path)
+        status(f"judging {path.name}")
+        result = audit_cluster(snapshot, config, rules, telemetry_problem=problem)
+        errors += result.errors
+        clusters.append((snapshot, result))
+    written, _ = _writing(
+        out_dir,
+        lambda: write_fleet_review(
+            clusters,
+            config,
+            settings,
+            out_dir,
+            database=history_database(config, history_path, out_dir),
+            record=not no_record,
+            period=chosen,
+            progress=status,
+        ),
+        refused=(ValueError,),  # two snapshots of one cluster
+    )
+    status.clear()
+    _print_errors([*config.warnings, *errors])
+    click.echo(f"wrote {len(written)} files: a fleet review of {len(clusters)} clusters in {out_dir}", err=True)
+    return input_errors_code([*config.warnings, *errors])
+
+
+Written = tuple[list[Path], dict[str, Any]]
+
+
+def _writing(out_dir: Path, write: Callable[[], Written], refused: tuple[type[Exception], ...] = ()) -> Written:
+    """Run ``write``; what stops it (an unusable history, an unsafe path, a
+    file that cannot be written, and ``refused``) ends the run with one line."""
+    try:
+        return write()
+    except (HistoryError, UnsafePathError, *refused) as exc:
+        stop(str(exc))
+    except OSError as exc:  # files.WriteError names the file
+        stop(str(exc) if isinstance(exc, WriteError) else f"cannot write the report to {out_dir}: {exc}")
+
+
+def _print_errors(errors: list[Any]) -> None:
+    for error in errors:
+        where = f"{error.file}:{error.line}" if error.line else error.file
+        click.echo(f"gpuaudit: {error.level}: {where}: {error.message}", err=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import json
 import sys
 from pathlib import Path
@@ -17,16 +18,17 @@ from gpuaudit.sources.samples import aggregate_samples, load_pods_json
 
 
 @click.command()
-@click.option(
-    "--interval", default="10s", show_default=True, help="Time between samples (500ms, 5s, 1m)."
-)
+@click.option("--interval", default="10s", show_default=True, help="Time between samples (500ms, 5s, 1m).")
 @click.option("--duration", default="10m", show_default=True, help="How long to sample (60s, 1h).")
 @click.option(
-    "-o",
-    "--output",
+    "--output-file",
+    "output",
     type=click.Path(dir_okay=False, path_type=Path),
     help="JSON-lines file (default: stdout).",
 )
+# Before --output-file (-o is a format in check and audit, as in kubectl):
+# still read, no longer shown.
+@click.option("-o", "--output", "legacy_output", type=click.Path(dir_okay=False, path_type=Path), hidden=True)
 @click.option(
     "--pods",
     "pods_file",
@@ -51,6 +53,7 @@ def sample(
     interval: str,
     duration: str,
     output: Path | None,
+    legacy_output: Path | None,
     pods_file: Path | None,
     proc_root: str,
     node: str | None,
@@ -58,6 +61,7 @@ def sample(
 ) -> int:
     """Sample GPU utilisation, memory, PCIe and processes with NVML into JSON lines;
     `gpuaudit audit --samples FILE` uses them like Prometheus aggregates."""
+    output = output or legacy_output
 
     try:
         pods = load_pods_json(pods_file) if pods_file else None
@@ -66,6 +70,8 @@ def sample(
             click.echo(json.dumps(result, indent=2, allow_nan=False))
             return 0
         seconds, every = parse_duration(duration), parse_duration(interval)
+        if not _has_pynvml():
+            stop("`gpuaudit sample` needs nvidia-ml-py, which is not installed: pip install 'gpuaudit[nvml]'")
         target = output.open("w", encoding="utf-8") if output else contextlib.nullcontext(sys.stdout)
         with target as out:
             ticks = nvml.sample(
@@ -75,3 +81,13 @@ def sample(
         stop(str(exc))
     click.echo(f"{ticks} samples written to {output or 'stdout'}", err=True)
     return 0
+
+
+def _has_pynvml() -> bool:
+    """Whether nvidia-ml-py (module pynvml) is installed: the [nvml] extra."""
+    if sys.modules.get("pynvml") is not None:
+        return True
+    try:
+        return importlib.util.find_spec("pynvml") is not None
+    except (ImportError, ValueError):
+        return False

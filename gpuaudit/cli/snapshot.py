@@ -14,17 +14,22 @@ from gpuaudit.sources.snapshot import SnapshotError, write_snapshot
 
 @click.command()
 @click.option(
-    "-o",
-    "--output",
+    "--output-file",
+    "output",
     type=click.Path(dir_okay=False, path_type=Path),
-    required=True,
     help="Snapshot file (.json, or .json.gz compressed).",
 )
+# Before --output-file (-o is a format in check and audit, as in kubectl):
+# still read, no longer shown.
+@click.option("-o", "--output", "legacy_output", type=click.Path(dir_okay=False, path_type=Path), hidden=True)
 @click.option("--config", "config_path", type=click.Path(dir_okay=False, path_type=Path))
 @cluster_options
 @telemetry_options
-def snapshot(output: Path, config_path: Path | None, **sources: Any) -> int:
-    """Collect cluster objects (and telemetry) read-only into one file."""
+def snapshot(output: Path | None, legacy_output: Path | None, config_path: Path | None, **sources: Any) -> int:
+    """Collect cluster objects (and telemetry) read-only into one file (--output-file)."""
+    output = output or legacy_output
+    if output is None:
+        raise click.UsageError("give the snapshot file: --output-file FILE")
 
     config = read_config(config_path)
     data, problem = read_cluster(config, sources)
@@ -36,6 +41,11 @@ def snapshot(output: Path, config_path: Path | None, **sources: Any) -> int:
     click.echo(f"wrote {output}: {counts}", err=True)
     for error in data.get("errors") or []:
         click.echo(f"gpuaudit: could not read {error['resource']}: {error['message']}", err=True)
+    for skipped in data.get("forbidden") or []:
+        click.echo(
+            f"gpuaudit: warning: could not read {skipped['resource']} (optional, forbidden): {skipped['note']}",
+            err=True,
+        )
     if problem:
         click.echo(f"gpuaudit: telemetry unavailable: {problem}", err=True)
     return 2 if data.get("errors") or problem else 0

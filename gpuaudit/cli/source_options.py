@@ -6,8 +6,9 @@ never loads the Kubernetes client, and one without --prometheus no HTTP code."""
 
 from __future__ import annotations
 
+import re
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -38,9 +39,11 @@ def seconds_option(value: str, option: str) -> int:
 cluster_options = option_group(
     click.option(
         "--snapshot",
-        "snapshot_path",
-        type=click.Path(exists=True, dir_okay=False, path_type=Path),
-        help="Audit this snapshot file instead of a live cluster.",
+        "snapshot_paths",
+        multiple=True,
+        type=click.Path(exists=True, path_type=Path),
+        help="Audit this snapshot file instead of a live cluster (`gpuaudit report`: repeatable, "
+        "or a folder of snapshots, for a fleet review).",
     ),
     click.option(
         "--kubeconfig",
@@ -107,8 +110,105 @@ telemetry_options = option_group(
 )
 
 
+scope_options = option_group(
+    click.option(
+        "-n",
+        "--namespace",
+        "namespaces",
+        multiple=True,
+        metavar="NAMESPACE[,...]",
+        help="Only pods and namespaced workloads in these namespaces (repeatable or comma-separated). "
+        "Nodes are still read whole, so capacity stays the cluster's.",
+    ),
+    click.option(
+        "-l",
+        "--selector",
+        "pod_selector",
+        metavar="SELECTOR",
+        help="Only pods matching this label selector, as in kubectl (app=x,tier!=web,env in (a,b)); "
+        "the API server filters the pod list.",
+    ),
+)
+
+# Snapshot lists of namespaced objects that --namespace narrows (nodes,
+# ClusterPolicies, ResourceSlices and the device-plugin ConfigMaps describe
+# the cluster: they stay whole).
+NAMESPACED_KEYS = ("pods", "events", "replicasets", "jobs", "workloads", "resourceclaims", "kueueworkloads")
+
+
+def namespaces_option(values: Sequence[str]) -> tuple[str, ...]:
+    return tuple(n.strip() for v in values for n in v.split(",") if n.strip())
+
+
+_SET_TERM = re.compile(
+    r"^\s*(!?)([A-Za-z0-9_./-]+)\s*(?:(==|=|!=)\s*([A-Za-z0-9_.-]*)|\s+(in|notin)\s*\(([^)]*)\))?\s*$"
+)
+
+
+def label_matcher(selector: str) -> Callable[[Mapping[str, Any]], bool]:
+    """A predicate over labels for kubectl's selector syntax (equality- and
+    set-based); a BadParameter naming the term it cannot read."""
+    terms: list[tuple[str, str, str, frozenset[str]]] = []
+    for raw in re.split(r",(?![^(]*\))", selector):
+        if not raw.strip():
+            continue
+        m = _SET_TERM.match(raw)
+        if m is None or (m[1] and (m[3] or m[5])):
+            raise click.BadParameter(f"cannot read the selector term {raw.strip()!r}", param_hint="--selector")
+        negated, key, op, value, set_op, values = m.groups()
+        if negated:
+            terms.append((key, "!", "", frozenset()))
+        elif op:
+            terms.append((key, "!=" if op == "!=" else "=", value, frozenset()))
+        elif set_op:
+            terms.append((key, set_op, "", frozenset(v.strip() for v in values.split(",") if v.strip())))
+        else:
+            terms.append((key, "exists", "", frozenset()))
+
+    def matches(labels: Mapping[str, Any]) -> bool:
+        for key, op, value, values in terms:
+            present = key in labels
+            have = str(labels.get(key)) if present else None
+            ok = {
+                "!": not present,
+                "exists": present,
+                "=": have == value,
+                "!=": have != value,
+                "in": have in values,
+                "notin": have not in values,
+            }[op]
+            if not ok:
+                return False
+        return True
+
+    return matches
+
+
+def narrow_snapshot(snapshot: dict[str, Any], namespaces: Sequence[str], pod_selector: str | None) -> None:
+    """Keep the namespaced objects in ``namespaces`` and the pods that match
+    ``pod_selector`` (in place). The API server filtered a live cluster's pod
+    list already; a snapshot file is filtered here alike."""
+    objects = snapshot.get("objects") or {}
+    if namespaces:
+        wanted = set(namespaces)
+        for key in NAMESPACED_KEYS:
+            items = objects.get(key)
+            if isinstance(items, list):
+                objects[key] = [
+                    o
+                    for o in items
+                    if isinstance(o, dict) and ((o.get("metadata") or {}).get("namespace") or "default") in wanted
+                ]
+    if pod_selector:
+        matches = label_matcher(pod_selector)
+        pods = objects.get("pods")
+        if isinstance(pods, list):
+            objects["pods"] = [
+                p for p in pods if isinstance(p, dict) and matches((p.get("metadata") or {}).get("labels") or {})
+            ]
+
+
 CLUSTER_PARAMS = (
-    "snapshot_path",
     "kubeconfig",
     "context",
     "in_cluster",
@@ -129,10 +229,43 @@ TELEMETRY_PARAMS = (
 )
 
 
-def read_cluster(config: Config, options: dict[str, Any]) -> tuple[dict[str, Any], str | None]:
-    """The snapshot that cluster_options and telemetry_options ask for, with
-    its telemetry; and why telemetry could not be read, if it could not."""
-    snapshot = load_snapshot(**{k: options[k] for k in CLUSTER_PARAMS if k in options})
+def snapshot_files(options: dict[str, Any]) -> list[Path]:
+    """The --snapshot files asked for, a folder read as the snapshots in it."""
+    files: list[Path] = []
+    for path in options.get("snapshot_paths") or ():
+        if path.is_dir():
+            found = sorted(p for p in path.iterdir() if p.is_file() and p.name.endswith((".json", ".json.gz")))
+            if not found:
+                stop(f"{path}: no snapshot (*.json, *.json.gz) in this folder")
+            files += found
+        else:
+            files.append(path)
+    return files
+
+
+def read_cluster(
+    config: Config, options: dict[str, Any], snapshot_path: Path | None = None
+) -> tuple[dict[str, Any], str | None]:
+    """The snapshot that cluster_options and telemetry_options ask for (narrowed
+    by scope_options when given), with its telemetry; and why telemetry could
+    not be read, if it could not. ``snapshot_path``: one of several --snapshot
+    files (a fleet); otherwise the one --snapshot, or the live cluster."""
+    if snapshot_path is None:
+        files = snapshot_files(options)
+        if len(files) > 1:
+            stop("several snapshots make a fleet review: only `gpuaudit report` reads more than one")
+        snapshot_path = files[0] if files else None
+    namespaces = namespaces_option(options.get("namespaces") or ())
+    pod_selector = options.get("pod_selector") or None
+    if pod_selector:
+        label_matcher(pod_selector)  # a usage error before any request
+    snapshot = load_snapshot(
+        snapshot_path=snapshot_path,
+        **{k: options[k] for k in CLUSTER_PARAMS if k in options},
+        **({"pod_selector": pod_selector} if pod_selector else {}),
+    )
+    if namespaces or pod_selector:
+        narrow_snapshot(snapshot, namespaces, pod_selector)
     problem = load_telemetry(
         snapshot,
         config,
@@ -157,6 +290,7 @@ def load_snapshot(
     request_timeout: float,
     deadline: float,
     page_size: int = 500,
+    pod_selector: str | None = None,
 ) -> dict[str, Any]:
     """A snapshot from a file, or collected now from the cluster (read-only)."""
     if snapshot_path is not None:
@@ -177,6 +311,7 @@ def load_snapshot(
             deadline=deadline,
             page_size=page_size,
             progress=_progress if sys.stderr.isatty() else None,
+            **({"pod_selector": pod_selector} if pod_selector else {}),
         )
     except ClusterSourceError as exc:
         stop(str(exc))

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from datetime import date
 from typing import Any
 
-from gpuaudit.engine.messages import lookup, render
+from gpuaudit.engine.messages import lookup, render_message
 from gpuaudit.engine.rules import Rule
 from gpuaudit.facts import Subject
 from gpuaudit.model import Exemption, Finding, InputError, Location, Skipped
@@ -74,12 +74,17 @@ def evaluate(
     exemptions: Sequence[Exemption] = (),
     today: date | None = None,
     unavailable: Mapping[str, str] | None = None,
+    keep_subjects: bool = True,
 ) -> Evaluation:
     """Run every rule whose inputs are present over every subject of its target.
 
     ``inputs`` names what this run has (manifest, cluster, telemetry);
     ``unavailable`` may give a specific reason for a missing one (e.g. the
-    Prometheus error), reported in the skipped list.
+    Prometheus error), reported in the skipped list. Findings keep the
+    subject they judged unless ``keep_subjects`` is False.
+
+    Only the rules of a subject's target and scope look at it, and rules
+    that share a ``match`` schema match it once.
     """
     have = set(inputs)
     result = Evaluation()
@@ -116,28 +121,42 @@ def evaluate(
     broken: set[str] = set()
     broken_messages: set[str] = set()
     for subject in subjects:
-        for rule in active.get((subject.target, subject.scope), ()):
-            if "telemetry" in rule.requires and lookup(subject.facts, "gpu.requested"):
-                missing = missing_telemetry(rule, subject.facts)
+        rules = active.get((subject.target, subject.scope))
+        if not rules:
+            continue
+        facts = subject.facts
+        matched: dict[str, bool] = {}  # by match schema: many rules share one
+        for rule in rules:
+            if "telemetry" in rule.requires and lookup(facts, "gpu.requested"):
+                missing = missing_telemetry(rule, facts)
                 if missing is not None:
                     result.insufficient.append((rule.id, subject, missing))
                     continue
             if rule.id in broken:
                 continue
             try:
-                if not rule.applies_to(subject.facts) or not rule.violated_by(subject.facts):
+                key = rule.match_key
+                if key is not None:
+                    applies = matched.get(key)
+                    if applies is None:
+                        applies = matched[key] = rule.applies_to(facts)
+                    if not applies:
+                        continue
+                if not rule.violated_by(facts):
                     continue
             except Exception as exc:  # the rule's own schema is unusable: a rule defect
                 broken.add(rule.id)
                 result.warnings.append(_rule_problem(rule, "cannot be evaluated", exc))
                 continue
             try:
-                finding = make_finding(rule, subject)
+                finding = make_finding(rule, subject, keep_subject=keep_subjects)
             except Exception as exc:  # its message template failed: keep the finding
                 if rule.id not in broken_messages:
                     broken_messages.add(rule.id)
                     result.warnings.append(_rule_problem(rule, "message failed", exc))
-                finding = make_finding(rule, subject, message=f"{rule.title} (message unavailable)")
+                finding = make_finding(
+                    rule, subject, message=f"{rule.title} (message unavailable)", keep_subject=keep_subjects
+                )
             reason = _exempted(finding, subject, live, result.warnings)
             if reason is None:
                 result.findings.append(finding)
@@ -164,9 +183,12 @@ def _rule_problem(rule: Rule, what: str, exc: Exception) -> InputError:
     return InputError(rule.source, None, f"rule {rule.id}: {what}: {type(exc).__name__}: {detail}")
 
 
-def make_finding(rule: Rule, subject: Subject, message: str | None = None) -> Finding:
+def make_finding(
+    rule: Rule, subject: Subject, message: str | None = None, *, keep_subject: bool = True
+) -> Finding:
     """The finding ``rule`` makes of ``subject``; ``message`` replaces the
-    rendered template (used when the template cannot be rendered)."""
+    rendered template (used when the template cannot be rendered). The
+    finding holds the subject unless ``keep_subject`` is False."""
     facts = subject.facts
     pointer = None
     if rule.points_at:
@@ -178,7 +200,6 @@ def make_finding(rule: Rule, subject: Subject, message: str | None = None) -> Fi
         location = Location(doc.file, doc.line_of(pointer), doc.base + pointer)
     else:
         location = Location("", None, pointer)
-    context = {**facts, "params": rule.params}
     evidence: dict[str, Any] = {path: lookup(facts, path) for path in rule.evidence}
     if rule.params:
         evidence["params"] = dict(rule.params)
@@ -193,12 +214,12 @@ def make_finding(rule: Rule, subject: Subject, message: str | None = None) -> Fi
         title=rule.title,
         severity=rule.severity,  # type: ignore[arg-type]
         category=rule.category,
-        message=render(rule.message, context) if message is None else message,
+        message=render_message(rule.message, facts, rule.params) if message is None else message,
         resource=subject.resource,
         location=location,
         evidence=evidence,
         remediation=remediation,
-        subject=subject,
+        subject=subject if keep_subject else None,
     )
 
 

@@ -24,15 +24,32 @@ _ANY_TEMPLATE = re.compile(r"\{\{|\{%|\{#")
 
 
 def lookup(facts: Mapping[str, Any], path: str) -> Any:
-    value: Any = facts
-    for part in path.split("."):
-        if isinstance(value, Mapping):
+    parts = _PATHS.get(path)
+    if parts is None:
+        parts = tuple(path.split("."))
+        if len(_PATHS) < _MAX_CACHED:  # rules name a few hundred paths
+            _PATHS[path] = parts
+    return lookup_parts(facts, parts)
+
+
+def lookup_parts(value: Any, parts: tuple[str, ...]) -> Any:
+    """``lookup`` of a path already split at its dots."""
+    for part in parts:
+        if type(value) is dict or isinstance(value, Mapping):  # dict first: facts are dicts
             value = value.get(part)
         elif isinstance(value, (list, tuple)) and part.isdigit():
-            value = value[int(part)] if int(part) < len(value) else None
+            index = int(part)
+            value = value[index] if index < len(value) else None
         else:
             return None
     return value
+
+
+_MAX_CACHED = 4096
+_PATHS: dict[str, tuple[str, ...]] = {}
+# A plain template split once: (literal texts, the paths between them), or
+# None for a template only the sandbox can render.
+_PLAIN: dict[str, tuple[tuple[str, ...], tuple[tuple[str, ...], ...]] | None] = {}
 
 
 def show(value: Any) -> str:
@@ -61,10 +78,50 @@ def _is_plain(template: str) -> bool:
     return not _ANY_TEMPLATE.search(_PLACEHOLDER.sub("", template))
 
 
-def render(template: str, context: Mapping[str, Any]) -> str:
+def _plain_parts(template: str) -> tuple[tuple[str, ...], tuple[tuple[str, ...], ...]] | None:
+    try:
+        return _PLAIN[template]
+    except KeyError:
+        pass
+    parts = None
     if _is_plain(template):
-        return _PLACEHOLDER.sub(lambda m: show(lookup(context, m.group(1))), template)
-    return _render_bounded(_sandboxed(template), context)
+        texts, paths, at = [], [], 0
+        for m in _PLACEHOLDER.finditer(template):  # what _PLACEHOLDER.sub would replace
+            texts.append(template[at : m.start()])
+            paths.append(tuple(m.group(1).split(".")))
+            at = m.end()
+        texts.append(template[at:])
+        parts = (tuple(texts), tuple(paths))
+    if len(_PLAIN) < _MAX_CACHED:  # one per rule
+        _PLAIN[template] = parts
+    return parts
+
+
+def render(template: str, context: Mapping[str, Any]) -> str:
+    parts = _plain_parts(template)
+    if parts is None:
+        return _render_bounded(_sandboxed(template), context)
+    texts, paths = parts
+    out = [texts[0]]
+    for path, text in zip(paths, texts[1:], strict=True):
+        out.append(show(lookup_parts(context, path)))
+        out.append(text)
+    return "".join(out)
+
+
+def render_message(template: str, facts: Mapping[str, Any], params: Mapping[str, Any]) -> str:
+    """``render(template, {**facts, "params": params})``, without copying the
+    facts for a plain template (one copy per finding adds up)."""
+    parts = _plain_parts(template)
+    if parts is None:
+        return _render_bounded(_sandboxed(template), {**facts, "params": params})
+    texts, paths = parts
+    out = [texts[0]]
+    for path, text in zip(paths, texts[1:], strict=True):
+        value = lookup_parts(params, path[1:]) if path[0] == "params" else lookup_parts(facts, path)
+        out.append(show(value))
+        out.append(text)
+    return "".join(out)
 
 
 def check_template(template: str) -> str | None:
@@ -169,8 +226,9 @@ def _width(value: Any, what: str = "width") -> None:
         raise MessageLimitError(f"a {what} of {value!r:.20} is more than {MAX_MESSAGE_CHARS:,}")
 
 
-_PERCENT_SPEC = re.compile(r"%(?:\([^)]*\))?[#0 +-]*(\*|\d+)?(?:\.(\*|\d+))?[hlL]?[a-zA-Z%]")
-_DIGITS = re.compile(r"\d+")
+# Only the sandbox needs these: re compiles them on first use and keeps them.
+_PERCENT_SPEC = r"%(?:\([^)]*\))?[#0 +-]*(\*|\d+)?(?:\.(\*|\d+))?[hlL]?[a-zA-Z%]"
+_DIGITS = r"\d+"
 
 
 def _number(digits: str) -> int:
@@ -181,7 +239,7 @@ def _percent_format(text: str, args: Any) -> None:
     """Refuse a ``%`` format whose fields are wider than a message."""
     values = args if isinstance(args, tuple) else (args,)
     star = False
-    for match in _PERCENT_SPEC.finditer(text):
+    for match in re.finditer(_PERCENT_SPEC, text):
         for group in match.groups():
             if group == "*":
                 star = True
@@ -194,7 +252,7 @@ def _percent_format(text: str, args: Any) -> None:
 
 
 def _format_spec(spec: str) -> None:
-    for digits in _DIGITS.findall(spec):
+    for digits in re.findall(_DIGITS, spec):
         _width(_number(digits))
 
 

@@ -8,11 +8,14 @@ rejects a rule whose schemas name a fact the fact schema does not document.
 
 from __future__ import annotations
 
+import marshal
 import math
+import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cache, cached_property
 from pathlib import Path
+from types import CodeType
 from typing import Any
 
 import fastjsonschema
@@ -64,17 +67,43 @@ class Rule:
     # Telemetry values the rule's schemas require: a subject without one of
     # them is insufficient data for this rule, not a pass.
     telemetry_signals: tuple[str, ...] = ()
+    # Runs only when named by id (--rules, the config's rules): information
+    # some sites want and most would call noise.
+    opt_in: bool = False
+    # The code of its schemas ("match", "violation", "require"), compiled
+    # ahead and marshalled (engine/rule_cache.py). It is read, and a schema
+    # not in it compiled, only when the rule first meets a subject of its
+    # target: rules for what the input does not hold do no work.
+    compiled: Mapping[str, bytes] = field(default_factory=dict, compare=False, repr=False)
+
+    def with_compiled(self, compiled: Mapping[str, bytes]) -> Rule:
+        return replace(self, compiled=compiled)
+
+    def _validator(self, key: str) -> Callable[[Any], Any]:
+        blob = self.compiled.get(key)
+        if blob is not None:
+            code = marshal.loads(blob)
+            if isinstance(code, CodeType):
+                return _function(code)
+        return _compile(getattr(self, key))
 
     @cached_property
     def _matches(self) -> Callable[[Any], Any] | None:
-        return _compile(self.match) if self.match else None
+        return self._validator("match") if self.match else None
+
+    @cached_property
+    def match_key(self) -> str | None:
+        """Equal for rules whose ``match`` schemas are equal (many rules share
+        one, e.g. "requests GPUs"): a subject is matched once per distinct
+        schema (evaluate.py). None when the rule has no ``match``."""
+        return repr(self.match) if self.match else None
 
     @cached_property
     def _judge(self) -> tuple[Callable[[Any], Any], bool]:
         if self.violation is not None:
-            return _compile(self.violation), True
+            return self._validator("violation"), True
         assert self.require is not None
-        return _compile(self.require), False
+        return self._validator("require"), False
 
     def applies_to(self, facts: Mapping[str, Any]) -> bool:
         return self._matches is None or _valid(self._matches, facts)
@@ -84,8 +113,30 @@ class Rule:
         return _valid(check, facts) == is_violation
 
 
+def schema_code(schema: Mapping[str, Any]) -> CodeType:
+    """A rule schema compiled to Python code: the source fastjsonschema
+    generates, as ``fastjsonschema.compile`` runs it (``detailed_exceptions``
+    stays on: fastjsonschema 2.22 cannot generate ``const`` without it)."""
+    source = fastjsonschema.compile_to_code(dict(schema), use_default=False)
+    # The schema's own function comes first ("validate", or named after its
+    # $id); those of its $refs follow.
+    root = re.search(_FIRST_DEF, source, re.MULTILINE)
+    if root is None:
+        raise fastjsonschema.JsonSchemaDefinitionException("no validation function generated")
+    return compile(f"{source}\n__validate__ = {root.group(1)}\n", "<rule schema>", "exec")
+
+
+_FIRST_DEF = r"^def (\w+)\("  # compiled on first use: a run that reads the cache never needs it
+
+
+def _function(code: CodeType) -> Callable[[Any], Any]:
+    namespace: dict[str, Any] = {}
+    exec(code, namespace)  # code fastjsonschema generated from a rule schema
+    return namespace["__validate__"]
+
+
 def _compile(schema: Mapping[str, Any]) -> Callable[[Any], Any]:
-    return fastjsonschema.compile(dict(schema), use_default=False)
+    return _function(schema_code(schema))
 
 
 def _valid(check: Callable[[Any], Any], facts: Mapping[str, Any]) -> bool:
@@ -255,6 +306,7 @@ def rule_from_data(
         telemetry_signals=tuple(
             sorted({name for key in ("match", "violation", "require") for name in _required_telemetry(data.get(key))})
         ),
+        opt_in=bool(data.get("opt_in")),
     )
 
 

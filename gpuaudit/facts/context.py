@@ -16,6 +16,7 @@ from typing import Any
 from gpuaudit.facts import device_plugin as config_facts
 from gpuaudit.kube.quantity import QuantityError, parse_quantity
 from gpuaudit.model import Document, Workload
+from gpuaudit.model.serving_runtimes import is_runtime
 
 
 @dataclass(frozen=True)
@@ -79,6 +80,9 @@ class Context:
     requested: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     # (kind, namespace, name) of a scale target -> the autoscaler aiming at it.
     autoscalers: Mapping[tuple[str, str, str], Autoscaler] = field(default_factory=dict)
+    # KServe ServingRuntime / ClusterServingRuntime objects of the input: an
+    # InferenceService is judged as the runtime and its container merged.
+    runtimes: tuple[Mapping[str, Any], ...] = ()
 
 
 def build_context(
@@ -93,6 +97,7 @@ def build_context(
         shared_names=_shared_names(site, [*documents, *bare]),
         requested=_requested(workloads),
         autoscalers=_autoscalers(documents),
+        runtimes=tuple(d.obj for d in documents if is_runtime(d.obj)),
     )
 
 
@@ -111,6 +116,7 @@ def merge_contexts(site: Site, parts: Sequence[Context]) -> Context:
         shared_names=frozenset().union(*known) if known else None,
         requested={name: tuple(labels) for name, labels in requested.items()},
         autoscalers=autoscalers,
+        runtimes=tuple(r for part in parts for r in part.runtimes),
     )
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
@@ -84,33 +84,47 @@ class ModelRef:
     pointer: str | None
 
 
-def find_model(
+def find_model(candidates: Iterable[ModelRef]) -> ModelRef | None:
+    """The model a container loads: the first name that carries a size, else
+    the first name at all. Several places may name it, and some only name
+    the served endpoint (KServe's ``--model_name=llama3`` beside
+    ``storageUri: hf://meta-llama/meta-llama-3-8b-instruct``)."""
+    candidates = list(candidates)
+    sized = next((c for c in candidates if parameters_b(c.name) is not None), None)
+    return sized or (candidates[0] if candidates else None)
+
+
+def model_candidates(
     words: Sequence[Token],
     env: Mapping[str, str],
     container_pointer: str,
     env_index: Mapping[str, int],
     raw_container: Mapping[str, Any],
     labels: Mapping[str, str],
-) -> ModelRef | None:
-    found = flag(words, MODEL_FLAGS)
-    if found is not None and found.text:
-        return ModelRef(found.text, "args", f"{container_pointer}/{found.field}/{found.index}")
+) -> Iterator[ModelRef]:
+    """Every name a container gives its model, in the order they are trusted."""
+    for spelling in MODEL_FLAGS:
+        found = flag(words, (spelling,))
+        if found is not None and found.text:
+            yield ModelRef(found.text, "args", f"{container_pointer}/{found.field}/{found.index}")
     for i, word in enumerate(words[:-1]):  # `vllm serve NAME`
         if word.text == "serve" and i > 0 and words[i - 1].text.endswith("vllm"):
             nxt = words[i + 1]
             if not nxt.text.startswith("-"):
-                return ModelRef(nxt.text, "args", f"{container_pointer}/{nxt.field}/{nxt.index}")
+                yield ModelRef(nxt.text, "args", f"{container_pointer}/{nxt.field}/{nxt.index}")
     for name in MODEL_ENV:
         if env.get(name):
             where = f"{container_pointer}/env/{env_index[name]}" if name in env_index else None
-            return ModelRef(env[name], "env", where)
+            yield ModelRef(env[name], "env", where)
     uri = raw_container.get("storageUri")
     if isinstance(uri, str) and uri:
-        return ModelRef(uri, "storageUri", f"{container_pointer}/storageUri")
+        yield ModelRef(uri, "storageUri", f"{container_pointer}/storageUri")
+    source = raw_container.get("modelSource")  # Gateway API inference extension
+    if isinstance(source, Mapping) and isinstance(source.get("modelId"), str) and source["modelId"]:
+        yield ModelRef(source["modelId"], "spec", f"{container_pointer}/modelSource/modelId")
     for label in MODEL_LABELS:
         if labels.get(label):
-            return ModelRef(labels[label], "label", None)
-    return None
+            yield ModelRef(labels[label], "label", None)
 
 
 def find_dtype(words: Sequence[Token], env: Mapping[str, str], model: str) -> str:
@@ -202,6 +216,8 @@ def model_facts(
         "gpus": gpus,
         "gpus_needed": needed,
         "excess_gpus": excess,
+        # Two such models fit one GPU: sharing it (time-slicing, MPS, MIG) can help.
+        "fits_half_gpu": need <= per_gpu / 2 if need is not None else None,
         "pointer": ref.pointer,
     }
 

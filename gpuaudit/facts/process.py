@@ -12,7 +12,7 @@ from typing import Any
 from gpuaudit.facts.cmdline import Token, Words, flag, tokens
 from gpuaudit.facts.context import Context
 from gpuaudit.facts.device_plugin import parse_config_text
-from gpuaudit.facts.model_size import ModelRef, find_dtype, find_model, model_facts
+from gpuaudit.facts.model_size import ModelRef, find_dtype, find_model, model_candidates, model_facts
 from gpuaudit.facts.parallelism import container_parallelism, whole_gpus
 from gpuaudit.kube import pointers
 from gpuaudit.model import Container, PodTemplate, Workload
@@ -87,7 +87,9 @@ def _model(
 ) -> dict[str, Any] | None:
     words, env_index, parallelism = line.words, line.env_index, line.parallelism
     raw = pointers.get(w.document.obj, c.pointer)
-    ref = find_model(words, c.env, c.pointer, env_index, raw if isinstance(raw, Mapping) else {}, t.labels)
+    ref = find_model(
+        model_candidates(words, c.env, c.pointer, env_index, raw if isinstance(raw, Mapping) else {}, t.labels)
+    )
     if ref is None:
         ref = _workload_model(w)
     if ref is None:
@@ -158,8 +160,10 @@ def _parallel_spec(w: Workload, t: PodTemplate) -> Mapping[str, Any]:
 _SERVE_PARALLEL_KEYS = {
     "tensorParallelSize": ("tensor_parallel_size", "TENSOR_PARALLELISM", "TENSOR_PARALLEL_SIZE"),
     "pipelineParallelSize": ("pipeline_parallel_size", "PIPELINE_PARALLELISM"),
-    # Serve replicas of the model are data parallelism: each holds its own GPUs.
-    "dataParallelSize": ("num_replicas", "max_replicas"),
+    # Fixed Serve replicas of the model are data parallelism: each holds its
+    # own GPUs. Autoscaling bounds (max_replicas) are not: they say how far it
+    # may grow, not how many copies share this pod's GPUs.
+    "dataParallelSize": ("num_replicas",),
 }
 _SERVE_MODEL_KEYS = ("model_source", "model_id", "MODEL_ID")
 

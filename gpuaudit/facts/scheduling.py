@@ -111,9 +111,12 @@ _ENTRY = re.compile(r"^(\d+)\s+(.*)$")
 _GPU_RESOURCE = re.compile(r"nvidia\.com/|amd\.com/gpu|gpu\.intel\.com/")
 
 # Reason phrase -> cause (gpu-domain.md §6). Checked in order, by substring.
+# A node that reports a resource shortage passed the placement filters (the
+# scheduler's filters run in order, taints and affinity before fit): a GPU
+# short there is allocation; CPU, memory or the pod count short is resources.
 _CAUSES: tuple[tuple[str, str], ...] = (
-    ("Insufficient", "allocation"),
-    ("Too many pods", "allocation"),
+    ("Insufficient", "resources"),
+    ("Too many pods", "resources"),
     ("didn't match Pod's node affinity/selector", "placement"),
     ("untolerated taint", "placement"),
     ("that the pod didn't tolerate", "placement"),
@@ -127,15 +130,20 @@ _CAUSES: tuple[tuple[str, str], ...] = (
     ("PersistentVolume's node affinity", "placement"),
     ("claim", "dra"),
 )
+# Causes of nodes that would take the pod but for what they lack, most telling first.
+_FIT_CAUSES = ("allocation", "dra", "resources")
 
 
 def parse_failed_scheduling(message: str) -> dict[str, Any]:
     """Split a FailedScheduling message into reasons with node counts.
 
     ``{"nodes": 5, "reasons": [{"count": 2, "reason": "Insufficient nvidia.com/gpu",
-    "cause": "allocation"}, ...], "cause": "allocation"}``. The cause of the pod
-    is allocation when any node lacks a GPU resource, else the cause that
-    rejects the most nodes. Messages in other shapes come back with no reasons.
+    "cause": "allocation"}, ...], "cause": "allocation"}``. The nodes that
+    reject the pod for what they lack are the ones it would otherwise run on,
+    so the pod's cause is theirs when there are any: allocation (a GPU
+    resource), dra (claims), resources (CPU, memory, pod count); else the
+    placement reason that rejects the most nodes. Messages in other shapes
+    come back with no reasons.
     """
     match = _PREFIX.match(message)
     if not match:
@@ -148,13 +156,15 @@ def parse_failed_scheduling(message: str) -> dict[str, Any]:
         entry = _ENTRY.match(part.strip())
         if entry:
             reason = entry.group(2).strip()
-            reasons.append(
-                {"count": int(entry.group(1)), "reason": reason, "cause": _cause_of(reason)}
-            )
+            cause = _cause_of(reason)
+            if cause == "resources" and _GPU_RESOURCE.search(reason):
+                cause = "allocation"
+            reasons.append({"count": int(entry.group(1)), "reason": reason, "cause": cause})
         elif reasons:  # a reason phrase that itself contains ", " (taint lists)
             reasons[-1]["reason"] += ", " + part
-    if any(r["cause"] == "allocation" and _GPU_RESOURCE.search(r["reason"]) for r in reasons):
-        cause = "allocation"
+    fit = [c for c in _FIT_CAUSES if any(r["cause"] == c for r in reasons)]
+    if fit:
+        cause = fit[0]
     elif reasons:
         cause = max(reasons, key=lambda r: r["count"])["cause"] or "unknown"
     else:

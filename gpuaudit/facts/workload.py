@@ -13,12 +13,16 @@ from typing import Any
 from gpuaudit import gpus
 from gpuaudit.facts import Subject
 from gpuaudit.facts import placement as site_placement
+from gpuaudit.facts.activity import container_activity, pod_activity
 from gpuaudit.facts.context import Context
 from gpuaudit.facts.gpu_names import unadvertised_shared, unknown_mig_profiles
+from gpuaudit.facts.gpu_pools import never_published, sharing_pool
 from gpuaudit.facts.lifecycle import lifecycle_facts
 from gpuaudit.facts.process import CommandLine, command_lines, container_process_facts, pod_process_facts
+from gpuaudit.facts.raw import pod_raw_facts, workload_raw_facts
 from gpuaudit.facts.scaling import scaling_facts
 from gpuaudit.facts.scheduling import required_terms
+from gpuaudit.facts.shared_memory import shared_memory_facts
 from gpuaudit.kube.labels import HOSTNAME_LABEL
 from gpuaudit.kube.shapes import as_list
 from gpuaudit.model import Container, GpuRequest, PodTemplate, Resource, Workload
@@ -59,6 +63,7 @@ def subjects(workload: Workload, context: Context | None = None) -> Iterator[Sub
         for c in (*template.init_containers, *template.containers):
             facts = container_facts(c, template, base)
             facts.update(container_process_facts(c, lines[c.pointer]))
+            facts.update(container_activity(c))
             yield Subject(
                 "container",
                 facts,
@@ -84,7 +89,8 @@ def _identity(w: Workload) -> dict[str, Any]:
 
 def gpu_facts(requests: Sequence[GpuRequest]) -> dict[str, Any]:
     """Summary of GPU requests (a container's, or a whole pod's)."""
-    counts = [r.count for r in requests if r.mode != "dra"]
+    # A DRA claim, or a share given as memory (KAI gpu-memory), counts no devices.
+    counts = [r.count for r in requests if r.mode != "dra" and r.memory_mib is None]
     unknown = any(c is None for c in counts)
     whole = [r for r in requests if r.mode == "whole"]
     whole_count = sum(r.count or 0 for r in whole)
@@ -123,7 +129,11 @@ def _container_gpu(c: Container) -> dict[str, Any]:
 def container_facts(c: Container, template: PodTemplate, base: Mapping[str, Any]) -> dict[str, Any]:
     gpu = _container_gpu(c)
     count = gpu["count"]
-    cpu_per_gpu = c.cpu_request / count if c.cpu_request is not None and count else None
+    # Kubernetes copies a limit to an absent request; what a controller merges
+    # the container over may set the request instead, so then it stays unknown.
+    cpu_request = c.cpu_request if c.cpu_request is not None or c.merged_over else c.cpu_limit
+    memory_request = c.memory_request if c.memory_request is not None or c.merged_over else c.memory_limit
+    cpu_per_gpu = cpu_request / count if cpu_request is not None and count else None
     cpu_limit_per_gpu = c.cpu_limit / count if c.cpu_limit is not None and count else None
     return {
         **base,
@@ -137,9 +147,10 @@ def container_facts(c: Container, template: PodTemplate, base: Mapping[str, Any]
         "env": sorted(c.env),
         "visible_devices": c.env.get("NVIDIA_VISIBLE_DEVICES"),
         "gpu": gpu,
-        "cpu_request": c.cpu_request,
+        "merged_over": c.merged_over,
+        "cpu_request": cpu_request,
         "cpu_limit": c.cpu_limit,
-        "memory_request": c.memory_request,
+        "memory_request": memory_request,
         "memory_limit": c.memory_limit,
         "cpu_per_gpu": cpu_per_gpu,
         "cpu_limit_per_gpu": cpu_limit_per_gpu,
@@ -165,17 +176,30 @@ def pod_facts(
     gpu.update(_request_checks(t, main, init, context))
     placement = placement_facts(t)
     placement.update(_site_placement(t, placement, gpu, context))
-    return {
+    activity = pod_activity(t, {c.pointer: container_activity(c) for c in t.containers})
+    if activity["gpu_command_kind"] == "idle" and base["long_running"]:
+        # A Deployment restarts a command that ends: `sleep 6000` there never stops.
+        activity["gpu_command_kind"] = "idle_forever"
+    # A bare Pod that serves, or sleeps without end, holds its GPUs as long as
+    # a Deployment would: it is long-running whatever its kind.
+    long_running = base["long_running"] or (
+        w.workload_class == "pod" and activity["gpu_command_kind"] in ("server", "idle_forever")
+    )
+    facts = {
         **base,
+        "long_running": long_running,
+        **activity,
         "role": t.role,
         "replicas": t.replicas,
         "pointer": t.pointer,
         "containers": len(t.containers),
         "gpu": gpu,
         "placement": placement,
-        "shm": _shm(t),
         **pod_process_facts(w, t, placement, context, lines or command_lines(w, t)),
+        **pod_raw_facts(w, t),
     }
+    facts["shm"] = shared_memory_facts(w, t, gpu["count"], facts["dataloader_workers"], facts["parallelism"])
+    return facts
 
 
 def _request_checks(
@@ -254,6 +278,7 @@ def placement_facts(t: PodTemplate) -> dict[str, Any]:
         "required_terms": len(terms),
         "tolerations": tolerations,
         "gpu_product": product,
+        "sharing_pool": sharing_pool(node_selector, terms),
     }
 
 
@@ -293,6 +318,7 @@ def _product_pin(
                 "model": model.model if model else None,
                 "memory_gib": model.memory_gib if model else None,
                 "pointer": f"{pointer}/nodeSelector/{label.replace('/', '~1')}",
+                "never_published": never_published(label, [value]),
             }
     for i, term in enumerate(terms):
         for expr in as_list(term.get("matchExpressions")):
@@ -311,32 +337,11 @@ def _product_pin(
                     "by": "affinity",
                     "model": known[0].model if len(known) == 1 else None,
                     "memory_gib": min(m.memory_gib for m in known) if known else None,
+                    "never_published": never_published(str(expr["key"]), values),
                     "pointer": f"{pointer}/affinity/nodeAffinity/"
                     f"requiredDuringSchedulingIgnoredDuringExecution/nodeSelectorTerms/{i}",
                 }
     return None
-
-
-def _shm(t: PodTemplate) -> dict[str, Any]:
-    """Whether /dev/shm is a memory-backed emptyDir (PyTorch dataloaders and
-    NCCL use it; the container default is 64 MiB)."""
-    volumes = {
-        str(v.get("name")): v for v in as_list(t.spec.get("volumes")) if isinstance(v, Mapping)
-    }
-    for c in t.containers:
-        for name, path in c.volume_mounts.items():
-            if path.rstrip("/") == "/dev/shm":
-                vol = volumes.get(name) or {}
-                empty_dir = vol.get("emptyDir") if isinstance(vol, Mapping) else None
-                if isinstance(empty_dir, Mapping) and empty_dir.get("medium") == "Memory":
-                    limit = empty_dir.get("sizeLimit")
-                    return {
-                        "memory_backed": True,
-                        "size_limit": None if limit is None else str(limit),
-                    }
-                return {"memory_backed": False, "size_limit": None}
-    host_ipc = t.spec.get("hostIPC") is True  # the host's /dev/shm is shared instead
-    return {"memory_backed": host_ipc, "size_limit": None}
 
 
 # --- whole workload ---------------------------------------------------------
@@ -348,6 +353,7 @@ def workload_facts(
     pods: Sequence[Mapping[str, Any]],
     context: Context | None = None,
 ) -> dict[str, Any]:
+    gpu_pods = [p for p in pods if p["gpu"]["requested"]]
     total: float | None = 0.0
     for pod in pods:
         per_pod = pod["gpu"]["count"]
@@ -364,6 +370,9 @@ def workload_facts(
             "total": total,
         },
         "pod_roles": [p["role"] for p in pods],
+        # Every GPU pod only sleeps or prints nvidia-smi: a smoke test, a placeholder.
+        "gpu_idle": bool(gpu_pods) and all(p["gpu_command_kind"] in ("idle", "idle_forever") for p in gpu_pods),
         "lifecycle": lifecycle_facts(w),
         "scaling": scaling_facts(w, context or Context()),
+        **workload_raw_facts(w),
     }

@@ -12,14 +12,19 @@ from typing import Any
 
 import yaml
 
-# Device-plugin resources that are GPUs (or slices of one).
+# Device-plugin resources that are GPUs (or slices of one): NVIDIA's, AMD's,
+# Intel's, Habana Gaudi, and any vendor's `<vendor>/gpu` or `<vendor>/vgpu`.
 GPU_RESOURCE = re.compile(
-    r"^(?:nvidia\.com/(?:gpu(?:\.shared)?|mig-[\w.+-]+)|amd\.com/gpu|gpu\.intel\.com/\w+)$"
+    r"^(?:nvidia\.com/(?:gpu(?:\.shared)?|mig-[\w.+-]+)|amd\.com/gpu|gpu\.intel\.com/\w+"
+    r"|habana\.ai/gaudi\w*|[a-z0-9][a-z0-9.-]*\.[a-z]+/v?gpu)$"
 )
 MIG_RESOURCE = re.compile(r"^nvidia\.com/mig-(\d+g\.\d+gb(?:\+me)?)(\.shared)?$")
 # HAMi turns nvidia.com/gpu into a virtual slice when these sit beside it.
 HAMI_MODIFIERS = ("nvidia.com/gpumem", "nvidia.com/gpucores", "nvidia.com/gpumem-percentage")
-FRACTION_ANNOTATIONS = ("gpu-fraction", "gpu-memory")  # KAI scheduler
+# KAI scheduler: `gpu-fraction` is a share of one GPU (0.5); `gpu-memory` is
+# MiB of one GPU's memory, never a count of GPUs.
+FRACTION_ANNOTATIONS = ("gpu-fraction",)
+MEMORY_SHARE_ANNOTATIONS = ("gpu-memory",)
 
 
 @dataclass(frozen=True)
@@ -33,6 +38,7 @@ class Locator:
     inline_containers: tuple[str, ...]
     container_lists: tuple[str, ...]
     resources_only: str | None
+    merged_over: str | None = None  # see data/podspecs.yaml
 
 
 @dataclass(frozen=True)
@@ -58,6 +64,7 @@ def parse_locators(entries: Sequence[Mapping[str, Any]]) -> dict[tuple[str, str]
                 inline_containers=tuple(p.get("inline_containers", ())),
                 container_lists=tuple(p.get("container_lists", ())),
                 resources_only=p.get("resources_only"),
+                merged_over=p.get("merged_over"),
             )
             for p in entry["pods"]
         )

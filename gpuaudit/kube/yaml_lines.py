@@ -125,27 +125,33 @@ class LineBuilder:
         lines, sizes = self.lines, self._size
         child_depth = depth + 1
         size = 1
+        scalar_node = yaml.ScalarNode
         for key_node, value_node in node.value:
-            size += sizes.get(id(key_node), 1)
-            if key_node.tag == _MERGE_TAG:
-                merged = self.build(value_node, pointer, child_depth)
-                size += sizes.get(id(value_node), 1)
-                for part in merged if isinstance(merged, list) else [merged]:
-                    if isinstance(part, dict):
-                        for k, v in part.items():
-                            value.setdefault(k, v)
-                continue
-            key = self._scalar(key_node) if isinstance(key_node, yaml.ScalarNode) else None
-            if not isinstance(key, (str, int, float, bool)) and key is not None:
-                key = str(key)
+            key_tag = key_node.tag
+            if type(key_node) is scalar_node and key_tag == _STR_TAG:  # most keys: plain text
+                key = token = key_node.value
+                size += 1  # a scalar's size is 1 (only collections are recorded)
+            else:
+                size += sizes.get(id(key_node), 1)
+                if key_tag == _MERGE_TAG:
+                    merged = self.build(value_node, pointer, child_depth)
+                    size += sizes.get(id(value_node), 1)
+                    for part in merged if isinstance(merged, list) else [merged]:
+                        if isinstance(part, dict):
+                            for k, v in part.items():
+                                value.setdefault(k, v)
+                    continue
+                key = self._scalar(key_node) if isinstance(key_node, scalar_node) else None
+                if not isinstance(key, (str, int, float, bool)) and key is not None:
+                    key = str(key)
+                token = str(key)
             key_line = key_node.start_mark.line + 1
             if key in value:
                 self.duplicates.append((str(key), key_line))
-            token = str(key)
             if "~" in token or "/" in token:
                 token = token.replace("~", "~0").replace("/", "~1")
             child = f"{pointer}/{token}"
-            if isinstance(value_node, yaml.ScalarNode) and child_depth <= MAX_DEPTH:
+            if type(value_node) is scalar_node and child_depth <= MAX_DEPTH:
                 lines[child] = key_line
                 value[key] = (
                     value_node.value if value_node.tag == _STR_TAG else self._scalar(value_node)

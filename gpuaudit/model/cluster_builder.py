@@ -296,6 +296,19 @@ def build_cluster_state(snapshot: Mapping[str, Any]) -> ClusterState:
         )
         for e in unread
     ]
+    # Optional resources the identity may not list (a 403 on an operator's
+    # custom resource, the ClusterPolicy, Kueue): a warning naming the
+    # resource, what the audit lacks and what grants it -- not a partial audit.
+    errors += [
+        InputError(
+            str(e.get("endpoint") or "cluster"),
+            None,
+            f"could not read {e.get('resource')} (optional; forbidden: {e.get('message')}): {e.get('note')}",
+            level="warning",
+        )
+        for e in as_list(snapshot.get("forbidden"))
+        if isinstance(e, Mapping)
+    ]
     # A GPU count or node capacity that cannot be read is unknown, never zero:
     # an input error (exit 2), naming the node or pod and the field.
     errors += [*node_errors, *field_errors]

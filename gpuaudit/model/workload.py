@@ -29,6 +29,9 @@ class GpuRequest:
     limit: float | None
     pointer: str
     profile: str | None = None
+    # A share of one GPU given as its memory (KAI's gpu-memory annotation, MiB):
+    # no device count at all.
+    memory_mib: float | None = None
 
     @property
     def count(self) -> float | None:
@@ -53,6 +56,9 @@ class Container:
     memory_limit: float | None
     volume_mounts: Mapping[str, str]  # volume name -> mount path
     resources_pointer: str
+    # What the controller merges this container over before it runs (KServe:
+    # the serving runtime's container); its unset fields are then unknown here.
+    merged_over: str | None = None
 
 
 @dataclass(frozen=True)

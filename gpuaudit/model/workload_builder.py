@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import replace
 from typing import Any
 
 from gpuaudit.kube import pointers
@@ -17,6 +18,7 @@ from gpuaudit.kube.podspecs import (
     FRACTION_ANNOTATIONS,
     GPU_RESOURCE,
     HAMI_MODIFIERS,
+    MEMORY_SHARE_ANNOTATIONS,
     MIG_RESOURCE,
     KindLocator,
     Locator,
@@ -44,13 +46,94 @@ def build_workloads(
     for doc in documents:
         group = group_of(doc.api_version)
         kl = table.get((group, doc.kind))
-        if kl is None:
-            workloads.append(Workload(doc, group, "other", ()))
-            continue
         builder = _TemplateBuilder(doc, errors)
-        templates = tuple(t for loc in kl.pods for t in builder.templates(loc))
-        workloads.append(Workload(doc, group, kl.workload_class, templates))
+        templates = tuple(t for loc in kl.pods for t in builder.templates(loc)) if kl else ()
+        if not any(c.gpus for t in templates for c in (*t.containers, *t.init_containers)):
+            # A kind the table does not know, or a known kind in a shape its
+            # locators miss (a new API version): a GPU request is never silent.
+            found = _discovered_locators(doc.obj)
+            discovered = tuple(t for loc in found for t in builder.templates(loc))
+            if discovered:
+                templates = discovered
+                where = found[0].at or "/"
+                why = (
+                    f"{doc.kind} ({group or 'core'}) is not in the pod-spec table"
+                    if kl is None
+                    else f"{doc.kind} ({doc.api_version}) has a shape the pod-spec table does not expect"
+                )
+                errors.append(
+                    InputError(
+                        doc.file,
+                        doc.line_of(where),
+                        f"{why}, but holds a container that requests GPUs at {where}: audited from there as a "
+                        "workload of its kind; add a locator under podspecs: in .gpuaudit.yaml (see "
+                        "gpuaudit/data/podspecs.yaml) to audit it exactly",
+                        "warning",
+                    )
+                )
+        workloads.append(Workload(doc, group, kl.workload_class if kl else "other", templates))
     return workloads, errors
+
+
+# --- kinds the table does not know ------------------------------------------
+
+_CONTAINER_LISTS = ("containers", "initContainers")
+_NOT_SPEC = frozenset({"metadata", "status"})
+_MAX_DEPTH = 12  # operator CRDs nest pod templates a few levels deep, never dozens
+
+
+def _discovered_locators(obj: Mapping[str, Any]) -> list[Locator]:
+    """Where an unknown kind keeps containers that request GPUs: a
+    ``containers`` list beside its pod spec fields, or a container-like
+    mapping (a ``resources`` block naming a GPU resource, as an operator's
+    ``spec.resources`` does). Never silence for a GPU request."""
+    found: list[Locator] = []
+
+    def requests_gpu(resources_: Any) -> bool:
+        if not isinstance(resources_, Mapping):
+            return False
+        return any(
+            isinstance(section, Mapping) and any(GPU_RESOURCE.match(str(k)) for k in section)
+            for section in (resources_.get("requests"), resources_.get("limits"))
+        )
+
+    def walk(node: Any, ptr: str, depth: int) -> None:
+        if depth > _MAX_DEPTH or not isinstance(node, Mapping):
+            return
+        lists = [node.get(k) for k in _CONTAINER_LISTS if isinstance(node.get(k), list)]
+        if any(isinstance(c, Mapping) and requests_gpu(c.get("resources")) for items in lists for c in items):
+            role = ptr.rsplit("/", 1)[-1] or "main"
+            found.append(_locator(at=ptr, spec="", role=role))
+            return
+        if requests_gpu(node.get("resources")) and depth > 0:
+            found.append(_locator(at=ptr, resources_only="resources", role=ptr.rsplit("/", 1)[-1] or "main"))
+            return
+        for key, value in node.items():
+            if depth == 0 and key in _NOT_SPEC:
+                continue
+            child = f"{ptr}/{pointers.escape(str(key))}"
+            if isinstance(value, Mapping):
+                walk(value, child, depth + 1)
+            elif isinstance(value, list):
+                for i, item in enumerate(value):
+                    walk(item, f"{child}/{i}", depth + 1)
+
+    walk(obj, "", 0)
+    return found
+
+
+def _locator(at: str, role: str, spec: str | None = None, resources_only: str | None = None) -> Locator:
+    return Locator(
+        at=at,
+        spec=spec,
+        metadata=None,
+        role=role,
+        role_field=None,
+        replicas=(),
+        inline_containers=(),
+        container_lists=(),
+        resources_only=resources_only,
+    )
 
 
 # --- building templates ----------------------------------------------------
@@ -79,7 +162,11 @@ class _TemplateBuilder:
             labels = _str_map(meta.get("labels"))
             annotations = _str_map(meta.get("annotations"))
             if loc.resources_only is not None:
-                yield self._resources_only(node, at, loc.resources_only, role, replicas)
+                template = self._resources_only(node, at, loc.resources_only, role, replicas)
+                if loc.merged_over:
+                    merged = tuple(replace(c, merged_over=loc.merged_over) for c in template.containers)
+                    template = replace(template, containers=merged)
+                yield template
                 continue
             if loc.spec is None:
                 continue
@@ -88,10 +175,13 @@ class _TemplateBuilder:
             if not isinstance(spec, Mapping):
                 continue
             containers = list(self._containers(spec, spec_ptr, "containers", init=False))
+            if loc.merged_over and not loc.inline_containers:
+                containers = [replace(c, merged_over=loc.merged_over) for c in containers]
             for rel in loc.inline_containers:
                 inline = spec.get(rel)
                 if isinstance(inline, Mapping):
-                    containers.append(self._container(inline, f"{spec_ptr}/{rel}", rel, init=False))
+                    container = self._container(inline, f"{spec_ptr}/{rel}", rel, init=False)
+                    containers.append(replace(container, merged_over=loc.merged_over))
             for rel in loc.container_lists:
                 containers.extend(self._containers(spec, pointers.join_relative(spec_ptr, rel), None, init=False))
             inits = tuple(self._containers(spec, spec_ptr, "initContainers", init=True))
@@ -283,6 +373,15 @@ class _TemplateBuilder:
                     self.error(ann_ptr, f"annotation {key}: {exc}")
                     amount = None
                 yield GpuRequest(key, "fraction", amount, amount, ann_ptr)
+        for key in MEMORY_SHARE_ANNOTATIONS:
+            if key in annotations:
+                ann_ptr = pointers.join_relative(at, f"{loc.metadata}/annotations/{key}") if loc.metadata else at
+                try:
+                    mib = parse_quantity(annotations[key])
+                except QuantityError as exc:
+                    self.error(ann_ptr, f"annotation {key}: {exc} (MiB of one GPU's memory)")
+                    mib = None
+                yield GpuRequest(key, "fraction", None, None, ann_ptr, memory_mib=mib)
 
 
 def _int32_problem(value: Any) -> str | None:

@@ -1,9 +1,13 @@
-"""JUnit XML: one test suite per rule, one failing test case per finding.
+"""JUnit XML: one test suite per rule, one test case per finding.
 
 CI systems (GitLab, Jenkins, Azure Pipelines, GitHub test reporters) show
-JUnit natively. A rule with no findings is one passing case, a skipped rule
-one skipped case, and input problems are error cases in an `input` suite, so
-the report says what ran as well as what failed.
+JUnit natively. A finding at or above ``--fail-on`` is a failing case; one
+below it is a passing case with the finding in its ``system-out``, so a
+merge request shows as many failed tests as the findings that fail the job
+(none with ``--fail-on never``), and the others stay readable. A rule with
+no findings is one passing case, a skipped rule one skipped case, and input
+problems are error cases in an `input` suite, so the report says what ran as
+well as what failed.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from gpuaudit import __version__
-from gpuaudit.model import CATEGORIES, AuditResult, Finding
+from gpuaudit.model import CATEGORIES, SEVERITIES, AuditResult, Finding
 from gpuaudit.safetext import clean
 
 # Characters XML 1.0 cannot carry, even escaped (lone surrogates included:
@@ -51,7 +55,12 @@ def _suite(parent: ET.Element, name: str, cases: int, **counts: int) -> ET.Eleme
     return suite
 
 
-def render(result: AuditResult, **_: Any) -> str:
+def fails(f: Finding, fail_on: str) -> bool:
+    """Whether ``f`` fails the run at ``fail_on`` (a severity, or never)."""
+    return fail_on in SEVERITIES and SEVERITIES.index(f.severity) <= SEVERITIES.index(fail_on)  # type: ignore[arg-type]
+
+
+def render(result: AuditResult, *, fail_on: str = "high", **_: Any) -> str:
     root = ET.Element("testsuites", name="gpuaudit")
     by_rule: dict[str, list[Finding]] = {}
     for f in result.findings:
@@ -64,12 +73,13 @@ def render(result: AuditResult, **_: Any) -> str:
     totals = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
     for rule in rules:
         findings = by_rule.get(rule.id, [])
+        failing = sum(fails(f, fail_on) for f in findings)
         classname = f"{rule.category}.{rule.id}"
         suite = _suite(
             root,
             f"{rule.id} {rule.title}",
             max(1, len(findings)),
-            failures=len(findings),
+            failures=failing,
             skipped=int(rule.id in skipped and not findings),
         )
         if findings:
@@ -77,15 +87,19 @@ def render(result: AuditResult, **_: Any) -> str:
                 case = _case(suite, classname, f"{_subject(f)} ({_where(f)})", file=f.location.file or "")
                 if f.location.line:
                     case.set("line", str(f.location.line))
-                failure = ET.SubElement(case, "failure", message=_text(f.message), type=f.severity)
-                failure.text = _text(_details(f))
+                if fails(f, fail_on):
+                    failure = ET.SubElement(case, "failure", message=_text(f.message), type=f.severity)
+                    failure.text = _text(_details(f))
+                else:  # below --fail-on: reported, not failed
+                    out = ET.SubElement(case, "system-out")
+                    out.text = _text(f"{f.severity} (below --fail-on {fail_on}): {_details(f)}")
         elif rule.id in skipped:
             case = _case(suite, classname, "skipped")
             ET.SubElement(case, "skipped", message=_text(skipped[rule.id]))
         else:
             _case(suite, classname, "no findings")
         totals["tests"] += max(1, len(findings))
-        totals["failures"] += len(findings)
+        totals["failures"] += failing
         totals["skipped"] += int(rule.id in skipped and not findings)
     _input_suite(root, result, totals)
     for key, value in totals.items():

@@ -1,9 +1,19 @@
-"""SARIF 2.1.0: rule metadata, real regions, valid with zero results."""
+"""SARIF 2.1.0: rule metadata, real regions, valid with zero results.
+
+For code scanning: file URIs relative to the repository (``uriBaseId``
+``%SRCROOT%``, resolved by ``originalUriBaseIds``), a fingerprint per
+(file, rule, object, container) so findings on the same object name in two
+files stay two alerts, and each rule's help from its own docs: no link to a
+site this project does not control.
+"""
 
 from __future__ import annotations
 
+import hashlib
 import json
-from pathlib import PurePath
+import os
+import re
+from pathlib import Path
 from typing import Any
 
 from gpuaudit import __version__
@@ -13,17 +23,64 @@ SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
 _LEVEL = {"critical": "error", "high": "error", "medium": "warning", "low": "note", "info": "note"}
 
 
-def _uri(file: str) -> str:
-    if file in ("", "<stdin>"):
-        return "stdin"
-    return (
-        PurePath(file).as_posix().lstrip("/")
-        if not file.startswith("/")
-        else PurePath(file).as_uri()
-    )
+SRCROOT = "%SRCROOT%"
 
 
-def _result(f: Finding, index: int) -> dict[str, Any]:
+class _Locator:
+    """Artifact locations: repository-relative under ``root`` (with
+    ``uriBaseId``), an absolute file URI outside it."""
+
+    def __init__(self, root: Path | None, cwd: Path | None = None) -> None:
+        self.cwd = Path(os.path.abspath(cwd or Path.cwd()))
+        self.root = Path(os.path.abspath(root)) if root is not None else self.cwd
+
+    def relative(self, file: str) -> str | None:
+        """``file`` relative to the root, as a URI path; None outside it."""
+        if file in ("", "<stdin>"):
+            return None
+        full = Path(os.path.abspath(self.cwd / file))
+        try:
+            return full.relative_to(self.root).as_posix()
+        except ValueError:
+            return None
+
+    def artifact(self, file: str) -> dict[str, Any]:
+        if file in ("", "<stdin>"):
+            return {"uri": "stdin"}
+        relative = self.relative(file)
+        if relative is not None:
+            return {"uri": _quote(relative), "uriBaseId": SRCROOT}
+        return {"uri": "file://" + _quote(Path(os.path.abspath(self.cwd / file)).as_posix())}
+
+    def base_ids(self) -> dict[str, Any]:
+        return {SRCROOT: {"uri": "file://" + _quote(self.root.as_posix()).rstrip("/") + "/"}}
+
+
+def _quote(path: str) -> str:
+    """A relative path as a URI reference (spaces and the like escaped)."""
+    from urllib.parse import quote
+
+    # errors="replace": a lone surrogate (a file name that is not UTF-8) cannot be percent-encoded.
+    return quote(path, safe="/-._~!$&'()*+,;=:@", errors="replace")
+
+
+def identifier(title: str) -> str:
+    """A rule title as a PascalCase identifier: "GPU workload pinned to a
+    single node" -> "GPUWorkloadPinnedToASingleNode"."""
+    words = re.findall(r"[A-Za-z0-9]+", title)
+    name = "".join(w[:1].upper() + w[1:] for w in words)
+    return name if name[:1].isalpha() else f"Rule{name}"
+
+
+def fingerprint(f: Finding, file: str) -> str:
+    """Stable across line moves and versions: the repository-relative file,
+    the rule, the object (kind, namespace, name) and the container."""
+    r = f.resource
+    parts = (file, f.rule, r.kind, r.namespace or "", r.name, r.container or "")
+    return hashlib.sha256("\x1f".join(str(p) for p in parts).encode()).hexdigest()[:32]
+
+
+def _result(f: Finding, index: int, locator: _Locator) -> dict[str, Any]:
     result: dict[str, Any] = {
         "ruleId": f.rule,
         "ruleIndex": index,
@@ -43,32 +100,45 @@ def _result(f: Finding, index: int) -> dict[str, Any]:
     }
     if f.location.file:
         region = {"startLine": f.location.line} if f.location.line else {}
-        physical: dict[str, Any] = {"artifactLocation": {"uri": _uri(f.location.file)}}
+        physical: dict[str, Any] = {"artifactLocation": locator.artifact(f.location.file)}
         if region:
             physical["region"] = region
         result["locations"] = [{"physicalLocation": physical, "logicalLocations": [logical]}]
     else:
         result["locations"] = [{"logicalLocations": [logical]}]
-    result["partialFingerprints"] = {
-        "gpuaudit/v1": "/".join((f.rule, r.kind, r.namespace, r.name, r.container or ""))
-    }
+    # The file as the repository names it: the same object in two files is two alerts.
+    file = locator.relative(f.location.file) or f.location.file
+    result["partialFingerprints"] = {"gpuaudit/v2": fingerprint(f, file)}
     return result
 
 
-def render(result: AuditResult, **_: Any) -> str:
+def _help(r: Any) -> dict[str, str]:
+    docs = r.docs.strip()
+    remediation = (r.remediation or {}).get("id")
+    fix = f"\n\n`gpuaudit fix` applies the remediation `{remediation}`." if remediation else ""
+    more = f"\n\nMore: `gpuaudit rules explain {r.id}`."
+    return {
+        "text": f"{r.id}: {r.title}\n\n{docs}{fix}{more}".replace("`", ""),
+        "markdown": f"**{r.id}: {r.title}**\n\n{docs}{fix}{more}",
+    }
+
+
+def render(result: AuditResult, *, source_root: Path | None = None, **_: Any) -> str:
+    """``source_root``: the repository the files are in (URIs are relative to
+    it); default: the working directory."""
+    locator = _Locator(source_root)
     rules = sorted(result.rules, key=lambda r: r.id)
     index = {r.id: i for i, r in enumerate(rules)}
     driver = {
         "name": "gpuaudit",
         "version": __version__,
-        "informationUri": "https://github.com/gpuaudit/gpuaudit",
         "rules": [
             {
                 "id": r.id,
-                "name": r.title,
+                "name": identifier(r.title),
                 "shortDescription": {"text": r.title},
                 "fullDescription": {"text": r.docs.strip().split("\n\n")[0]},
-                "help": {"text": r.docs.strip()},
+                "help": _help(r),
                 "defaultConfiguration": {"level": _LEVEL[r.severity]},
                 "properties": {
                     "category": r.category,
@@ -88,7 +158,7 @@ def render(result: AuditResult, **_: Any) -> str:
                     "locations": [
                         {
                             "physicalLocation": {
-                                "artifactLocation": {"uri": _uri(e.file)},
+                                "artifactLocation": locator.artifact(e.file),
                                 **({"region": {"startLine": e.line}} if e.line else {}),
                             }
                         }
@@ -102,13 +172,14 @@ def render(result: AuditResult, **_: Any) -> str:
     ]
     run = {
         "tool": {"driver": driver},
+        "originalUriBaseIds": locator.base_ids(),
         "invocations": [
             {
                 "executionSuccessful": not any(e.level == "error" for e in result.errors),
                 "toolExecutionNotifications": notifications,
             }
         ],
-        "results": [_result(f, index.get(f.rule, -1)) for f in result.findings if f.rule in index],
+        "results": [_result(f, index.get(f.rule, -1), locator) for f in result.findings if f.rule in index],
     }
     # Read by tools (code scanning), not people: compact, which json writes in
     # C; indenting takes its pure-Python encoder (0.13 s for 2,000 results).

@@ -1,7 +1,10 @@
-"""Text for people: findings grouped in the diagnostic order, colour on a TTY."""
+"""Text for people: findings grouped in the diagnostic order, colour on a TTY,
+each finding with the command that explains its rule; wrapped to the
+terminal's width when there is one, a count per rule for a large run."""
 
 from __future__ import annotations
 
+import textwrap
 from collections import Counter
 from typing import Any
 
@@ -9,6 +12,9 @@ from gpuaudit.model import CATEGORIES, SEVERITIES, AuditResult, Finding
 from gpuaudit.safetext import one_line
 
 _COLOURS = {"critical": "1;31", "high": "31", "medium": "33", "low": "36", "info": "2"}
+INDENT = " " * 11  # under the rule id: two spaces, the severity column (8), one space
+# More findings than this: a count per rule closes the report.
+SUMMARY_AFTER = 20
 # Every field quotes input (names, files, messages): each is one line, with
 # no terminal control (gpuaudit/safetext.py); the colours are the only ones.
 
@@ -35,7 +41,27 @@ def _collapse_replicas(findings: list[Finding]) -> list[tuple[Finding, list[Find
     return out
 
 
-def render(result: AuditResult, *, colour: bool = False, **_: Any) -> str:
+def _wrapped(text: str, width: int | None) -> list[str]:
+    """``text`` under a finding: one line, or wrapped to ``width`` columns."""
+    if not width or width <= len(INDENT) + 20 or len(INDENT) + len(text) <= width:
+        return [INDENT + text]
+    return textwrap.wrap(
+        text, width=width, initial_indent=INDENT, subsequent_indent=INDENT, break_on_hyphens=False
+    ) or [INDENT]
+
+
+def render(
+    result: AuditResult,
+    *,
+    colour: bool = False,
+    width: int | None = None,
+    quiet: bool = False,
+    **_: Any,
+) -> str:
+    """``width``: the terminal's columns (None: no wrapping); ``quiet``: leave
+    out the skipped rules and the telemetry line (findings, input problems,
+    the cluster line and the summary stay)."""
+
     def paint(code: str, text: str) -> str:
         return f"\x1b[{code}m{text}\x1b[0m" if colour else text
 
@@ -63,15 +89,26 @@ def render(result: AuditResult, *, colour: bool = False, **_: Any) -> str:
             what = r.label()
             if r.node and r.kind != "Node":
                 what += f" on {r.node}"
-            severity = paint(_COLOURS[f.severity], f.severity.upper())
-            lines.append(f"  {severity:<8} {f.rule}  {one_line(where)}  {one_line(what)}")
-            lines.append(f"           {one_line(f.message)}")
+            # Padded outside the colour: the escape codes take no columns.
+            label = f.severity.upper()
+            severity = paint(_COLOURS[f.severity], label) + " " * max(0, 8 - len(label))
+            lines.append(f"  {severity} {f.rule}  {one_line(where)}  {one_line(what)}")
+            lines += _wrapped(one_line(f.message), width)
             if repeats:
                 pods = ", ".join(one_line(_pod(x)) for x in repeats[:5])
                 more = f" and {len(repeats) - 5} more" if len(repeats) > 5 else ""
-                lines.append(f"           ... and the same for {len(repeats)} more pod(s): {pods}{more}")
+                lines += _wrapped(f"... and the same for {len(repeats)} more pod(s): {pods}{more}", width)
+            lines.append(INDENT + paint("2", f"explain: gpuaudit rules explain {f.rule}"))
         lines.append("")
-    if result.skipped:
+    if len(result.findings) > SUMMARY_AFTER:
+        lines.append(paint("1", "BY RULE"))
+        per_rule = Counter(f.rule for f in result.findings)
+        titles = {f.rule: f.title for f in result.findings}
+        severities = {f.rule: f.severity for f in result.findings}
+        for rule_id, n in sorted(per_rule.items(), key=lambda kv: (-kv[1], SEVERITIES.index(severities[kv[0]]), kv[0])):
+            lines.append(f"  {n:>5}  {rule_id:<11} {severities[rule_id]:<8} {one_line(titles[rule_id])}")
+        lines.append("")
+    if result.skipped and not quiet:
         lines.append(paint("1", "SKIPPED"))
         by_reason: dict[str, list[str]] = {}
         for s in result.skipped:
@@ -103,7 +140,7 @@ def render(result: AuditResult, *, colour: bool = False, **_: Any) -> str:
             shown = ", ".join(one_line(n) for n in unknown[:5])
             shown += f" and {len(unknown) - 5} more" if len(unknown) > 5 else ""
             lines[-1] += f" GPUs unknown on {len(unknown)} node(s), left out of these totals: {shown}."
-    if result.telemetry is not None:
+    if result.telemetry is not None and not quiet:
         t = result.telemetry
         window = (
             f"{t['window_seconds'] / 3600:g} h" if t.get("window_seconds") else "unknown window"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
@@ -18,6 +18,7 @@ from gpuaudit.facts import workload as workload_facts
 from gpuaudit.facts.context import Context, Site, build_context, merge_contexts
 from gpuaudit.kube.podspecs import group_of
 from gpuaudit.model import AuditResult, Document, InputError, Workload
+from gpuaudit.model.serving_runtimes import effective_workloads
 from gpuaudit.model.workload_builder import build_workloads
 from gpuaudit.pipelines.policy import locators_for
 from gpuaudit.pipelines.shards import run_sharded, workers_for
@@ -148,14 +149,14 @@ def check_manifests(
 
     def judge(modelled: tuple, context: Context) -> _JudgedShard:
         read, workloads, field_errors = modelled
+        # The runtime may sit in another shard than its InferenceService: the
+        # merged context has them all.
+        workloads = effective_workloads(workloads, context.runtimes, locators)
+        inputs = {"manifest", *site_inputs(config.site)}
         evaluations = [
-            evaluate(rules, group, inputs={"manifest", *site_inputs(config.site)}, exemptions=config.exemptions)
+            evaluate(rules, group, inputs=inputs, exemptions=config.exemptions, keep_subjects=keep_subjects)
             for group in subject_groups(read.documents, workloads, context, read.bare)
         ]
-        if not keep_subjects:
-            for e in evaluations:
-                e.findings = [replace(f, subject=None) for f in e.findings]
-                e.suppressed = [(replace(f, subject=None), why) for f, why in e.suppressed]
         gpu_workloads = sum(1 for w in workloads if w.requests_gpus)
         return _JudgedShard(
             read.errors, field_errors, evaluations, len(read.documents), gpu_workloads, _identities(read.documents)

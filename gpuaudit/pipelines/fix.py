@@ -22,7 +22,7 @@ from gpuaudit.pipelines import fix_live
 from gpuaudit.pipelines.audit import audit_cluster
 from gpuaudit.pipelines.check import check_manifests, manifest_subjects
 from gpuaudit.pipelines.policy import locators_for
-from gpuaudit.remediate import overlay, verify
+from gpuaudit.remediate import coherence, overlay, verify
 from gpuaudit.remediate.plan import (
     ObjectId,
     Plan,
@@ -55,16 +55,12 @@ def plan_fix(
     the plan of patches. A snapshot with paths sizes the patches from its
     pods' telemetry and GPU models. ``kustomize_load_anywhere``: the user
     lets kustomizations read files outside their folder."""
-    run = RunState()
-    if snapshot is not None:
-        run.evidence = fix_live.evidence(snapshot)
-        run.evidence_source = snapshot_label
     if paths:
         inputs = read_fix_inputs(paths, config, rules, kustomize_load_anywhere=kustomize_load_anywhere)
     else:
         inputs = read_live(snapshot or {}, snapshot_label, config, rules, telemetry_problem)
-    run.shared_names = inputs.shared_names(config)
-    run.sharing_configs = sharing_configs(inputs.documents)
+    inputs.snapshot = snapshot
+    run = run_state(inputs, config, snapshot, snapshot_label)
     plan = plan_fixes(
         inputs.items,
         locators_for(config),
@@ -73,6 +69,22 @@ def plan_fix(
         None if inputs.live else rechecker(config, rules, inputs),
     )
     return plan, inputs
+
+
+def run_state(inputs: Inputs, config: Config, snapshot: Mapping[str, Any] | None = None, label: str = "") -> RunState:
+    """What the planners know of the whole input: advertised `.shared` names,
+    sharing configs, live evidence, and the coherence check's setting (serving
+    runtimes, site platform, what the snapshot's nodes advertise)."""
+    run = RunState()
+    if snapshot is not None:
+        run.evidence = fix_live.evidence(snapshot)
+        run.evidence_source = label
+    run.shared_names = inputs.shared_names(config)
+    run.sharing_configs = sharing_configs(inputs.documents)
+    run.world = tuple(d.obj for d in inputs.documents)
+    run.coherence = coherence.setting_for(locators_for(config), run.world, config.site, snapshot)
+    run.platform = run.coherence.platform
+    return run
 
 
 @dataclass
@@ -90,6 +102,7 @@ class Inputs:
     bare: list[Document] = field(default_factory=list)  # non-Kubernetes YAML (bare configs)
 
     live: bool = False  # read from a snapshot: the base is the cluster's objects
+    snapshot: Mapping[str, Any] | None = None  # --snapshot FILE, read
 
     def shared_names(self, config: Config) -> frozenset[str] | None:
         """The `.shared` names the input's device-plugin configs (or the site) advertise."""
@@ -272,12 +285,15 @@ def verify_overlay(out_dir: Path, plan: Plan, inputs: Inputs, config: Config, ru
     if inputs.live:  # judge the base as manifests too, so both sides ran the same rules
         base = "---\n".join(overlay.dump(o) for o in inputs.originals.values())
         before = check_manifests(["-"], config, rules, stdin_text=base).findings
+    world = [d.obj for d in inputs.documents]
     result = verify.verify(
         built,
         plan,
         inputs.originals,
         before,
         lambda: check_manifests(["-"], config, rules, stdin_text=text).findings,
+        coherence.setting_for(locators_for(config), world, config.site, inputs.snapshot),
+        world,
     )
     live_only: list[str] = []
     if inputs.live:  # rules judged on live state only: no manifest audit can show them

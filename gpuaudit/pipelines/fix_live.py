@@ -22,6 +22,7 @@ from gpuaudit.remediate.evidence import Evidence, from_cluster
 from gpuaudit.remediate.overlay import dump
 from gpuaudit.remediate.owner_findings import OwnerIndex, on_owner, unique
 from gpuaudit.remediate.plan import Source, object_id
+from gpuaudit.remediate.planners.declined import enable_mig_reason
 from gpuaudit.remediate.verify import finding_key
 from gpuaudit.sources.manifests import ReadResult, read_text
 
@@ -154,6 +155,16 @@ def live_items(
                 items.append((moved, found.source))
             continue
         key = (group_of(r.api_version), r.kind, r.namespace or "", r.name)
+        if r.kind == "Node":
+            if (finding.remediation or {}).get("id") == "enable-mig" and subject is not None:
+                problem = enable_mig_reason(subject.facts)
+            else:
+                problem = (
+                    f"{where} is a Node: the kubelet owns it and an overlay does not patch it; the "
+                    "change is a node label or the GPU Operator's config (see the rule's docs)"
+                )
+            items.append((finding, _unpatchable(label, problem)))
+            continue
         if subject is None or key not in objects or r.kind not in {k for _, k in PATCHABLE.values()}:
             problem = (
                 f"a snapshot holds the workloads that own pods and GPU configs, not a {r.kind} an "

@@ -7,7 +7,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 from gpuaudit.bundled import policies_dir
-from gpuaudit.engine.rules import Rule, load_rules
+from gpuaudit.engine.rule_cache import load_rules_cached
+from gpuaudit.engine.rules import Rule
 from gpuaudit.kube.podspecs import KindLocator, builtin_locators, parse_locators
 from gpuaudit.model import InputError
 from gpuaudit.sources.user_config import Config
@@ -19,9 +20,11 @@ def load_policy(
     include: Sequence[str] = (),
     exclude: Sequence[str] = (),
 ) -> tuple[list[Rule], list[InputError]]:
-    """Built-in rules plus the config's and the command line's folders, selected."""
+    """Built-in rules plus the config's and the command line's folders, selected.
+    The loaded and compiled rules come from the user's cache when their files
+    are unchanged (engine/rule_cache.py)."""
     dirs = [policies_dir(), *config.policies, *extra_dirs]
-    rules, rule_errors = load_rules(dirs, config.params, config.severity)
+    rules, rule_errors = load_rules_cached(dirs, config.params, config.severity)
     errors = [InputError(e.file, e.line, e.message) for e in rule_errors]
     known = {r.id for r in rules} | {e.rule_id for e in rule_errors if e.rule_id}
     for rule_id in sorted(set(config.params) | set(config.severity)):
@@ -68,12 +71,18 @@ def selection_problems(
 
 
 def select(rules: Iterable[Rule], include: Sequence[str], exclude: Sequence[str]) -> list[Rule]:
-    """Rules named by id or category in ``include`` (all when empty), minus ``exclude``."""
+    """Rules named by id or category in ``include`` (all when empty), minus
+    ``exclude``; an opt-in rule only when ``include`` names its id."""
 
     def named(rule: Rule, names: Sequence[str]) -> bool:
         return rule.id in names or rule.category in names
 
-    return [r for r in rules if (not include or named(r, include)) and not named(r, exclude)]
+    def wanted(rule: Rule) -> bool:
+        if rule.opt_in:
+            return rule.id in include
+        return not include or named(rule, include)
+
+    return [r for r in rules if wanted(r) and not named(r, exclude)]
 
 
 def locators_for(config: Config) -> Mapping[tuple[str, str], KindLocator]:

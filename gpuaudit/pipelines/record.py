@@ -23,6 +23,8 @@ def record_audit(path: Path, result: AuditResult, config: Config, snapshot: Mapp
     if result.state is None:
         raise ValueError("only a cluster audit has counts to record")
     incomplete = result.state.unknown_gpus_note()
+    if incomplete is None and result.state.unread:
+        incomplete = f"could not read {', '.join(sorted(result.state.unread))}: a partial run is not a trend point"
     if incomplete is not None:
         raise ValueError(incomplete)
     settings = replace(settings_from_config(config.report), cluster_name=cluster_name(config.report, snapshot))

@@ -3,7 +3,8 @@ report.html, report.md and report.json in one folder."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import re
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -11,10 +12,12 @@ from typing import Any
 
 from gpuaudit.files import inside
 from gpuaudit.model import AuditResult, InputError
+from gpuaudit.pipelines.fix import plan_fix
 from gpuaudit.report import history
 from gpuaudit.report.build import ReportSettings, analyse, assemble, cluster_name, run_summary
+from gpuaudit.report.fleet import fleet
 from gpuaudit.report.period import Period, month_of
-from gpuaudit.report.render import report_paths, write_report
+from gpuaudit.report.render import report_paths, write_fleet, write_report
 from gpuaudit.sources.user_config import Config
 
 HISTORY_NAME = "history.sqlite"
@@ -39,6 +42,43 @@ def history_database(config: Config, history_path: Path | None, out_dir: Path) -
     return out_dir / HISTORY_NAME
 
 
+def fix_overlay(snapshot: Mapping[str, Any], result: AuditResult, config: Config) -> dict[str, Any]:
+    """What `gpuaudit fix` would write for this cluster, as plain data for the
+    what-if: each workload a patch moves to a MIG profile or a shared GPU (with
+    the planner's VRAM need), and the time-slicing replicas the overlay's
+    sharing config sets. The report counts only what these patches achieve."""
+    try:
+        plan, _ = plan_fix([], dict(snapshot), "snapshot", None, config, result.rules, {})
+    except Exception as exc:
+        return {"available": False, "problem": f"the fix plan could not be made: {exc}", "shares": [], "replicas": None}
+    shares = []
+    replicas = None
+    for change in plan.changes:
+        proposal = change.proposal
+        share = getattr(proposal, "share", None)
+        if change.remediation == "enable-time-slicing":
+            value = (proposal.params or {}).get("replicas")
+            replicas = int(value) if isinstance(value, int) and value > 1 else replicas
+        if share is None:
+            continue
+        _, kind, namespace, name = change.target
+        shares.append(
+            {
+                "namespace": namespace,
+                "kind": kind,
+                "name": name,
+                "remediation": change.remediation,
+                "rules": change.rules,
+                "resource": share.resource,
+                "mig_profile": share.mig_profile,
+                "model": share.model.model if share.model is not None else None,
+                "need_mib": share.need_mib,
+                "confidence": proposal.confidence,
+            }
+        )
+    return {"available": True, "problem": None, "shares": shares, "replicas": replicas}
+
+
 def write_review(
     snapshot: Mapping[str, Any],
     result: AuditResult,
@@ -50,6 +90,7 @@ def write_review(
     record: bool,
     period: Period | None,
     progress: Callable[[str], None] = lambda _: None,
+    name: str | None = None,
 ) -> tuple[list[Path], dict[str, Any]]:
     """Write the review of ``result`` (a cluster audit of ``snapshot``) to
     ``out_dir``, recording this run in the history unless ``record`` is False.
@@ -60,12 +101,16 @@ def write_review(
     Raises history.HistoryError when the history cannot be used,
     UnsafePathError or OSError (files.WriteError naming the file) when the
     report cannot be written."""
-    settings = replace(settings, cluster_name=cluster_name(config.report, snapshot))
+    settings = replace(settings, cluster_name=name or cluster_name(config.report, snapshot))
     report_paths(out_dir)
     history.check_location(database)
     progress("building the capacity review")
-    analysis = analyse(result.state, result.subjects, result, settings)
-    incomplete = result.state.unknown_gpus_note()
+    progress("planning the fix overlay")
+    analysis = analyse(result.state, result.subjects, result, settings, fix_overlay(snapshot, result, config))
+    partial = analysis.document["partial"]
+    incomplete = result.state.unknown_gpus_note() or (
+        f"could not read {', '.join(partial['unread'])}" if partial["partial"] else None
+    )
     if record and incomplete is not None:  # unknown, never zero: not a trend point
         result.errors.append(InputError(str(database), None, f"this run is not recorded: {incomplete}", "warning"))
     if record and incomplete is None:
@@ -90,3 +135,62 @@ def write_review(
     }
     progress("writing the report")
     return write_report(document, out_dir), document
+
+
+def _folder(name: str, taken: set[str]) -> str:
+    base = re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip(".-")[:60] or "cluster"
+    folder, n = base, 2
+    while folder in taken:
+        folder, n = f"{base}-{n}", n + 1
+    taken.add(folder)
+    return folder
+
+
+def write_fleet_review(
+    clusters: Sequence[tuple[Mapping[str, Any], AuditResult]],
+    config: Config,
+    settings: ReportSettings,
+    out_dir: Path,
+    *,
+    database: Path,
+    record: bool,
+    period: Period | None,
+    progress: Callable[[str], None] = lambda _: None,
+) -> tuple[list[Path], dict[str, Any]]:
+    """One review per cluster (each in its own folder under ``out_dir``,
+    each recorded in the history under its own name), and the fleet review
+    in ``out_dir``: the clusters side by side, with totals that are their sums.
+
+    A cluster is named by its snapshot (kubeconfig context, else API server):
+    config ``report.cluster_name`` names one cluster, not a fleet. Two
+    snapshots with one name are refused (ValueError): their runs would mix."""
+    names = [cluster_name({}, snapshot) for snapshot, _ in clusters]
+    doubled = sorted({n for n in names if names.count(n) > 1})
+    if doubled:
+        raise ValueError(
+            f"several snapshots name the cluster {', '.join(doubled)}: a fleet review needs one per cluster"
+        )
+    report_paths(out_dir)
+    taken: set[str] = set()
+    written: list[Path] = []
+    documents: list[tuple[dict[str, Any], str]] = []
+    for (snapshot, result), name in zip(clusters, names, strict=True):
+        folder = _folder(name, taken)
+        progress(f"reviewing {name}")
+        files, document = write_review(
+            snapshot,
+            result,
+            config,
+            settings,
+            out_dir / folder,
+            database=database,
+            record=record,
+            period=period,
+            progress=progress,
+            name=name,
+        )
+        written.extend(files)
+        documents.append((document, folder))
+    stamp = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    document = fleet(documents, generated_at=stamp)
+    return [*write_fleet(document, out_dir), *written], document

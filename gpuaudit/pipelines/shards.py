@@ -26,7 +26,6 @@ never results.
 from __future__ import annotations
 
 import os
-import pickle
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -148,7 +147,7 @@ class _Worker:
         """(True, the worker's next frame), or (False, None) when it failed."""
         try:
             return True, _read_frame(self.up)
-        except (OSError, EOFError, pickle.UnpicklingError):
+        except (OSError, EOFError, _pickle().UnpicklingError):
             return False, None
 
     def send(self, frame: bytes) -> bool:
@@ -171,7 +170,15 @@ class _Worker:
             self.pid = 0
 
 
+def _pickle() -> Any:
+    """pickle, imported when a worker is used (small inputs never need it)."""
+    import pickle
+
+    return pickle
+
+
 def _frame(value: Any) -> bytes:
+    pickle = _pickle()
     data = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
     return len(data).to_bytes(_LENGTH, "little") + data
 
@@ -184,7 +191,7 @@ def _write(fd: int, frame: bytes) -> None:
 
 def _read_frame(fd: int) -> Any:
     length = int.from_bytes(_read_exactly(fd, _LENGTH), "little")
-    return pickle.loads(_read_exactly(fd, length))
+    return _pickle().loads(_read_exactly(fd, length))
 
 
 def _read_exactly(fd: int, size: int) -> bytes:

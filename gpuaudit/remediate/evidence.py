@@ -23,7 +23,7 @@ def owner_key(api_version: str, kind: str, namespace: str, name: str) -> OwnerKe
 class Evidence:
     pods: tuple[str, ...]
     nodes: tuple[str, ...]
-    telemetry: Mapping[str, Any]  # fb_used_max_mib: the peak over all its pods
+    telemetry: Mapping[str, Any]  # fb_used_max_mib: the peak over all its pods; compute_p95
     models: tuple[gpus.GpuModel, ...]  # distinct GPU models of those nodes
 
     @property
@@ -54,10 +54,13 @@ def from_cluster(
         if peaks:
             windows = [t.get("window_seconds") for t in measured if t.get("window_seconds")]
             coverage = [t.get("coverage") for t in measured if t.get("coverage") is not None]
+            compute = [t["compute_p95"] for t in measured if isinstance(t.get("compute_p95"), (int, float))]
             telemetry = {
                 "fb_used_max_mib": max(peaks),
                 "window_seconds": max(windows) if windows else None,
                 "coverage": min(coverage) if coverage else None,
+                # The busiest pod's p95 share of a GPU: what a slice must keep up with.
+                "compute_p95": max(compute) if len(compute) == len(measured) else None,
             }
         nodes = tuple(sorted({str(p["node"]) for p in pods if p.get("node")}))
         models = {m.model: m for n in nodes if (m := node_models.get(n)) is not None}

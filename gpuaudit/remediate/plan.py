@@ -11,6 +11,7 @@ earlier changes left it, and kustomize applies them in the same order.
 from __future__ import annotations
 
 import copy
+import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,7 +22,7 @@ import yaml
 from gpuaudit.kube.podspecs import KindLocator, group_of
 from gpuaudit.model import CATEGORIES, Container, Document, Finding, PodTemplate
 from gpuaudit.model.workload_builder import build_workloads
-from gpuaudit.remediate import patches, templates
+from gpuaudit.remediate import coherence, patches, templates
 from gpuaudit.remediate.edits import EditError, apply_edits
 from gpuaudit.remediate.planners import PLANNERS
 from gpuaudit.remediate.planners.common import REMEDIATED, TAKE_GPUS_AWAY, Context, Declined, Proposal, RunState
@@ -153,11 +154,104 @@ def plan_fixes(
     still_found: Callable[[Finding, Mapping[str, Any]], bool] | None = None,
 ) -> Plan:
     """``run``: what the planners know of the whole input beyond each finding
-    (the `.shared` names it advertises, live evidence per workload).
-    ``still_found``: whether a finding's rule still reports it on the object as
-    the earlier changes left it; when not, those changes fix it too."""
-    plan = Plan()
+    (the `.shared` names it advertises, live evidence per workload, the
+    coherence setting). ``still_found``: whether a finding's rule still
+    reports it on the object as the earlier changes left it; when not, those
+    changes fix it too.
+
+    With ``run.coherence`` set, the plan is checked (remediate/coherence.py):
+    a change that would leave its object incoherent is declined with the
+    reason, and the findings are planned again without it (later changes on
+    the same object, and the sharing config sized from the moves, follow)."""
     run = run or RunState()
+    forced: dict[int, str] = {}
+    base = dataclasses.replace(run, sharers=[])
+    if run.coherence is not None and not run.advertised:
+        base.advertised = coherence.advertised(run.world, run.coherence, _world_labels(run.world, {}, []))
+    plan = Plan()
+    passes = 6
+    for attempt_number in range(passes + 1):
+        attempt = dataclasses.replace(base, sharers=[])
+        plan = _plan_once(items, locators, settings, attempt, still_found, forced)
+        if run.coherence is None:
+            break
+        world, labels = _world(plan, run.world)
+        names = coherence.advertised(world, run.coherence, labels)
+        incoherent = _incoherent(plan, run.coherence, names)
+        if not incoherent and names == base.advertised:
+            break
+        last = attempt_number >= passes - 1
+        for change, reasons in incoherent:
+            why = "the patch would break the workload: " + "; ".join(reasons)
+            # Findings another change's rule fixed along the way are planned
+            # again on their own; on the last pass every change on an object
+            # still incoherent goes, so what is written is always coherent.
+            for c in plan.changes if last else [change]:
+                if c.target != change.target:
+                    continue
+                for finding in c.findings:
+                    if last or (finding.remediation or {}).get("id") == c.remediation:
+                        forced[id(finding)] = why
+        base.advertised = names
+    run.sharers[:] = attempt.sharers
+    return plan
+
+
+def _world_labels(
+    objects: Sequence[Mapping[str, Any]], patched: Mapping[ObjectId, Any], added: Sequence[Mapping[str, Any]]
+) -> dict[ObjectId, str]:
+    labels = {}
+    for obj in objects:
+        oid = object_id(obj)
+        name = f"{oid[1]} {oid[2] + '/' if oid[2] else ''}{oid[3]}"
+        labels[oid] = f"{name} (patched by this overlay)" if oid in patched else f"{name} (in the inputs)"
+    for obj in added:
+        oid = object_id(obj)
+        labels[oid] = f"{oid[1]} {oid[2] + '/' if oid[2] else ''}{oid[3]} (added by this overlay)"
+    return labels
+
+
+def _world(plan: Plan, inputs: Sequence[Mapping[str, Any]]) -> tuple[list[Mapping[str, Any]], dict[ObjectId, str]]:
+    """Every object once the overlay applies: inputs as patched, plus the new ones."""
+    patched = {oid: after for oid, (_, after) in plan.expected.items()}
+    added = [o for c in plan.changes for o in c.new_objects]
+    objects = [patched.get(object_id(o), o) for o in inputs]
+    seen = {object_id(o) for o in objects}
+    objects += [after for oid, after in patched.items() if oid not in seen]
+    objects += added
+    return objects, _world_labels(objects, patched, added)
+
+
+def _incoherent(plan: Plan, setting: Any, names: Mapping[str, str]) -> list[tuple[Change, list[str]]]:
+    """Every change whose result brings a new problem (on its object, after
+    the changes before it), with why."""
+    out = []
+    by_target: dict[ObjectId, list[Change]] = {}
+    for change in plan.changes:
+        by_target.setdefault(change.target, []).append(change)
+    for target, changes in by_target.items():
+        original = plan.expected[target][0]
+        lowers: frozenset[str] = frozenset()
+        seen: set[str] = set()
+        for change in changes:
+            lowers |= change.proposal.lowers
+            found = coherence.problems(original, change.after, setting, names, lowers)
+            new = [p for p in found if p not in seen]
+            if new:
+                out.append((change, new))
+            seen.update(found)
+    return out
+
+
+def _plan_once(
+    items: Sequence[tuple[Finding, Source]],
+    locators: Mapping[tuple[str, str], KindLocator],
+    settings: Settings,
+    run: RunState,
+    still_found: Callable[[Finding, Mapping[str, Any]], bool] | None,
+    forced: Mapping[int, str],
+) -> Plan:
+    plan = Plan()
     working: dict[ObjectId, dict[str, Any]] = {}
     original: dict[ObjectId, dict[str, Any]] = {}
     included: dict[str, Source] = {}
@@ -170,7 +264,7 @@ def plan_fixes(
         return (category, not takes_away, f.rule, f.location.file, f.location.line or 0)
 
     for finding, source in sorted(items, key=order):
-        reason = _unplannable(finding, source)
+        reason = forced.get(id(finding)) or _unplannable(finding, source)
         if reason:
             plan.skipped.append(Skip(finding, reason))
             continue
@@ -195,7 +289,22 @@ def plan_fixes(
             continue
         proposal = PLANNERS[remediation](ctx)
         if isinstance(proposal, Declined):
-            plan.skipped.append(Skip(finding, proposal.reason))
+            # An earlier change of the same remediation on this object already
+            # did what this finding asks (two rules about one whole GPU): it
+            # fixes this one too, rather than a decline that contradicts it.
+            pointer = str(finding.subject.facts.get("pointer") or "")
+            same = [
+                c
+                for c in plan.changes
+                if c.target == target
+                and c.remediation == remediation
+                and c.proposal.scope.split("#")[0]
+                and pointer.startswith(c.proposal.scope.split("#")[0])
+            ]
+            if same:
+                same[-1].findings.append(finding)
+            else:
+                plan.skipped.append(Skip(finding, proposal.reason))
             continue
         key = (target, remediation, proposal.scope)
         if key in by_scope:  # another finding about the same thing: one patch for both

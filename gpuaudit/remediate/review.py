@@ -40,6 +40,8 @@ def _value(value: Any) -> str:
 def _where(finding: Finding, labels: dict[int, str]) -> str:
     doc = finding.subject.document if finding.subject is not None else None
     file = labels.get(id(doc), finding.location.file) if doc is not None else finding.location.file
+    if not file:
+        return ""
     line = f":{finding.location.line}" if finding.location.line else ""
     return f"{file}{line}"
 
@@ -99,7 +101,8 @@ def render(
         for skip in plan.skipped:
             r = skip.finding.resource
             obj = f"{r.kind} {r.namespace + '/' if r.namespace else ''}{r.name}"
-            out.append(f"| {skip.finding.rule} | {md(obj)} | {md(_where(skip.finding, labels))} | {md(skip.reason)} |")
+            where = _where(skip.finding, labels) or "live state"
+            out.append(f"| {skip.finding.rule} | {md(obj)} | {md(where)} | {md(skip.reason)} |")
         out.append("")
     return "\n".join(out)
 
@@ -112,10 +115,9 @@ def _change_section(change: Change, overlay: Overlay, labels: dict[int, str]) ->
     for path in overlay.resource_paths.get(change.number, []):
         lines.append(f"- **Adds**: `{path}`")
     for finding in change.findings:
-        lines.append(
-            f"- **Finding**: {finding.rule} ({finding.severity}) at "
-            f"{code(_where(finding, labels))}: {md(finding.message)}"
-        )
+        where = _where(finding, labels)
+        at = f" at {code(where)}" if where else ""
+        lines.append(f"- **Finding**: {finding.rule} ({finding.severity}){at}: {md(finding.message)}")
         evidence = ", ".join(f"{code(k)} = {_value(v)}" for k, v in finding.evidence.items() if k != "params")
         if evidence:
             lines.append(f"  - evidence: {evidence}")

@@ -23,6 +23,8 @@ class MigChoice:
     profile: str
     memory_mib: float
     whole_gpu: bool  # the profile is the entire GPU: no sharing gained
+    slices: int = 0  # compute slices of the profile
+    of: int = 0  # compute slices of the whole GPU
 
 
 def mig_profiles(model: GpuModel) -> list[tuple[float, int, str]]:
@@ -36,14 +38,22 @@ def mig_profiles(model: GpuModel) -> list[tuple[float, int, str]]:
     return sorted(out)
 
 
-def smallest_mig_profile(model: GpuModel, need_mib: float) -> MigChoice | None:
-    """The smallest MIG profile of ``model`` with at least ``need_mib`` of memory."""
-    fitting = [p for p in mig_profiles(model) if p[0] >= need_mib]
+def smallest_mig_profile(model: GpuModel, need_mib: float, compute: float | None = None) -> MigChoice | None:
+    """The smallest MIG profile of ``model`` with at least ``need_mib`` of
+    memory and, when ``compute`` (the p95 share of a whole GPU the workload
+    keeps busy) is known, at least that share of its compute slices: a pod at
+    0.15 of a GPU does not fit a 1g slice, 1/7 of it."""
+    profiles = mig_profiles(model)
+    if not profiles:
+        return None
+    largest = max(s for _, s, _ in profiles)
+    fitting = [
+        p for p in profiles if p[0] >= need_mib and (compute is None or (largest and p[1] / largest >= compute - 1e-9))
+    ]
     if not fitting:
         return None
-    memory, slices, profile = fitting[0]
-    largest = max(s for _, s, _ in mig_profiles(model))
-    return MigChoice(profile, memory, whole_gpu=slices >= largest)
+    memory, slices, profile = min(fitting, key=lambda p: (p[1], p[0]))
+    return MigChoice(profile, memory, whole_gpu=slices >= largest, slices=slices, of=largest)
 
 
 def _slices(profile: str) -> int:
@@ -62,6 +72,22 @@ def replicas_that_fit(gpu_memory_mib: float, needs_mib: Iterable[float]) -> int:
     if largest <= 0:
         return 0
     return int(gpu_memory_mib // largest)
+
+
+def colocated_fit(capacity: float, needs_desc: Sequence[float]) -> int:
+    """How many of the workloads fit together, largest first: the most pods
+    one GPU may hold when any of them can land on it (the worst case is the
+    largest ones together)."""
+    total, count = 0.0, 0
+    for need in needs_desc:
+        if total + need > capacity + 1e-9:
+            break
+        total += need
+        count += 1
+    if count == len(needs_desc) and needs_desc and needs_desc[-1] > 0:
+        # Several replicas of the smallest may share too: fill with it.
+        count += int((capacity - total) // needs_desc[-1])
+    return count
 
 
 def clamp(value: int, low: int, high: int) -> int:

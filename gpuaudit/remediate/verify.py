@@ -11,7 +11,7 @@ from typing import Any
 
 from gpuaudit.kube import pointers
 from gpuaudit.model import Finding
-from gpuaudit.remediate import patches
+from gpuaudit.remediate import coherence, patches
 from gpuaudit.remediate.plan import ObjectId, Plan, object_id
 
 
@@ -25,6 +25,14 @@ class Verification:
     @property
     def ok(self) -> bool:
         return not (self.remaining or self.new or self.differences)
+
+    @property
+    def incoherent(self) -> list[str]:
+        """The differences the coherence check found (remediate/coherence.py)."""
+        return [d for d in self.differences if d.startswith(INCOHERENT)]
+
+
+INCOHERENT = "incoherent: "
 
 
 def finding_key(finding: Finding) -> tuple[Any, ...]:
@@ -47,10 +55,14 @@ def verify(
     originals: Mapping[ObjectId, Mapping[str, Any]],
     before: Sequence[Finding],
     audit: Callable[[], Sequence[Finding]],
+    setting: coherence.Setting | None = None,
+    world: Sequence[Mapping[str, Any]] | None = None,
 ) -> Verification:
     """``built``: the objects kustomize built; ``originals``: every object of
     the overlay's inputs as read; ``before``: findings on those inputs;
-    ``audit``: the same rules run over the built output."""
+    ``audit``: the same rules run over the built output. With ``setting``,
+    the built objects are also checked for coherence against the originals
+    (``world``: every object of the inputs, for what advertises resources)."""
     result = Verification()
     expected = {k: after for k, (_, after) in plan.expected.items()}
     for change in plan.changes:
@@ -69,6 +81,8 @@ def verify(
     for oid in expected:
         if oid not in seen:
             result.differences.append(f"{_name(oid)}: missing from the build")
+    if setting is not None:
+        result.differences += incoherent(built, plan, originals, world or [], setting)
     relevant = [f for f in before if _resource_id(f) in seen]
     after = list(audit())
     before_keys = {finding_key(f) for f in relevant}
@@ -77,6 +91,30 @@ def verify(
         (result.remaining if finding_key(finding) in after_keys else result.fixed).append(finding)
     result.new = [f for f in after if finding_key(f) not in before_keys]
     return result
+
+
+def incoherent(
+    built: Sequence[Mapping[str, Any]],
+    plan: Plan,
+    originals: Mapping[ObjectId, Mapping[str, Any]],
+    world: Sequence[Mapping[str, Any]],
+    setting: coherence.Setting,
+) -> list[str]:
+    """Why the built objects would not work where the originals did: each
+    built object against its original, lowering allowed only where a planned
+    change on it says lowering is its purpose."""
+    lowers: dict[ObjectId, frozenset[str]] = {}
+    for change in plan.changes:
+        lowers[change.target] = lowers.get(change.target, frozenset()) | change.proposal.lowers
+    built_ids = {object_id(o): o for o in built}
+    everything = [built_ids.pop(object_id(o), o) for o in world]
+    everything += list(built_ids.values())
+    # A patched object against the original its changes were planned on (two
+    # files may hold objects of one name); the rest against what was read.
+    before = {**originals, **{oid: original for oid, (original, _) in plan.expected.items()}}
+    pairs = [(before[object_id(o)], o, lowers.get(object_id(o), frozenset())) for o in built if object_id(o) in before]
+    found = coherence.check_all(pairs, everything, setting)
+    return [f"{INCOHERENT}{_name(oid)}: {reason}" for oid, reasons in found.items() for reason in reasons]
 
 
 def _resource_id(finding: Finding) -> ObjectId:

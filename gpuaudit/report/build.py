@@ -94,12 +94,96 @@ def _extra_metrics(telemetry: Mapping[str, Any] | None) -> list[str]:
     return sorted(names)
 
 
+PARTIAL_COUNTS = ("total", "allocated", "active", "resident_idle", "idle", "no_data", "free", "free_on_cordoned_nodes")
+
+
+def partial_input(state: ClusterState) -> dict[str, Any]:
+    """What this run could not read, and which numbers that makes unknown.
+    A partial run is shown with a banner, its affected numbers as null
+    (unknown, never zero), and is not recorded in the history."""
+    unread = sorted(state.unread)
+    unknown_nodes = list(state.unknown_gpu_nodes)
+    unknown: list[str] = []
+    if {"pods", "nodes"} & set(unread):
+        counts = PARTIAL_COUNTS if "nodes" in unread else tuple(k for k in PARTIAL_COUNTS if k != "total")
+        unknown = [*counts, "pending", "cost", "coverage", "whatif", "root_causes", "showback"]
+    elif unknown_nodes:
+        unknown = ["total", "free", "free_on_cordoned_nodes"]
+    if "events" in unread and "pending" not in unknown:
+        # without FailedScheduling events no waiting pod has a known cause:
+        # the demand more hardware would meet is unknown, not zero
+        unknown.append("hardware_demand")
+    partial = bool(unread or unknown_nodes)
+    parts = []
+    if unread:
+        parts.append("could not read " + ", ".join(unread))
+    if unknown_nodes:
+        named = ", ".join(unknown_nodes[:5]) + (f" and {len(unknown_nodes) - 5} more" if len(unknown_nodes) > 5 else "")
+        parts.append(f"the GPUs of {len(unknown_nodes)} node(s) are unknown ({named})")
+    return {
+        "partial": partial,
+        "unread": unread,
+        "unknown_gpu_nodes": unknown_nodes,
+        "unknown": unknown,
+        "banner": (
+            "Partial input: "
+            + "; ".join(parts)
+            + ". The numbers that depend on it are shown as unknown, and this run is not recorded in the trend."
+        )
+        if partial
+        else None,
+    }
+
+
+def _usd_month(gpus: float | None, price: float | None) -> int | None:
+    if gpus is None or price is None:
+        return None
+    return round(gpus * price * summary.HOURS_PER_MONTH)
+
+
+def actions(
+    reached: Mapping[str, Any], causes: Sequence[Mapping[str, Any]], prices: Prices, count: int = 5
+) -> list[dict[str, Any]]:
+    """The changes to make first: each workload the fix overlay moves to a
+    share and that frees GPUs, with the GPUs it frees, their price per month
+    (730 h) at the configured prices, the owning team, and the command and
+    patch that do it; ranked by money, then GPUs."""
+    rows = []
+    for w in reached.get("by_workload") or []:
+        if not w["counted"] or not w["freed"]:
+            continue
+        rules = ",".join(w["rules"]) or "GPA-AL-001"
+        target = (w["mig_profile"] and f"MIG profile {w['mig_profile']}") or f"{w['resource']} (time-sliced)"
+        steps = [f"`gpuaudit fix --rules {rules} --out overlays/gpuaudit`: {w['remediation']} patch, {target}"]
+        if not w["mig_profile"]:
+            steps.append("with its enable-time-slicing patch; label the nodes `nvidia.com/device-plugin.config=shared`")
+        rows.append(
+            {
+                "workload": {"namespace": w["namespace"], "kind": w["kind"], "name": w["name"]},
+                "team": w["team"],
+                "model": w["model"],
+                "gpus_freed": w["freed"],
+                "usd_per_month": _usd_month(w["freed"], prices.of(w["model"] or "")),
+                "how": steps,
+                "rules": w["rules"],
+            }
+        )
+    rows.sort(
+        key=lambda a: (-(a["usd_per_month"] or 0), -a["gpus_freed"], a["workload"]["namespace"], a["workload"]["name"])
+    )
+    return rows[:count]
+
+
 def analyse(
     state: ClusterState,
     subjects: Iterable[Any],
     result: AuditResult,
     settings: ReportSettings,
+    overlay: Mapping[str, Any] | None = None,
 ) -> Analysis:
+    """``overlay``: what `gpuaudit fix` would write for this cluster, as plain
+    data (pipelines/report.py makes it); without it the achievable what-if
+    is unknown."""
     subjects = list(subjects)
     thresholds = Thresholds.from_rules(result.rules)
     inventory = collect(
@@ -111,12 +195,18 @@ def analyse(
     )
     cluster_doc = next((s.facts for s in subjects if s.target == "cluster"), {})
     cluster = settings.cluster_name or state.source
+    partial = partial_input(state)
+    unknown = set(partial["unknown"])
     gpus = summary.gpu_counts(inventory)
+    for key in PARTIAL_COUNTS:
+        if key in unknown:
+            gpus[key] = None
     coverage = summary.coverage(inventory, state.telemetry)
     pending = summary.pending(inventory, cluster_doc)
     causes = summary.root_causes(result.findings, result.rules, inventory)
     biggest = summary.biggest_causes(causes)
-    whatif = simulate(inventory, thresholds, settings.whatif)
+    whatif = simulate(inventory, thresholds, settings.whatif, None if "whatif" in unknown else overlay)
+    reached = whatif["achievable"]
     workloads = {(h.namespace, h.owner_kind, h.owner) for h in inventory.holders}
     shared_pods = sum(1 for h in inventory.holders if h.mig_profiles or h.whole == 0)
     errors = [e.message for e in state.errors if e.level == "error"]
@@ -127,6 +217,7 @@ def analyse(
         coverage=coverage,
         pending=pending,
         signals=(state.telemetry or {}).get("signals") or {},
+        signals_measured=gate.signals_with_data(h.telemetry for h in inventory.holders),
         extra_metrics=_extra_metrics(state.telemetry),
         sharing={
             "nodes": (cluster_doc.get("sharing") or {}).get("active_nodes") or 0,
@@ -134,18 +225,61 @@ def analyse(
         },
         workloads=len(workloads),
     )
-    decision = gate.verdict(flow, pending["gpus"] or 0.0, whatif["best"])
+    free_by_model: dict[str, float] = {}
+    for node in inventory.nodes:
+        if not node.unschedulable:
+            free_by_model[node.model] = free_by_model.get(node.model, 0.0) + max(node.gpus - node.allocated, 0.0)
+    decision = gate.verdict(flow, pending["hardware_demand"], reached, free_by_model)
+    if "hardware_demand" in unknown:
+        decision = {
+            **decision,
+            "gap": None,
+            "per_model": [],
+            **(
+                {}
+                if decision["decision"] == "hold"
+                else {
+                    "decision": "hold",
+                    "headline": "No large hardware purchase yet",
+                    "reason": "Scheduler events could not be read, so the hardware demand is unknown.",
+                }
+            ),
+        }
+    if "whatif" in unknown:  # neither what is freed nor what waits is known
+        decision = {**decision, "gap": None, "per_model": []}
+        whatif["best"].update(theoretical_low=None, theoretical_high=None)
     by_category = Counter(f.category for f in result.findings)
+    cost = summary.hourly_cost(inventory, settings.prices)
+    if "cost" in unknown:
+        cost = {**cost, **{k: None for k in cost if k.endswith("_per_hour")}}
+    if "pending" in unknown:
+        pending = {**pending, "pods": None, "gpus": None}
+    if {"pending", "hardware_demand"} & unknown:
+        pending = {
+            **pending,
+            "hardware_demand": {**pending["hardware_demand"], "pods": None, "gpus": None, "by_model": []},
+        }
+    if "coverage" in unknown:
+        coverage = {**coverage, "ratio": None, "allocated_gpus": None, "allocated_gpus_measured": None}
+    availability = summary.availability(inventory, cluster)
+    if "allocated" in unknown:
+        for row in [*availability["by_cluster"], *availability["by_pool"]]:
+            row.update({k: None for k in row if k not in ("key", "model", "nodes", "total")})
+        availability["by_team"], availability["by_workload"] = [], []
     document: dict[str, Any] = {
+        "partial": partial,
         "gpus": gpus,
-        "cost_per_hour": summary.hourly_cost(inventory, settings.prices),
+        "cost_per_hour": cost,
         "coverage": coverage,
         "pending": pending,
-        "availability": summary.availability(inventory, cluster),
+        "availability": availability,
         "activity": summary.activity(inventory, cluster),
         "root_causes": causes,
         "biggest_causes": biggest,
+        "idle_unattributed": None if "root_causes" in unknown else summary.idle_unattributed(causes, gpus),
         "whatif": whatif,
+        "actions": [] if partial["partial"] else actions(reached, causes, settings.prices),
+        "showback": [] if "showback" in unknown else summary.showback(inventory, settings.prices),
         "gate": {
             "rule": GATE_RULE,
             "steps": flow,
@@ -167,6 +301,7 @@ def analyse(
             "pool_label": settings.pool_label,
             "time_slicing_replicas": settings.whatif.time_slicing_replicas,
             "vram_headroom": settings.whatif.vram_headroom,
+            "hours_per_month": summary.HOURS_PER_MONTH,
             "telemetry": result.telemetry,
             "skipped": [s.as_dict() for s in result.skipped],
             "errors": [e.as_dict() for e in result.errors],
@@ -183,7 +318,7 @@ def run_summary(analysis: Analysis, command: str) -> RunSummary:
         collected_at=analysis.collected_at,
         command=command,
         gpus={k: v for k, v in doc["gpus"].items() if k != "free_on_cordoned_nodes"},
-        pending_pods=doc["pending"]["pods"],
+        pending_pods=doc["pending"]["pods"] or 0,
         pending_gpus=doc["pending"]["gpus"] or 0.0,
         coverage=doc["coverage"]["ratio"],
         idle_cost_per_hour=cost["allocated_idle_per_hour"],
@@ -202,16 +337,27 @@ def assemble(
     settings: ReportSettings,
     history: str | None,
 ) -> dict[str, Any]:
+    """``runs``: the cluster's recorded runs. A complete run not recorded
+    (``--no-record``) still counts for this period's GPU-hours, as the rate
+    now; a partial one never does."""
     doc = analysis.document
+    partial = doc["partial"]["partial"]
+    current = run_summary(analysis, "report")
+    if not partial and not any(r.collected_at == current.collected_at for r in runs):
+        runs = [*runs, current]
     hours = integrate(runs, period, analysis.collected_at)
     cost = doc["cost_per_hour"]
+    verdict = doc["gate"]["verdict"]
+    demand = doc["pending"]["hardware_demand"]
     first_screen = {
+        "partial": doc["partial"],
         "gpus": doc["gpus"],
         "gpu_hours": hours,
         "cost": {
             "currency": settings.currency,
             "priced": cost["priced"],
             "allocated_idle_per_hour": cost["allocated_idle_per_hour"],
+            "allocated_idle_per_month": _usd_month(cost["allocated_idle_per_hour"], 1.0),
             "allocated_idle_over_period": hours["idle_cost"],
             "allocated_over_period": hours["allocated_cost"],
         },
@@ -221,10 +367,18 @@ def assemble(
             "allocated_gpus": doc["coverage"]["allocated_gpus"],
             "present": doc["coverage"]["present"],
         },
-        "pending": {"pods": doc["pending"]["pods"], "gpus": doc["pending"]["gpus"]},
+        "pending": {
+            "pods": doc["pending"]["pods"],
+            "gpus": doc["pending"]["gpus"],
+            "hardware_pods": demand["pods"],
+            "hardware_gpus": demand["gpus"],
+        },
         "biggest_causes": doc["biggest_causes"],
+        "idle_unattributed": doc["idle_unattributed"],
         "whatif": doc["whatif"]["best"],
-        "gate": doc["gate"]["verdict"],
+        "actions": doc["actions"],
+        "hardware_needed": {"gap": verdict["gap"], "per_model": verdict["per_model"]},
+        "gate": {k: v for k, v in verdict.items() if k not in ("per_model", "gap")},
     }
     method = dict(doc["method"])
     method["history"] = history
@@ -235,11 +389,12 @@ def assemble(
         "generated_at": _iso(generated_at),
         "cluster": analysis.cluster,
         "collected_at": _iso(analysis.collected_at),
+        "partial": doc["partial"]["partial"],
         "period": {
             "name": period.name,
             "start": _iso(period.start),
             "end": _iso(period.end),
-            "hours": round(period.hours, 1),
+            "hours": round(period.hours),
         },
         "first_screen": first_screen,
         "availability": doc["availability"],
@@ -247,6 +402,7 @@ def assemble(
         "scheduler": doc["pending"],
         "root_causes": doc["root_causes"],
         "whatif": doc["whatif"],
+        "showback": doc["showback"],
         "trend": trend(runs, analysis.collected_at),
         "gate": doc["gate"],
         "cost_per_hour": cost,

@@ -10,6 +10,22 @@ from typing import Any
 MIN_COVERAGE = 0.8  # share of allocated GPUs with telemetry for "residency measured"
 MAX_UNKNOWN_PENDING = 0.1  # share of pending pods without a known cause
 APPLICATION_SIGNALS = ("pcie", "occupancy", "tensor", "nvlink")
+# The per-pod telemetry value each application signal fills.
+SIGNAL_VALUES = {
+    "pcie": "pcie_mean_bps",
+    "occupancy": "occupancy_mean",
+    "tensor": "tensor_active_mean",
+    "nvlink": "nvlink_mean_bps",
+}
+
+
+def signals_with_data(telemetry_rows: Iterable[Mapping[str, Any] | None]) -> list[str]:
+    """The application signals at least one pod has a value for: a signal
+    named in the snapshot with every value null is not data."""
+    rows = [t for t in telemetry_rows if t]
+    return [
+        name for name in APPLICATION_SIGNALS if any(isinstance(t.get(SIGNAL_VALUES[name]), (int, float)) for t in rows)
+    ]
 
 
 def _step(step: str, title: str, status: str, evidence: str, action: str) -> dict[str, str]:
@@ -24,6 +40,7 @@ def steps(
     coverage: Mapping[str, Any],
     pending: Mapping[str, Any],
     signals: Mapping[str, Any],
+    signals_measured: Sequence[str],
     extra_metrics: Sequence[str],
     sharing: Mapping[str, Any],
     workloads: int,
@@ -100,12 +117,15 @@ def steps(
         )
     )
 
-    present = [s for s in APPLICATION_SIGNALS if signals.get(s)]
+    present = [s for s in APPLICATION_SIGNALS if s in signals_measured]
+    empty = [s for s in APPLICATION_SIGNALS if signals.get(s) and s not in signals_measured]
     if present or extra_metrics:
         status = "done"
-        evidence = "signals: " + ", ".join([*present, *extra_metrics])
+        evidence = "signals with values: " + ", ".join([*present, *extra_metrics])
     else:
-        status, evidence = "not_done", "only compute and memory signals"
+        status, evidence = "not_done", "only compute and memory signals have values"
+    if empty:
+        evidence += "; named in the snapshot but without a single value: " + ", ".join(empty)
     out.append(
         _step(
             "application",
@@ -139,12 +159,67 @@ def steps(
     return out
 
 
-def verdict(flow: Sequence[Mapping[str, str]], pending_gpus: float, freed: Mapping[str, Any]) -> dict[str, Any]:
-    """Whether a purchase can be discussed, and why."""
+def _whole(value: float | None) -> float | int | None:
+    if value is None:
+        return None
+    return int(value) if float(value).is_integer() else round(value, 2)
+
+
+def compare(
+    demand: Mapping[str, Any], freed: Mapping[str, Any], free: Mapping[str, float] | None = None
+) -> list[dict[str, Any]]:
+    """Hardware demand against the GPUs free now on schedulable nodes and
+    those the overlay frees, per GPU model: freed A100s do not place a pod
+    that asks for H100s. Demand that names no model takes what is left over
+    of any model. ``gap``: GPUs still missing after the fixes (None when the
+    overlay's effect is unknown). Free GPUs split over nodes need
+    consolidating first (the fragmentation table says where)."""
+    known = freed.get("known", False)
+    overlay = {m["model"]: m["freed"] for m in freed.get("by_model") or []} if known else {}
+    spare_free = {m: int(v + 1e-9) for m, v in (free or {}).items()}
+    rows = []
+    ordered = sorted(demand.get("by_model") or [], key=lambda r: r["model"] == "any model")
+    for row in ordered:
+        want = row["gpus"] or 0
+        if row["model"] == "any model":
+            from_free = min(sum(spare_free.values()), want)
+            from_overlay = min(sum(v for v in overlay.values() if v > 0), want - from_free) if known else None
+        else:
+            from_free = min(spare_free.get(row["model"], 0), want)
+            spare_free[row["model"]] = spare_free.get(row["model"], 0) - from_free
+            from_overlay = min(overlay.get(row["model"], 0), want - from_free) if known else None
+            if known:
+                overlay[row["model"]] = overlay.get(row["model"], 0) - (from_overlay or 0)
+        gap = None if not known else max(want - from_free - (from_overlay or 0), 0)
+        rows.append(
+            {
+                "model": row["model"],
+                "demand": _whole(row["gpus"]),
+                "free_now": _whole(from_free),
+                "freed": _whole(from_overlay),
+                "gap": _whole(gap),
+            }
+        )
+    return rows
+
+
+def verdict(
+    flow: Sequence[Mapping[str, str]],
+    demand: Mapping[str, Any],
+    freed: Mapping[str, Any],
+    free: Mapping[str, float] | None = None,
+) -> dict[str, Any]:
+    """Whether a purchase can be discussed, and why: the diagnostic steps
+    done (backed by data), then the hardware demand per GPU model against
+    what the tool's own overlay frees."""
     missing = [s["title"] for s in flow if s["status"] != "done"]
-    low, high = freed.get("low") or 0.0, freed.get("high") or 0.0
+    per_model = compare(demand, freed, free)
+    gap = None if any(r["gap"] is None for r in per_model) else sum(r["gap"] for r in per_model)
+    pending_gpus = demand.get("gpus") or 0
+    base = {"per_model": per_model, "gap": gap}
     if missing:
         return {
+            **base,
             "decision": "hold",
             "headline": "No large hardware purchase yet",
             "reason": f"{len(missing)} of {len(flow)} diagnostic steps "
@@ -155,23 +230,36 @@ def verdict(flow: Sequence[Mapping[str, str]], pending_gpus: float, freed: Mappi
         }
     if not pending_gpus:
         return {
+            **base,
             "decision": "no_demand",
             "headline": "No purchase case",
-            "reason": "No GPU work is waiting for GPUs.",
+            "reason": "No GPU work waits for lack of GPUs on nodes that could run it "
+            "(quota, selectors no node satisfies and gates are not hardware demand).",
         }
-    if low >= pending_gpus:
+    if gap is None:
         return {
+            **base,
+            "decision": "hold",
+            "headline": "No large hardware purchase yet",
+            "reason": "What the fix overlay would free is unknown for this run, so the demand "
+            f"of {pending_gpus:g} GPUs cannot be set against it.",
+        }
+    if gap == 0:
+        return {
+            **base,
             "decision": "free_first",
             "headline": "Free capacity first",
-            "reason": f"Sharing and fixes would free {low:g}–{high:g} GPUs, at least the "
-            f"{pending_gpus:g} GPUs pending work asks for.",
+            "reason": f"GPUs free now (consolidated where split over nodes) and those the fix "
+            f"overlay frees cover, per GPU model, the {pending_gpus:g} GPUs that work waiting for "
+            "GPUs asks for.",
         }
+    short = ", ".join(f"{r['gap']:g} {r['model']}" for r in per_model if r["gap"])
     return {
+        **base,
         "decision": "purchase_case",
         "headline": "A purchase can be discussed",
-        "reason": f"Pending work asks for {pending_gpus:g} GPUs; sharing and fixes would "
-        f"free {low:g}–{high:g}. The gap ({max(pending_gpus - high, 0):g}–"
-        f"{pending_gpus - low:g} GPUs) is what hardware would have to cover.",
+        "reason": f"Work waiting for GPUs asks for {pending_gpus:g}; after using the free GPUs "
+        f"and the fix overlay, {short} would still be missing.",
     }
 
 
@@ -185,7 +273,7 @@ def checklist(flow: Sequence[Mapping[str, str]], causes: Sequence[Mapping[str, A
             {
                 "done": False,
                 "text": f"Work through {cause['rule']} ({cause['title']}): {cause['findings']} "
-                f"finding(s), {cause['gpus_idle']:g} GPUs doing no work; "
+                f"finding(s), {cause['gpus_idle']:g} idle allocated GPUs attributed to it; "
                 f"`gpuaudit rules explain {cause['rule']}` "
                 "says what to check first.",
                 "step": cause["category"],

@@ -92,6 +92,15 @@ class Waiting:
     cause: str
     message: str | None
     model: str | None  # the GPU model it asks for, when its selectors name one
+    # GPU nodes whose labels, taints and GPU capacity admit it (None: not known)
+    eligible: int | None = None
+
+    @property
+    def hardware_demand(self) -> bool:
+        """Waiting for lack of free GPUs on nodes that could run it: demand
+        more hardware would meet. Quota, gates, selectors no node satisfies
+        and unknown causes are not."""
+        return self.cause == "allocation" and bool(self.eligible)
 
 
 @dataclass(frozen=True)
@@ -212,6 +221,7 @@ def collect(
                     cause=str(pending.get("cause") or "unknown"),
                     message=pending.get("message"),
                     model=product.get("model") if isinstance(product, Mapping) else None,
+                    eligible=(facts.get("placement") or {}).get("eligible_gpu_nodes"),
                 )
             )
     nodes = []

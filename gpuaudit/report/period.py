@@ -9,6 +9,8 @@ is its counts times the hours so far, and the report says so (``basis``).
 
 from __future__ import annotations
 
+import itertools
+import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -59,20 +61,13 @@ def _values(run: RunSummary) -> dict[str, float | None]:
     return values
 
 
-def integrate(runs: Sequence[RunSummary], period: Period, now: datetime) -> dict[str, Any]:
-    """GPU-hours (and cost) over ``period`` up to ``now``, from the runs in it."""
+def _integrate_raw(runs: Sequence[RunSummary], period: Period, now: datetime) -> tuple[list[RunSummary], float, dict]:
+    """(the runs in the period, hours covered, unrounded GPU-hour and cost sums)."""
     inside = sorted((r for r in runs if period.contains(r.collected_at)), key=lambda r: r.collected_at)
     until = min(period.end, max(now, *(r.collected_at for r in inside))) if inside else period.end
     hours = max((until - period.start).total_seconds() / 3600, 0.0)
     keys = [*COUNTS, "pending_gpus", "idle_cost", "allocated_cost"]
-    if not inside:
-        return {
-            "hours": round(hours, 1),
-            "runs": 0,
-            "basis": "no run recorded in this period",
-            **dict.fromkeys(keys),
-        }
-    totals: dict[str, float | None] = dict.fromkeys(keys, 0.0)
+    totals: dict[str, float | None] = dict.fromkeys(keys, 0.0 if inside else None)
     for index, run in enumerate(inside):
         begin = period.start if index == 0 else run.collected_at
         finish = inside[index + 1].collected_at if index + 1 < len(inside) else until
@@ -82,17 +77,78 @@ def integrate(runs: Sequence[RunSummary], period: Period, now: datetime) -> dict
                 totals[key] = None  # one unknown span makes the sum unknown
             else:
                 totals[key] += value * span
-    basis = (
-        f"{len(inside)} run(s) in the period; each run's counts are held until the next run"
-        if len(inside) > 1
-        else "one run: its counts held over the period so far"
-    )
+    return inside, hours, totals
+
+
+def significant(value: float | None, digits: int = 3) -> float | int | None:
+    """Round to ``digits`` significant figures, as an integer when whole:
+    a rate held over hours is an estimate, and its figure says so."""
+    if value is None:
+        return None
+    if value == 0:
+        return 0
+    rounded = round(value, digits - 1 - math.floor(math.log10(abs(value))))
+    return int(rounded) if float(rounded).is_integer() else rounded
+
+
+def _iso(moment: datetime) -> str:
+    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def integrate(runs: Sequence[RunSummary], period: Period, now: datetime) -> dict[str, Any]:
+    """GPU-hours (and cost) over ``period`` up to ``now``, from the runs in it.
+
+    Several runs: each run's counts hold until the next; whole GPU-hours,
+    whole currency units. One run: the rate now times the hours so far, an
+    estimate, rounded to three significant figures."""
+    inside, hours, totals = _integrate_raw(runs, period, now)
+    if not inside:
+        return {
+            "hours": round(hours),
+            "runs": 0,
+            "method": "none",
+            "basis": "no run recorded in this period",
+            "sampling": None,
+            **totals,
+        }
+    if len(inside) == 1:
+        return {
+            "hours": round(hours),
+            "runs": 1,
+            "method": "rate_now",
+            "basis": f"one snapshot: the rate now × {hours:,.0f} h of the period so far (an estimate, "
+            "not a measurement over the period)",
+            "sampling": {
+                "first": _iso(inside[0].collected_at),
+                "last": _iso(inside[0].collected_at),
+                "every_hours": None,
+            },
+            **{k: significant(v) for k, v in totals.items()},
+        }
+    gaps = sorted((b.collected_at - a.collected_at).total_seconds() / 3600 for a, b in itertools.pairwise(inside))
+    every = gaps[len(gaps) // 2]
     return {
-        "hours": round(hours, 1),
+        "hours": round(hours),
         "runs": len(inside),
-        "basis": basis,
-        **{k: None if v is None else round(v, 1) for k, v in totals.items()},
+        "method": "integrated",
+        "basis": f"{len(inside)} runs recorded from {_iso(inside[0].collected_at)} to "
+        f"{_iso(inside[-1].collected_at)}, about every {_duration(every)} (median); each run's counts "
+        "held until the next",
+        "sampling": {
+            "first": _iso(inside[0].collected_at),
+            "last": _iso(inside[-1].collected_at),
+            "every_hours": round(every, 1),
+        },
+        **{k: None if v is None else round(v) for k, v in totals.items()},
     }
+
+
+def _duration(hours: float) -> str:
+    if hours >= 48:
+        return f"{hours / 24:.0f} days"
+    if hours >= 1:
+        return f"{hours:.0f} h"
+    return f"{hours * 60:.0f} min"
 
 
 def trend(runs: Iterable[RunSummary], now: datetime, limit: int = TREND_PERIODS) -> list[dict]:
@@ -103,20 +159,21 @@ def trend(runs: Iterable[RunSummary], now: datetime, limit: int = TREND_PERIODS)
     rows = []
     for name in sorted(by_month)[-limit:]:
         period = month(name)
-        hours = integrate(by_month[name], period, now)
-        span = hours["hours"] or 0.0
+        inside, span, totals = _integrate_raw(by_month[name], period, now)
 
-        def mean(key: str, hours: Mapping[str, Any] = hours, span: float = span) -> float | None:
-            value = hours.get(key)
+        def mean(key: str, totals: Mapping[str, Any] = totals, span: float = span) -> float | None:
+            value = totals.get(key)
             return None if value is None or not span else round(value / span, 2)
 
         rows.append(
             {
                 "period": name,
-                "runs": hours["runs"],
+                "runs": len(inside),
                 **{key: mean(key) for key in COUNTS},
                 "pending_gpus": mean("pending_gpus"),
-                "idle_cost": hours["idle_cost"],
+                "idle_cost": None
+                if totals["idle_cost"] is None
+                else (significant(totals["idle_cost"]) if len(inside) == 1 else round(totals["idle_cost"])),
             }
         )
     return rows

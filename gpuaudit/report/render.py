@@ -74,7 +74,7 @@ def pct(value: Any) -> str:
 def money(value: Any, currency: str = "") -> str:
     if not isinstance(value, (int, float)):
         return "–"
-    text = f"{value:,.0f}" if abs(value) >= 100 else f"{value:,.2f}"
+    text = f"{value:,.0f}" if abs(value) >= 100 or float(value).is_integer() else f"{value:,.2f}"
     return f"{text} {currency}".strip()
 
 
@@ -131,7 +131,9 @@ def _charts(report: Mapping[str, Any]) -> dict[str, Any]:
         # pools the cluster has (pending demand for others is in the table)
         "pools": charts.group_bars([p for p in report["availability"]["by_pool"] if p["nodes"]]),
         "teams": charts.group_bars(report["availability"]["by_team"][:12]),
-        "whatif": charts.range_bars(report["whatif"]["scenarios"], float(report["scheduler"]["gpus"] or 0.0)),
+        "whatif": charts.range_bars(
+            report["whatif"]["scenarios"], float(report["scheduler"]["hardware_demand"]["gpus"] or 0.0)
+        ),
         "trend": charts.line_chart(
             report["trend"],
             [
@@ -179,6 +181,32 @@ def write_report(report: Mapping[str, Any], out: Path) -> list[Path]:
     rendered = {
         "report.html": render_html(report),
         "report.md": render_markdown(report),
+        "report.json": render_json(report),
+    }
+    written = []
+    for name, text in rendered.items():
+        write_atomic(paths[name], text)
+        written.append(paths[name])
+    return written
+
+
+# --- the fleet ------------------------------------------------------------------------
+
+
+def render_fleet_html(report: Mapping[str, Any]) -> str:
+    return _environment(True).get_template("fleet.html.j2").render(r=clean_tree(report))
+
+
+def render_fleet_markdown(report: Mapping[str, Any]) -> str:
+    return _environment(False).get_template("fleet.md.j2").render(r=md_escape(clean_tree(report)))
+
+
+def write_fleet(report: Mapping[str, Any], out: Path) -> list[Path]:
+    """Write the fleet review's three files into ``out``, each atomically."""
+    paths = report_paths(out)
+    rendered = {
+        "report.html": render_fleet_html(report),
+        "report.md": render_fleet_markdown(report),
         "report.json": render_json(report),
     }
     written = []

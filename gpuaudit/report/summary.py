@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from gpuaudit.model import CATEGORIES, Finding
@@ -40,9 +39,12 @@ TOP = 5
 TOP_WORKLOADS = 20
 
 
-def r1(value: float | None) -> float | None:
+def r1(value: float | None) -> float | int | None:
     """Round GPU counts for output (MIG slices and replicas make fractions)."""
-    return None if value is None else round(value, 2)
+    if value is None:
+        return None
+    rounded = round(value, 2)
+    return int(rounded) if float(rounded).is_integer() else rounded
 
 
 # --- availability ------------------------------------------------------------------
@@ -55,10 +57,15 @@ def state_counts(holders: Iterable[Holder]) -> dict[str, float]:
     return counts
 
 
+def _free(node: Any) -> float:
+    """GPUs a pod could be scheduled on now: none on a cordoned node."""
+    return 0.0 if node.unschedulable else max(node.gpus - node.allocated, 0.0)
+
+
 def gpu_counts(inventory: Inventory) -> dict[str, float | None]:
     states = state_counts(inventory.holders)
     allocated = sum(states.values())
-    free = sum(max(n.gpus - n.allocated, 0.0) for n in inventory.nodes)
+    free = sum(_free(n) for n in inventory.nodes)
     cordoned = sum(max(n.gpus - n.allocated, 0.0) for n in inventory.nodes if n.unschedulable)
     return {
         "total": r1(inventory.gpus_total),
@@ -104,7 +111,8 @@ def availability(inventory: Inventory, cluster: str) -> dict[str, list[dict[str,
         row["model"] = nodes[0].model if nodes else pool
         row["nodes"] = len(nodes)
         row["total"] = r1(sum(n.gpus for n in nodes))
-        row["free"] = r1(sum(max(n.gpus - n.allocated, 0.0) for n in nodes))
+        row["free"] = r1(sum(_free(n) for n in nodes))
+        row["free_on_cordoned_nodes"] = r1(sum(max(n.gpus - n.allocated, 0.0) for n in nodes if n.unschedulable))
         by_pool.append(row)
     teams = _group(holders, lambda h: h.team)
     team_waiting = _group(waiting, lambda w: w.team)
@@ -115,7 +123,7 @@ def availability(inventory: Inventory, cluster: str) -> dict[str, list[dict[str,
     by_team.sort(key=lambda r: (-(r["allocated"] or 0) - (r["pending_gpus"] or 0), r["key"]))
     cluster_row = _availability_row(cluster, holders, waiting)
     cluster_row["total"] = r1(inventory.gpus_total)
-    cluster_row["free"] = r1(sum(max(n.gpus - n.allocated, 0.0) for n in inventory.nodes))
+    cluster_row["free"] = r1(sum(_free(n) for n in inventory.nodes))
     return {
         "by_cluster": [cluster_row],
         "by_pool": by_pool,
@@ -265,6 +273,99 @@ def hourly_cost(inventory: Inventory, prices: Prices) -> dict[str, Any]:
     }
 
 
+# Why a waiting pod is not demand more hardware would meet, by cause.
+NOT_HARDWARE = {
+    "quota": "waits for a Kueue quota: a quota decision, not missing hardware",
+    "placement": "no node satisfies its selectors, affinity or tolerations (or has that many GPUs): "
+    "a spec or node-label problem, not missing hardware",
+    "gated": "held back by a scheduling gate",
+    "dra": "waits for a DRA claim to be allocated",
+    "unknown": "no known cause (no FailedScheduling event): not counted until one is recorded",
+    "allocation": "asks for more GPUs than any node that admits it has",
+}
+ANY_MODEL = "any model"
+
+
+def _sizes(waiting: Iterable[Waiting]) -> list[dict[str, Any]]:
+    counts: dict[float, int] = defaultdict(int)
+    for w in waiting:
+        counts[w.gpus] += 1
+    return [{"gpus": r1(size), "pods": n} for size, n in sorted(counts.items(), reverse=True)]
+
+
+def hardware_demand(inventory: Inventory) -> dict[str, Any]:
+    """Pending GPUs that more hardware would place: pods waiting for lack of
+    free GPUs on nodes that admit them (a real node shape), per GPU model.
+    The rest is listed with the reason it is not hardware demand."""
+    demand = [w for w in inventory.waiting if w.hardware_demand]
+    by_model = []
+    for model, members in sorted(_group(demand, lambda w: w.model or ANY_MODEL).items()):
+        by_model.append(
+            {
+                "model": model,
+                "pods": len(members),
+                "gpus": r1(sum(w.gpus for w in members)),
+                "sizes": _sizes(members),
+            }
+        )
+    excluded = []
+    others = _group((w for w in inventory.waiting if not w.hardware_demand), lambda w: w.cause)
+    for cause in [*PENDING_CAUSES, *sorted(set(others) - set(PENDING_CAUSES))]:
+        members = others.get(cause)
+        if members:
+            excluded.append(
+                {
+                    "cause": cause,
+                    "pods": len(members),
+                    "gpus": r1(sum(w.gpus for w in members)),
+                    "reason": NOT_HARDWARE.get(cause, "not a lack of GPUs"),
+                }
+            )
+    return {
+        "pods": len(demand),
+        "gpus": r1(sum(w.gpus for w in demand)),
+        "by_model": by_model,
+        "excluded": excluded,
+    }
+
+
+def fragmentation(inventory: Inventory) -> list[dict[str, Any]]:
+    """Per node shape (GPU model x GPUs per node, schedulable nodes): the free
+    GPUs, the largest block of free whole GPUs on one node, and the pending
+    request sizes that ask for that model, with whether the block fits them."""
+    shapes = _group(
+        (n for n in inventory.nodes if not n.unschedulable),
+        lambda n: f"{n.model}\0{n.gpus:g}",
+    )
+    waiting_by_model = _group((w for w in inventory.waiting if w.cause == "allocation"), lambda w: w.model or ANY_MODEL)
+    rows = []
+    for key in sorted(shapes):
+        nodes = shapes[key]
+        model, per_node = key.split("\0")
+        blocks = [int(max(n.gpus - n.allocated, 0.0) + 1e-9) for n in nodes]
+        largest = max(blocks, default=0)
+        asking = [*waiting_by_model.get(model, []), *waiting_by_model.get(ANY_MODEL, [])]
+        sizes = _sizes(asking)
+        for size in sizes:
+            size["fits_now"] = (size["gpus"] or 0) <= largest
+        rows.append(
+            {
+                "model": model,
+                "gpus_per_node": r1(float(per_node)),
+                "nodes": len(nodes),
+                "free": r1(sum(max(n.gpus - n.allocated, 0.0) for n in nodes)),
+                "largest_free_block": largest,
+                "nodes_by_free_block": {str(b): blocks.count(b) for b in sorted(set(blocks), reverse=True)},
+                "pending_sizes": sizes,
+                "fragmented": any(
+                    not s["fits_now"] and (s["gpus"] or 0) <= sum(blocks) and (s["gpus"] or 0) <= float(per_node)
+                    for s in sizes
+                ),
+            }
+        )
+    return rows
+
+
 def pending(inventory: Inventory, kueue: Mapping[str, Any] | None) -> dict[str, Any]:
     groups = _group(inventory.waiting, lambda w: w.cause)
     by_cause = []
@@ -295,46 +396,54 @@ def pending(inventory: Inventory, kueue: Mapping[str, Any] | None) -> dict[str, 
         "pods": len(inventory.waiting),
         "gpus": r1(sum(w.gpus for w in inventory.waiting)),
         "by_cause": by_cause,
+        "hardware_demand": hardware_demand(inventory),
+        "fragmentation": fragmentation(inventory),
         "kueue_workloads": int((kueue or {}).get("kueue_pending") or 0),
         "kueue_examples": list((kueue or {}).get("kueue_examples") or []),
     }
 
 
+HOURS_PER_MONTH = 730  # 365 x 24 / 12
+
+
+def showback(inventory: Inventory, prices: Prices) -> list[dict[str, Any]]:
+    """Cost per team per month at the configured prices: the GPUs each team
+    holds now, priced per GPU model, over 730 hours (None without a price)."""
+    rows = []
+    for team, members in _group(inventory.holders, lambda h: h.team).items():
+        allocated = idle = 0.0
+        priced = True
+        for h in members:
+            price = prices.of(h.model)
+            if price is None:
+                priced = False
+                continue
+            allocated += h.gpus * price * HOURS_PER_MONTH
+            if h.state in (IDLE, RESIDENT_IDLE):
+                idle += h.gpus * price * HOURS_PER_MONTH
+        rows.append(
+            {
+                "team": team,
+                "gpus": r1(sum(h.gpus for h in members)),
+                "gpus_idle": r1(sum(h.gpus for h in members if h.state in (IDLE, RESIDENT_IDLE))),
+                "cost_per_month": round(allocated) if priced and prices.known else None,
+                "idle_cost_per_month": round(idle) if priced and prices.known else None,
+            }
+        )
+    rows.sort(key=lambda r: (-(r["cost_per_month"] or 0), -(r["gpus"] or 0), r["team"]))
+    return rows
+
+
 # --- root causes from the findings ---------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Stake:
-    """The GPUs a finding concerns, and how many of them do no work: held
-    idle or with an idle model resident, free on its node, or asked for by a
-    pod the finding keeps waiting. Busy GPUs are concerned but not at stake;
-    GPUs without telemetry are neither (no data is not idle)."""
-
-    gpus: float
-    idle: float
+SEVERITY_ORDER = {"critical": 0, "high": 1, "medium": 2, "low": 3, "info": 4}
 
 
-def stakes(inventory: Inventory) -> tuple[dict[tuple[str, str], Stake], dict[str, Stake]]:
-    """(by (namespace, pod), by node name)."""
-    not_working = (IDLE, RESIDENT_IDLE)
-    pods = {(w.namespace, w.pod): Stake(w.gpus, w.gpus) for w in inventory.waiting}
-    busy: dict[str, float] = defaultdict(float)
-    for h in inventory.holders:
-        pods[(h.namespace, h.pod)] = Stake(h.gpus, h.gpus if h.state in not_working else 0.0)
-        if h.state in (ACTIVE, NO_DATA):
-            busy[h.node] += h.gpus
-    nodes = {n.name: Stake(n.gpus, max(n.gpus - busy[n.name], 0.0)) for n in inventory.nodes}
-    return pods, nodes
-
-
-def finding_stakes(
-    finding: Finding,
-    pods: Mapping[tuple[str, str], Stake],
-    nodes: Mapping[str, Stake],
-) -> list[tuple[tuple[str, ...], Stake]]:
-    """(what the finding is about, its stake), for each pod a cluster finding
-    covers (``pods`` in its evidence: one finding per workload). The key lets
-    a category count a pod or node once however many of its rules fire."""
+def finding_keys(finding: Finding) -> list[tuple[str, ...]]:
+    """What a finding is about: ("pod", namespace, name) for each pod it
+    covers (``pods`` in its evidence: one finding per workload), ("node",
+    name) for a node; nothing for a cluster, config or manifest finding."""
     subject = finding.subject
     facts: Mapping[str, Any] = subject.facts if subject is not None else {}
     target = subject.target if subject is not None else None
@@ -343,53 +452,77 @@ def finding_stakes(
     if target == "pod" or "pod" in evidence:
         namespace = str(facts.get("namespace") or res.namespace or "")
         names = evidence.get("pods") or [facts.get("pod") or evidence.get("pod") or ""]
-        count = (facts.get("gpu") or {}).get("count") if facts else evidence.get("gpu.count")
-        return [
-            (("pod", namespace, str(name)), pods.get((namespace, str(name)), Stake(float(count or 0.0), 0.0)))
-            for name in names
-        ]
+        return [("pod", namespace, str(name)) for name in names]
     if target == "node":
-        return [(("node", res.name), nodes.get(res.name, Stake(float(facts.get("gpus") or 0), 0.0)))]
-    key = (target or "", res.kind, res.namespace, res.name)
-    for name in ("gpus_held", "gpu.count"):
-        if isinstance(evidence.get(name), (int, float)):
-            return [(key, Stake(float(evidence[name]), 0.0))]
-    return [(key, Stake(0.0, 0.0))]
+        return [("node", res.name)]
+    return []
 
 
 def root_causes(findings: Sequence[Finding], rules: Iterable[Any], inventory: Inventory) -> list[dict[str, Any]]:
-    """Findings by category in diagnostic order, then by rule, with the GPUs
-    they concern, how many of those do no work, and the workloads that weigh
-    most."""
-    pods, nodes = stakes(inventory)
+    """Findings by category in diagnostic order, then by rule.
+
+    ``gpus``: allocated GPUs the findings' pods hold (or, for a node finding,
+    the GPUs allocated on the node); rules may overlap here. ``gpus_idle``:
+    idle allocated GPUs (held idle, or with an idle model resident) *attributed*
+    to this rule: each such GPU goes to exactly one rule, the first in
+    diagnostic order (category, then severity, then rule id) whose findings
+    name its pod or its node. So the attributed GPUs of all causes add up to
+    at most the idle allocated GPUs; free GPUs and pending requests are never
+    in them."""
     known = {r.id: r for r in rules}
-    by_rule: dict[str, list[tuple[Finding, Stake]]] = defaultdict(list)
-    keys: dict[str, dict[tuple[str, ...], Stake]] = defaultdict(dict)
-    for f in findings:
-        covered = finding_stakes(f, pods, nodes)
-        by_rule[f.rule].append((f, Stake(sum(s.gpus for _, s in covered), sum(s.idle for _, s in covered))))
-        for key, stake in covered:
-            keys[f.category][key] = stake
-    categories = []
+    held = {(h.namespace, h.pod): h for h in inventory.holders}
+    on_node: dict[str, list[Holder]] = defaultdict(list)
+    for h in inventory.holders:
+        on_node[h.node].append(h)
     order = [*CATEGORIES, *sorted({f.category for f in findings} - set(CATEGORIES))]
+
+    def holders_of(key: tuple[str, ...]) -> list[Holder]:
+        if key[0] == "pod":
+            h = held.get((key[1], key[2]))
+            return [h] if h is not None else []
+        return list(on_node.get(key[1], []))
+
+    # each idle holder -> the first rule, in diagnostic order, that names it
+    rank: dict[str, tuple[int, int, str]] = {}
+    covers: dict[str, set[tuple[str, str]]] = defaultdict(set)  # rule -> pods it concerns
+    for f in findings:
+        rank.setdefault(f.rule, (order.index(f.category), SEVERITY_ORDER.get(str(f.severity), 9), f.rule))
+        for key in finding_keys(f):
+            covers[f.rule].update((h.namespace, h.pod) for h in holders_of(key))
+    attributed: dict[tuple[str, str], str] = {}
+    for rule_id in sorted(covers, key=lambda r: rank[r]):
+        if rule_id in SYMPTOM_RULES:
+            continue
+        for pod in covers[rule_id]:
+            if held[pod].state in (IDLE, RESIDENT_IDLE):
+                attributed.setdefault(pod, rule_id)
+
+    by_rule: dict[str, list[Finding]] = defaultdict(list)
+    for f in findings:
+        by_rule[f.rule].append(f)
+    categories = []
     for category in order:
         rules_here = []
-        for rule_id in sorted(r for r, items in by_rule.items() if items[0][0].category == category):
+        for rule_id in sorted(r for r, items in by_rule.items() if items[0].category == category):
             items = by_rule[rule_id]
-            first = items[0][0]
-            offenders: dict[tuple[str, str, str], list[Stake]] = defaultdict(list)
-            for f, stake in items:
+            first = items[0]
+            mine = {pod for pod, rule in attributed.items() if rule == rule_id}
+            offenders: dict[tuple[str, str, str], dict[str, Any]] = {}
+            for f in items:
                 res = f.resource
-                offenders[(res.namespace, res.kind, res.name)].append(stake)
+                row = offenders.setdefault((res.namespace, res.kind, res.name), {"findings": 0, "pods": set()})
+                row["findings"] += 1
+                for key in finding_keys(f):
+                    row["pods"].update((h.namespace, h.pod) for h in holders_of(key))
             top = sorted(
                 (
                     {
                         "namespace": ns,
                         "kind": kind,
                         "name": name,
-                        "findings": len(v),
-                        "gpus": r1(sum(s.gpus for s in v)),
-                        "gpus_idle": r1(sum(s.idle for s in v)),
+                        "findings": v["findings"],
+                        "gpus": r1(sum(held[p].gpus for p in v["pods"])),
+                        "gpus_idle": r1(sum(held[p].gpus for p in v["pods"] & mine)),
                     }
                     for (ns, kind, name), v in offenders.items()
                 ),
@@ -402,8 +535,8 @@ def root_causes(findings: Sequence[Finding], rules: Iterable[Any], inventory: In
                     "title": first.title,
                     "severity": first.severity,
                     "findings": len(items),
-                    "gpus": r1(sum(s.gpus for _, s in items)),
-                    "gpus_idle": r1(sum(s.idle for _, s in items)),
+                    "gpus": r1(sum(held[p].gpus for p in covers.get(rule_id, ()))),
+                    "gpus_idle": r1(sum(held[p].gpus for p in mine)),
                     "workloads": len(offenders),
                     "namespaces": len({ns for ns, _, _ in offenders if ns}),
                     "symptom": rule_id in SYMPTOM_RULES,
@@ -412,23 +545,28 @@ def root_causes(findings: Sequence[Finding], rules: Iterable[Any], inventory: In
                     "docs": f"gpuaudit rules explain {rule_id}",
                     "requires": list(getattr(known.get(rule_id), "requires", ()) or ()),
                     "top": top,
-                    "examples": [f.message for f, _ in items[:EXAMPLES]],
+                    "examples": [f.message for f in items[:EXAMPLES]],
                 }
             )
         if rules_here:
             rules_here.sort(key=lambda r: (-(r["gpus_idle"] or 0), -(r["gpus"] or 0), -r["findings"], r["rule"]))
-            distinct = keys[category].values()
+            pods_here = set().union(*(covers.get(r["rule"], set()) for r in rules_here))
             categories.append(
                 {
                     "category": category,
                     "findings": sum(r["findings"] for r in rules_here),
-                    # distinct pods and nodes: several rules may judge the same pod
-                    "gpus": r1(sum(s.gpus for s in distinct)),
-                    "gpus_idle": r1(sum(s.idle for s in distinct)),
+                    "gpus": r1(sum(held[p].gpus for p in pods_here)),
+                    "gpus_idle": r1(sum(r["gpus_idle"] or 0 for r in rules_here)),
                     "rules": rules_here,
                 }
             )
     return categories
+
+
+def idle_unattributed(causes: Sequence[Mapping[str, Any]], gpus: Mapping[str, Any]) -> float | None:
+    """Idle allocated GPUs no finding names."""
+    idle = (gpus.get("idle") or 0) + (gpus.get("resident_idle") or 0)
+    return r1(max(idle - sum(c["gpus_idle"] or 0 for c in causes), 0.0))
 
 
 def fix_hint(rule_id: str, remediation: str | None) -> str | None:
@@ -442,8 +580,8 @@ def fix_hint(rule_id: str, remediation: str | None) -> str | None:
 
 
 def biggest_causes(causes: Sequence[Mapping[str, Any]], count: int = 3) -> list[dict[str, Any]]:
-    """The rules whose findings cover the most GPUs doing no work (symptoms
-    left out), biggest first."""
+    """The rules with the most idle allocated GPUs attributed to them
+    (symptoms left out), biggest first."""
     rules = [
         {**r, "category": c["category"]}
         for c in causes

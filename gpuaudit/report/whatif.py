@@ -1,7 +1,18 @@
-"""What-if: how many GPUs sharing and right-sizing would free, as a range.
+"""What-if: how many GPUs sharing and right-sizing would free.
 
-The current GPU workloads are re-packed, per GPU model, from what the
-telemetry observed (peak and mean VRAM, mean and p95 activity):
+Two answers, kept apart:
+
+**Achievable with the overlay** (:func:`achievable`): only the workloads that
+`gpuaudit fix` writes a patch for (a MIG profile or a time-sliced share; the
+pipeline passes the plan in as data), each at what its one pod template asks
+for: the planner's VRAM need (the workload's peak over all its pods plus
+headroom) against the target GPU's memory, and the workload's p95 compute.
+Workloads the planners decline, or whose patch has no VRAM telemetry behind
+it, free nothing here. This is the figure the decision gate uses.
+
+**Theoretical** (:func:`simulate`'s scenarios): the current GPU workloads
+re-packed, per GPU model, from what the telemetry observed, whether or not
+the tool writes a change for them:
 
 (a) **MIG**: each single-GPU pod gets the smallest profile of its GPU model
     whose memory holds its VRAM and whose compute slices cover its activity;
@@ -55,9 +66,29 @@ def _catalogue(model: str) -> gpus.GpuModel | None:
     return found if found is not None and found.model == model else None
 
 
-def _needs(h: Holder, settings: WhatIfSettings) -> Need | None:
+WorkloadKey = tuple[str, str, str]
+
+
+def _workload(h: Holder) -> WorkloadKey:
+    return (h.namespace, h.owner_kind, h.owner)
+
+
+def _template_peaks(holders: Iterable[Holder]) -> dict[WorkloadKey, float]:
+    """The peak VRAM per workload over all its pods: one pod template sizes
+    every replica, so each is sized for the largest."""
+    peaks: dict[WorkloadKey, float] = {}
+    for h in holders:
+        peak = (h.telemetry or {}).get("fb_used_max_mib")
+        if isinstance(peak, (int, float)):
+            peaks[_workload(h)] = max(peaks.get(_workload(h), 0.0), float(peak))
+    return peaks
+
+
+def _needs(h: Holder, settings: WhatIfSettings, peaks: Mapping[WorkloadKey, float]) -> Need | None:
     t = h.telemetry or {}
     peak = t.get("fb_used_max_mib")
+    if isinstance(peak, (int, float)):
+        peak = max(float(peak), peaks.get(_workload(h), 0.0))
     mean = t.get("compute_mean")
     if not isinstance(peak, (int, float)) or not isinstance(mean, (int, float)):
         return None
@@ -127,7 +158,7 @@ class MigLayout:
         return None
 
 
-def _mig(candidates: Sequence[Holder], settings: WhatIfSettings) -> dict[str, Any]:
+def _mig(candidates: Sequence[Holder], settings: WhatIfSettings, peaks: Mapping[WorkloadKey, float]) -> dict[str, Any]:
     rows = []
     for model, members in sorted(_by_model(candidates).items()):
         catalogue = _catalogue(model)
@@ -140,7 +171,7 @@ def _mig(candidates: Sequence[Holder], settings: WhatIfSettings) -> dict[str, An
             demand: dict[Vector, int] = defaultdict(int)
             whole = 0
             for h in members:
-                need = _needs(h, settings)
+                need = _needs(h, settings, peaks)
                 profile = layout.smallest(need.vram_mib[estimate], need.compute[estimate]) if need else None
                 if profile is None:
                     whole += 1
@@ -178,7 +209,9 @@ def _mig(candidates: Sequence[Holder], settings: WhatIfSettings) -> dict[str, An
 # --- (b) time-slicing --------------------------------------------------------------
 
 
-def _time_slicing(candidates: Sequence[Holder], inventory: Inventory, settings: WhatIfSettings) -> dict[str, Any]:
+def _time_slicing(
+    candidates: Sequence[Holder], inventory: Inventory, settings: WhatIfSettings, peaks: Mapping[WorkloadKey, float]
+) -> dict[str, Any]:
     replicas = settings.time_slicing_replicas
     memory_of = {n.name: n.memory_mib for n in inventory.nodes}
     rows = []
@@ -188,7 +221,7 @@ def _time_slicing(candidates: Sequence[Holder], inventory: Inventory, settings: 
             demand: dict[Vector, int] = defaultdict(int)
             whole = 0
             for h in members:
-                need = _needs(h, settings)
+                need = _needs(h, settings, peaks)
                 total = (h.telemetry or {}).get("fb_total_mib") or memory_of.get(h.node)
                 if need is None or not total:
                     whole += 1
@@ -246,9 +279,9 @@ def _idle_residency(inventory: Inventory) -> dict[str, Any]:
             {
                 "model": model,
                 "pods": len(members),
-                "gpus_now": round(now, 2),
-                "freed_low": round(max(now - separate, 0.0), 2),
-                "freed_high": round(max(now - pooled, 0.0), 2),
+                "gpus_now": _n(now),
+                "freed_low": _n(max(now - separate, 0.0)),
+                "freed_high": _n(max(now - pooled, 0.0)),
             }
         )
     return _scenario(
@@ -275,6 +308,12 @@ def _by_model(holders: Iterable[Holder]) -> dict[str, list[Holder]]:
     return groups
 
 
+def _n(value: float) -> float | int:
+    """A GPU count for output: an integer when whole (fractions come from MIG slices)."""
+    rounded = round(value, 2)
+    return int(rounded) if float(rounded).is_integer() else rounded
+
+
 def _scenario(
     scenario_id: str, title: str, rows: Sequence[Mapping[str, Any]], assumptions: Sequence[str]
 ) -> dict[str, Any]:
@@ -282,8 +321,8 @@ def _scenario(
         "id": scenario_id,
         "title": title,
         "freed": {
-            "low": round(sum(r["freed_low"] for r in rows), 2),
-            "high": round(sum(r["freed_high"] for r in rows), 2),
+            "low": _n(sum(r["freed_low"] for r in rows)),
+            "high": _n(sum(r["freed_high"] for r in rows)),
         },
         "pods": sum(r["pods"] for r in rows),
         "by_model": list(rows),
@@ -291,11 +330,194 @@ def _scenario(
     }
 
 
-def simulate(inventory: Inventory, thresholds: Thresholds, settings: WhatIfSettings) -> dict[str, Any]:
+# --- achievable with the overlay ---------------------------------------------------
+
+
+def _share_vector(
+    share: Mapping[str, Any], pods: Sequence[Holder], inventory: Inventory, replicas: int
+) -> tuple[str, Vector, Vector] | str:
+    """(packing group, need, capacity) of one pod of a workload the overlay
+    moves to a share, or why it frees nothing counted here."""
+    need_mib = share.get("need_mib")
+    if not isinstance(need_mib, (int, float)):
+        return "no VRAM telemetry behind the patch (it needs confirmation): not counted"
+    p95s = [
+        t.get("compute_p95") if isinstance(t.get("compute_p95"), (int, float)) else t.get("compute_mean")
+        for t in (h.telemetry or {} for h in pods)
+    ]
+    known = [float(v) for v in p95s if isinstance(v, (int, float))]
+    if len(known) < len(pods):
+        return "no compute telemetry for every pod: not counted"
+    compute = max(known, default=0.0)
+    model = pods[0].model
+    profile_name = share.get("mig_profile")
+    if profile_name:
+        catalogue = _catalogue(model)
+        layout = MigLayout.of(catalogue) if catalogue else None
+        profile = next((p for p in layout.profiles if p[0] == profile_name), None) if layout else None
+        if layout is None or profile is None:
+            return f"{model} has no MIG profile {profile_name} in the catalogue: not counted"
+        if profile[1] / layout.compute_slices < compute:
+            return (
+                f"p95 compute {compute:.0%} exceeds the {profile_name} slice "
+                f"({profile[1] / layout.compute_slices:.0%} of the GPU): not counted"
+            )
+        return f"{model}\0mig", (profile[1], profile[2]), (layout.compute_slices, layout.memory_slices)
+    memory_of = {n.name: n.memory_mib for n in inventory.nodes}
+    total = (pods[0].telemetry or {}).get("fb_total_mib") or memory_of.get(pods[0].node)
+    if not total:
+        return f"the memory of a {model} is unknown: not counted"
+    memory = math.ceil(UNITS * float(need_mib) / float(total) - 1e-9)
+    if memory > UNITS:
+        return f"{need_mib:,.0f} MiB does not fit in a {model}: not counted"
+    units = math.ceil(UNITS * min(compute, 1.0) - 1e-9)
+    return f"{model}\0shared", (1, max(memory, 0), max(units, 0)), (replicas, UNITS, UNITS)
+
+
+def _whole_nodes(gpus_needed: int, node_sizes: Sequence[int]) -> int | None:
+    """The fewest GPUs a set of whole nodes can give that covers
+    ``gpus_needed`` (the nodes of one model, by their GPU counts); None when
+    all of them together cannot."""
+    if gpus_needed <= 0:
+        return 0
+    reachable = {0}
+    for size in sorted(node_sizes):
+        reachable |= {r + size for r in reachable if r < gpus_needed}
+    covering = [r for r in reachable if r >= gpus_needed]
+    return min(covering) if covering else None
+
+
+def achievable(
+    inventory: Inventory,
+    overlay: Mapping[str, Any] | None,
+    settings: WhatIfSettings,
+) -> dict[str, Any]:
+    """GPUs the tool's own fix overlay frees, per workload and per GPU model.
+
+    ``overlay``: what `gpuaudit fix` would write for this cluster, as data
+    (``shares``: each workload a patch moves to a MIG profile or a shared
+    GPU, with the planner's VRAM need; ``replicas``: the time-slicing
+    replicas its config sets), or None when no plan could be made.
+
+    The pods of the workloads moved to one kind of share on one GPU model are
+    packed together (memory and p95 compute must fit; at most ``replicas``
+    time-sliced pods per GPU). Workloads are added largest first, and each
+    is credited with the GPUs its pods free on top of those before it, so the
+    workloads' figures add up to the model's."""
+    if overlay is None or not overlay.get("available"):
+        return {
+            "known": False,
+            "freed": None,
+            "reason": (overlay or {}).get("problem") or "no fix plan was made for this run",
+            "replicas": None,
+            "by_model": [],
+            "by_workload": [],
+            "assumptions": [],
+        }
+    replicas = int(overlay.get("replicas") or settings.time_slicing_replicas)
+    by_workload: dict[WorkloadKey, list[Holder]] = defaultdict(list)
+    for h in inventory.holders:
+        if h.whole == 1 and not h.mig_profiles and abs(h.gpus - 1.0) < 1e-9:
+            by_workload[_workload(h)].append(h)
+    rows: list[dict[str, Any]] = []
+    groups: dict[str, list[tuple[dict[str, Any], Vector, Vector]]] = defaultdict(list)
+    for share in overlay.get("shares") or []:
+        key = (str(share.get("namespace") or ""), str(share.get("kind") or ""), str(share.get("name") or ""))
+        pods = sorted(by_workload.get(key, []), key=lambda h: h.pod)
+        row = {
+            "namespace": key[0],
+            "kind": key[1],
+            "name": key[2],
+            "team": pods[0].team if pods else None,
+            "model": pods[0].model if pods else share.get("model"),
+            "pods": len(pods),
+            "remediation": share.get("remediation"),
+            "rules": list(share.get("rules") or []),
+            "resource": share.get("resource"),
+            "mig_profile": share.get("mig_profile"),
+            "confidence": share.get("confidence"),
+            "freed": 0,
+            "counted": False,
+            "reason": None,
+        }
+        rows.append(row)
+        if not pods:
+            row["reason"] = "no pod of it holds a whole GPU now"
+            continue
+        shape = _share_vector(share, pods, inventory, replicas)
+        if isinstance(shape, str):
+            row["reason"] = shape
+            continue
+        group, need, capacity = shape
+        row["counted"] = True
+        groups[group].append((row, need, capacity))
+    by_model: dict[str, dict[str, Any]] = {}
+    for group, members in sorted(groups.items()):
+        model = group.split("\0")[0]
+        node_sizes = [int(n.gpus) for n in inventory.nodes if n.model == model and not n.unschedulable and n.gpus >= 1]
+        members.sort(key=lambda m: (-m[0]["pods"], m[0]["namespace"], m[0]["name"]))
+        demand: dict[Vector, int] = defaultdict(int)
+        pods_so_far = 0
+        totals: list[int] = []  # GPUs freed with the first k workloads moved
+        for _row, need, capacity in members:
+            demand[need] += _row["pods"]
+            pods_so_far += _row["pods"]
+            # Sharing is a node's setting (its device-plugin config, its MIG
+            # layout): every GPU of a node given to it is a share, so the
+            # shares take whole nodes, and what they do not fill frees nothing.
+            shared = _whole_nodes(pack_pool(demand, capacity).gpus, node_sizes)
+            totals.append(pods_so_far - shared if shared is not None else 0)
+        # The overlay moves them all: the model's figure is the last total.
+        # Each workload is credited what it adds, capped so the credits sum to it.
+        final = max(totals[-1], 0)
+        before = 0
+        for (row, _, _), total in zip(members, totals, strict=True):
+            reached = min(max(total, before), final)
+            row["freed"] = reached - before
+            before = reached
+        entry = by_model.setdefault(model, {"model": model, "pods": 0, "gpus_now": 0, "freed": 0})
+        entry["pods"] += pods_so_far
+        entry["gpus_now"] += pods_so_far
+        entry["freed"] += final
+    for entry in by_model.values():
+        entry["gpus_after"] = entry["gpus_now"] - entry["freed"]
+    rows.sort(key=lambda r: (-r["freed"], not r["counted"], r["namespace"], r["name"]))
+    return {
+        "known": True,
+        "freed": sum(e["freed"] for e in by_model.values()),
+        "reason": None,
+        "replicas": replicas,
+        "by_model": sorted(by_model.values(), key=lambda e: e["model"]),
+        "by_workload": rows,
+        "assumptions": [
+            "Only workloads `gpuaudit fix` writes a patch for count; the patch is the one the "
+            "fix command writes, sized by its planner (peak VRAM over all the workload's pods plus "
+            f"{settings.vram_headroom:.0%} headroom), so one pod template expresses it.",
+            f"Time-sliced pods of one GPU model are packed at most {replicas} to a GPU, their "
+            "VRAM needs together within its memory and their p95 compute together within one GPU; "
+            "MIG pods by their profile's compute and memory slices.",
+            "Time-slicing reaches only the nodes labelled for the sharing config the overlay "
+            "writes (a manual step: `kubectl label node NODE nvidia.com/device-plugin.config=shared`).",
+            "Sharing and MIG layouts are set per node: the shares take whole nodes of the model (the "
+            "smallest set that holds them), and the GPUs of those nodes the shares do not fill free nothing.",
+            "Node CPU and memory are not checked: a moved pod that the shared nodes cannot hold by CPU "
+            "or memory frees less than counted.",
+            "A workload whose patch has no VRAM telemetry behind it, or that the planners decline, frees nothing here.",
+        ],
+    }
+
+
+def simulate(
+    inventory: Inventory,
+    thresholds: Thresholds,
+    settings: WhatIfSettings,
+    overlay: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
     candidates, kept = _split(inventory)
+    peaks = _template_peaks(inventory.holders)
     scenarios = [
-        _mig(candidates, settings),
-        _time_slicing(candidates, inventory, settings),
+        _mig(candidates, settings, peaks),
+        _time_slicing(candidates, inventory, settings, peaks),
         _idle_residency(inventory),
     ]
     best = max(scenarios, key=lambda s: (s["freed"]["high"], s["freed"]["low"]))
@@ -304,15 +526,25 @@ def simulate(inventory: Inventory, thresholds: Thresholds, settings: WhatIfSetti
         if h.telemetry and h.telemetry.get("window_seconds"):
             window = h.telemetry["window_seconds"]
             break
+    reached = achievable(inventory, overlay, settings)
     return {
-        "allocated": round(sum(h.gpus for h in inventory.holders), 2),
-        "candidates": {"pods": len(candidates), "gpus": float(len(candidates))},
-        "kept": {k: round(v, 2) for k, v in kept.items()},
+        "allocated": _n(sum(h.gpus for h in inventory.holders)),
+        "candidates": {"pods": len(candidates), "gpus": len(candidates)},
+        "kept": {k: _n(v) for k, v in kept.items()},
+        "achievable": reached,
         "scenarios": scenarios,
-        "best": {"scenario": best["id"], "title": best["title"], **best["freed"]},
+        "best": {
+            "achievable": reached["freed"],
+            "theoretical_scenario": best["id"],
+            "theoretical_title": best["title"],
+            "theoretical_low": best["freed"]["low"],
+            "theoretical_high": best["freed"]["high"],
+        },
         "assumptions": [
-            "Pods stay on their GPU model; node CPU, memory and placement rules are not "
-            "re-checked, so the packing is what a good scheduler could reach, not a plan.",
+            "Theoretical: what a good scheduler could reach if every eligible pod were moved, "
+            "whether or not `gpuaudit fix` writes a change for it; not a plan.",
+            "Pods stay on their GPU model; node CPU, memory and placement rules are not re-checked.",
+            "Each pod is sized for the peak VRAM of its whole workload (one pod template sizes every replica).",
             "Multi-GPU pods and pods already on MIG slices or shared GPUs keep what they hold.",
             "Pods with telemetry over less than "
             f"{thresholds.min_coverage:.0%} of the window keep their whole GPU: no data is "

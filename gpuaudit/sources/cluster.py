@@ -14,8 +14,13 @@ garbled body becomes one entry in ``snapshot["errors"]`` (naming the resource
 and the endpoint) and that resource's list stays empty -- a partial list would
 read as free GPUs downstream, so a resource is all or nothing. A 404 on an
 optional API group (GPU Operator, DRA, Kueue) means "not installed" and goes to
-``snapshot["absent"]``. Only a configuration problem (no usable kubeconfig)
-raises, as :class:`ClusterSourceError`.
+``snapshot["absent"]``. A 403 on an *optional* resource -- the custom resources
+of ML operators that own GPU pods, the GPU Operator's ClusterPolicy, Kueue's
+Workloads: what the audit can judge without -- goes to ``snapshot["forbidden"]``
+with what it costs and which deploy/ component grants it: a warning, not a
+partial audit. A 403 on a core resource (nodes, pods, events, owners,
+ConfigMaps, DRA) stays an error. Only a configuration problem (no usable
+kubeconfig) raises, as :class:`ClusterSourceError`.
 
 The ``kubernetes`` package is imported inside functions: importing this module
 must stay cheap because the CLI imports it for every command.
@@ -29,7 +34,7 @@ import json
 import os
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from typing import Any
 
@@ -82,6 +87,14 @@ class _Api:
     label_selector: str | None = None
     field_selector: str | None = None
     kind: str = ""  # set on each item: items of a list response carry no kind
+    # Set on the optional resources whose 403 is a warning, not a partial
+    # audit: what the audit lacks without them and what grants them.
+    forbidden_note: str = ""
+
+    @property
+    def name(self) -> str:
+        """RESOURCE.GROUP, as RBAC and ``kubectl get`` name it."""
+        return f"{self.plural}.{self.group}" if self.group else self.plural
 
     @property
     def path(self) -> str:
@@ -109,7 +122,21 @@ REPLICASETS = _Api("replicasets", "apps", "v1", "replicasets")
 JOBS = _Api("jobs", "batch", "v1", "jobs")
 CONFIGMAPS_LABELLED = _Api("configmaps", "", "v1", "configmaps", label_selector=DEVICE_PLUGIN_LABEL)
 CONFIGMAPS_METADATA = _Api("configmaps", "", "v1", "configmaps")
-CLUSTERPOLICIES = _Api("clusterpolicies", "nvidia.com", "v1", "clusterpolicies", optional=True)
+# What grants the optional resources (deploy/README.md, the Helm chart's values).
+BASE_GRANT = "the base ClusterRole gpuaudit-reader grants it (deploy/base/rbac.yaml)"
+ML_OPERATORS_GRANT = (
+    "grant it with the opt-in component deploy/components/ml-operators "
+    "(Helm: mlOperators.enabled=true)"
+)
+CLUSTERPOLICIES = _Api(
+    "clusterpolicies",
+    "nvidia.com",
+    "v1",
+    "clusterpolicies",
+    optional=True,
+    forbidden_note="the GPU Operator's settings (device-plugin config, MIG strategy) are unknown; "
+    "sharing is judged from the device-plugin ConfigMaps and pods alone; " + BASE_GRANT,
+)
 RESOURCECLAIMS = _Api("resourceclaims", "resource.k8s.io", "v1", "resourceclaims", optional=True)
 RESOURCESLICES = _Api("resourceslices", "resource.k8s.io", "v1", "resourceslices", optional=True)
 # The owners of ReplicaSets, Jobs and pods, kept in "workloads" when they own
@@ -123,9 +150,24 @@ OWNER_APIS = (
 )
 # Kueue serves v1beta2 since v0.15 and v1beta1 before; newest first.
 KUEUE_WORKLOADS = tuple(
-    _Api("kueueworkloads", "kueue.x-k8s.io", version, "workloads", optional=True)
+    _Api(
+        "kueueworkloads",
+        "kueue.x-k8s.io",
+        version,
+        "workloads",
+        optional=True,
+        forbidden_note="GPU work queued in Kueue without pods yet is not counted; " + BASE_GRANT,
+    )
     for version in ("v1beta2", "v1beta1")
 )
+
+
+def _owner_note(kind: str) -> str:
+    return (
+        f"pods owned by {kind} objects are still judged, from the pods themselves, but their owner "
+        f"chain stops at the {kind} (anything above it is unknown) and `gpuaudit fix --snapshot` "
+        f"cannot patch them; " + ML_OPERATORS_GRANT
+    )
 
 
 class _Failure(Exception):
@@ -151,6 +193,7 @@ class _Collector:
     sleep: Callable[[float], None] = time.sleep
     errors: list[dict[str, Any]] = field(default_factory=list)
     absent: list[str] = field(default_factory=list)
+    forbidden: list[dict[str, Any]] = field(default_factory=list)
 
     # -- one list, all pages ------------------------------------------------
 
@@ -172,6 +215,17 @@ class _Collector:
                     restarted, items, token = True, [], None
                     continue
                 if failure.status == 404 and api.optional:
+                    return None
+                if failure.status == 403 and api.forbidden_note:
+                    self.forbidden.append(
+                        {
+                            "resource": api.name,
+                            "endpoint": api.endpoint,
+                            "status": 403,
+                            "message": failure.message,
+                            "note": api.forbidden_note,
+                        }
+                    )
                     return None
                 self.record(api.key, api.endpoint, failure, read=len(items))
                 return None
@@ -349,6 +403,7 @@ def collect(
     progress: Callable[[str, int], None] | None = None,
     max_attempts: int = _MAX_ATTEMPTS,
     backoff: float = _BACKOFF,
+    pod_selector: str | None = None,
 ) -> dict[str, Any]:
     """Collect the objects gpuaudit audits into a version-1 snapshot dict.
 
@@ -358,6 +413,8 @@ def collect(
     HTTP request and ``deadline`` the whole collection (seconds). ``progress``
     is called as ``progress(resource, objects_so_far)`` after every page.
     ``max_attempts`` and ``backoff`` tune the retries of 429/5xx answers.
+    ``pod_selector``: a label selector for the pod list (the server filters;
+    nodes and everything else are read whole).
 
     Raises :class:`ClusterSourceError` only when no client can be configured.
     """
@@ -383,7 +440,7 @@ def collect(
             max_attempts=max(1, max_attempts),
             backoff=backoff,
         )
-        objects = _collect_objects(collector, typed)
+        objects = _collect_objects(collector, typed, pod_selector)
     finally:
         api_client.close()
         metadata_client.close()
@@ -395,13 +452,17 @@ def collect(
         "objects": objects,
         "absent": collector.absent,
         "errors": collector.errors,
+        "forbidden": collector.forbidden,
         "telemetry": None,
     }
 
 
-def _collect_objects(collector: _Collector, typed: _Typed) -> dict[str, list[dict[str, Any]]]:
+def _collect_objects(
+    collector: _Collector, typed: _Typed, pod_selector: str | None = None
+) -> dict[str, list[dict[str, Any]]]:
     objects: dict[str, list[dict[str, Any]]] = {key: [] for key in OBJECT_KEYS}
-    for api in (NODES, PODS, EVENTS, REPLICASETS, JOBS):
+    pods = replace(PODS, label_selector=pod_selector) if pod_selector else PODS
+    for api in (NODES, pods, EVENTS, REPLICASETS, JOBS):
         objects[api.key] = collector.list_all(api) or []
     objects["workloads"] = _owners(collector, objects)
     # The ClusterPolicy comes before the ConfigMaps: it names one of them.
@@ -417,13 +478,13 @@ def _collect_objects(collector: _Collector, typed: _Typed) -> dict[str, list[dic
 
 def _optional(collector: _Collector, versions: tuple[_Api, ...]) -> list[dict[str, Any]]:
     """The first version of an optional API that exists; "absent" if none."""
-    errors_before = len(collector.errors)
+    errors_before, forbidden_before = len(collector.errors), len(collector.forbidden)
     for api in versions:
         items = collector.list_all(api)
         if items is not None:
             return items
-        if len(collector.errors) > errors_before:  # failed, not missing
-            return []
+        if len(collector.errors) > errors_before or len(collector.forbidden) > forbidden_before:
+            return []  # failed or forbidden, not missing
     collector.absent.append(versions[0].key)
     return []
 
@@ -435,8 +496,11 @@ def _owners(collector: _Collector, objects: dict[str, list[dict[str, Any]]]) -> 
     say: RBAC grants exactly these). Custom resources are listed only when a
     GPU pod's chain names one, one list per (group, version, plural), and the
     walk goes on through what they add (a RayCluster owned by a RayService).
-    A custom resource API that is not installed is "absent"; a failure is an
-    error naming it, and the chains through it stop where it was.
+    A custom resource API that is not installed is "absent"; a forbidden one
+    is "forbidden" (a warning: the base role does not grant operators' custom
+    resources, deploy/components/ml-operators does); another failure is an
+    error naming it. Either way the chains through it stop where it was, and
+    the pods below are still judged.
     """
     from gpuaudit.kube import owners
     from gpuaudit.model.cluster_builder import may_use_gpus
@@ -463,12 +527,22 @@ def _owners(collector: _Collector, objects: dict[str, list[dict[str, Any]]]) -> 
             if not group or not plural or (group, version, plural) in tried:
                 continue
             tried.add((group, version, plural))
-            apis.append(_Api("workloads", group, version, plural, optional=True, kind=kind))
+            apis.append(
+                _Api(
+                    "workloads",
+                    group,
+                    version,
+                    plural,
+                    optional=True,
+                    kind=kind,
+                    forbidden_note=_owner_note(kind),
+                )
+            )
     return walk.owners()
 
 
 def _failed(collector: _Collector, api: _Api) -> bool:
-    return any(e["endpoint"] == api.endpoint for e in collector.errors)
+    return any(e["endpoint"] == api.endpoint for e in (*collector.errors, *collector.forbidden))
 
 
 def _with_kind(item: dict[str, Any], api: _Api) -> dict[str, Any]:

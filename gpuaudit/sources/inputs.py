@@ -96,3 +96,50 @@ def _kustomization_dirs(root: Path) -> list[Path]:
         if kustomize.kustomization_in(here) is not None:
             found.append(here)
     return found
+
+
+def enclosing_packages(paths: Sequence[str]) -> list[str]:
+    """``paths`` as pre-commit passes them (changed files), with each file that
+    lies in a kustomize package replaced by the package's folder: the nearest
+    folder holding a kustomization, the file's own or one above it, up to the
+    repository root (the nearest folder above holding ``.git``; outside a
+    repository, the working directory). A patch is then audited as part of
+    what it renders to, not as a fragment. A package comes once, and a file
+    or package inside another one on the list is left to it. Directories,
+    '-' and paths that do not exist pass unchanged."""
+    out: list[str] = []
+    packages: list[Path] = []  # absolute, for containment
+    for path in paths:
+        package = _package_of(Path(path)) if path != "-" and Path(path).is_file() else None
+        if package is None:
+            out.append(path)
+        elif package not in packages:
+            packages.append(package)
+            out.append(str(package) if Path(path).is_absolute() else os.path.relpath(package))
+
+    def inside_another(item: str) -> bool:
+        full = Path(os.path.abspath(item))
+        return any(full != p and full.is_relative_to(p) for p in packages)
+
+    return [item for item in out if item == "-" or not inside_another(item)]
+
+
+def _package_of(file: Path) -> Path | None:
+    """The absolute folder of the kustomize package ``file`` belongs to, or None."""
+    folder = Path(os.path.abspath(file)).parent
+    top = _repository_root(folder) or Path(os.path.abspath(Path.cwd()))
+    if not folder.is_relative_to(top):
+        top = folder
+    while True:
+        if kustomize.kustomization_in(folder) is not None:
+            return folder
+        if folder == top or folder.parent == folder:
+            return None
+        folder = folder.parent
+
+
+def _repository_root(start: Path) -> Path | None:
+    for folder in (start, *start.parents):
+        if (folder / ".git").exists():
+            return folder
+    return None

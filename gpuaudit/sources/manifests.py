@@ -32,6 +32,25 @@ _HELM_ACTION = re.compile(
     r"toYaml|tpl|printf|default|quote|required|lookup|fail|block)\b)"
 )
 
+# KServe fills `{{.Name}}`, `{{.Namespace}}`, `{{.Labels.x}}`, `{{.Annotations.x}}`
+# in a serving runtime's args from the InferenceService at run time: text, not
+# Helm (Helm's top-level objects are .Values, .Release, .Chart, ...). Only in
+# files that hold a ServingRuntime or ClusterServingRuntime.
+_KSERVE_RUNTIME = re.compile(r"^kind:\s*[\"']?(?:Cluster)?ServingRuntime\b", re.MULTILINE)
+_KSERVE_PLACEHOLDER = re.compile(r"\{\{-?\s*(?:index\s+)?\.(?:Name|Namespace|Labels|Annotations)\b[^{}]*\}\}")
+
+
+def _helm_action(text: str) -> re.Match[str] | None:
+    """The first Helm template action in ``text``, KServe's run-time
+    placeholders in serving runtime files aside."""
+    if not _KSERVE_RUNTIME.search(text):
+        return _HELM_ACTION.search(text)
+    placeholders = [m.span() for m in _KSERVE_PLACEHOLDER.finditer(text)]
+    for match in _HELM_ACTION.finditer(text):
+        if not any(start <= match.start() < end for start, end in placeholders):
+            return match
+    return None
+
 
 @dataclass
 class ReadResult:
@@ -115,7 +134,7 @@ def read_text(text: str, name: str, result: ReadResult) -> None:
 
 
 def _read_text(text: str, name: str, result: ReadResult, rendered: bool = False) -> None:
-    helm = None if rendered else _HELM_ACTION.search(text)
+    helm = None if rendered else _helm_action(text)
     if helm:
         line = text.count("\n", 0, helm.start()) + 1
         result.errors.append(

@@ -36,6 +36,7 @@ spec:
   - name: trainer
     image: cuda:12
     resources:
+      requests: {{cpu: "1"}}
       limits: {{nvidia.com/gpu: 1}}
 """
 

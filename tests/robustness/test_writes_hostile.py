@@ -31,6 +31,7 @@ spec:
       - name: c
         image: cuda:12
         resources:
+          requests: {cpu: "1"}
           limits: {nvidia.com/gpu: 1}
 """
 LIMIT = 2048  # bytes: more than any message, less than any SARIF or overlay
@@ -92,7 +93,7 @@ def test_every_format_that_fits_is_written_and_every_failure_named(work):
         "junit=big.xml",
         "--format",
         "json",
-        "-o",
+        "--output-file",
         "out.json",
         cwd=work,
         limit=LIMIT,
@@ -116,10 +117,10 @@ def test_write_baseline_past_the_limit_is_a_message_and_the_output_still_goes_ou
     assert not (work / "base.json").exists() and _leftovers(work) == []
 
 
-@pytest.mark.parametrize("option", ["-o", "--write-baseline"])
+@pytest.mark.parametrize("option", ["--output-file", "--write-baseline"])
 def test_a_file_where_a_folder_belongs_is_named(work, option):
     (work / "somefile").write_text("keep\n")
-    args = ["--format", "sarif", "-o", "somefile/deeper/out.sarif"] if option == "-o" else []
+    args = ["--format", "sarif", "--output-file", "somefile/deeper/out.sarif"] if option == "--output-file" else []
     if option == "--write-baseline":
         args = ["--write-baseline", "somefile/base.json"]
     proc = gpuaudit("check", "app.yaml", *args, cwd=work)
@@ -135,8 +136,8 @@ def test_a_read_only_folder_is_named(work):
     locked.mkdir()
     locked.chmod(0o555)
     try:
-        proc = gpuaudit("check", "app.yaml", "--format", "json", "-o", "locked/out.json", cwd=work)
-        deeper = gpuaudit("check", "app.yaml", "--format", "json", "-o", "locked/a/out.json", cwd=work)
+        proc = gpuaudit("check", "app.yaml", "--format", "json", "--output-file", "locked/out.json", cwd=work)
+        deeper = gpuaudit("check", "app.yaml", "--format", "json", "--output-file", "locked/a/out.json", cwd=work)
     finally:
         locked.chmod(0o755)
     for p in (proc, deeper):
@@ -208,7 +209,7 @@ def test_every_file_written_follows_the_umask(work, umask, mode):
         "app.yaml",
         "--format",
         "sarif",
-        "-o",
+        "--output-file",
         "out.sarif",
         "--write-baseline",
         "base.json",
@@ -228,7 +229,7 @@ def test_every_file_written_follows_the_umask(work, umask, mode):
         "snap.json.gz",
         "--format",
         "json",
-        "-o",
+        "--output-file",
         "audit.json",
         cwd=work,
         umask=umask,
@@ -242,3 +243,23 @@ def test_every_file_written_follows_the_umask(work, umask, mode):
     assert {str(p.relative_to(work)): oct(_mode(p)) for p in files} == {
         str(p.relative_to(work)): oct(mode) for p in files
     }
+
+
+def test_a_fifo_or_device_at_the_output_path_is_written_to_never_replaced(tmp_path):
+    """`--output-file /dev/null` must not turn /dev/null into a regular file
+    (the atomic rename would, and as root for the whole machine). Shown on a
+    FIFO, which is safe to make here: the data goes through it and it stays a FIFO."""
+    import threading
+
+    from gpuaudit.files import write_atomic
+
+    pipe = tmp_path / "out.fifo"
+    os.mkfifo(pipe)
+    received: list[bytes] = []
+    reader = threading.Thread(target=lambda: received.append(pipe.read_bytes()))
+    reader.start()
+    write_atomic(pipe, "report\n")
+    reader.join(timeout=10)
+    assert received == [b"report\n"]
+    assert stat.S_ISFIFO(os.stat(pipe).st_mode)
+    assert [p.name for p in tmp_path.iterdir()] == ["out.fifo"]  # no temporary file left

@@ -6,6 +6,7 @@ from typing import Any
 
 from gpuaudit import gpus
 from gpuaudit.kube import pointers
+from gpuaudit.kube.podspecs import group_of
 from gpuaudit.remediate import sizing
 from gpuaudit.remediate.planners.common import (
     NO_CONTAINER,
@@ -42,11 +43,100 @@ def _gpu_model(ctx: Context) -> tuple[gpus.GpuModel | None, str]:
     return model, source if model else f"unknown ({named!r} is not in the GPU catalogue)"
 
 
+RAY_GROUP = "ray.io"
+RAY_DECLINE = Declined(
+    "Ray counts a pod's GPUs by its resource keys ending in gpu: on nvidia.com/gpu.shared "
+    "(or a MIG slice) KubeRay and the Ray autoscaler see no GPU on its workers, so GPU tasks "
+    "never land there and autoscaling breaks; share through Ray instead (num_gpus fractions "
+    "on the tasks and actors)"
+)
+
+
+def _is_ray(ctx: Context) -> bool:
+    return group_of(ctx.document.api_version) == RAY_GROUP
+
+
+GKE_SHARING = "cloud.google.com/gke-gpu-sharing-strategy"
+GKE_CLIENTS = "cloud.google.com/gke-max-shared-clients-per-gpu"
+
+
+def _gke_share(
+    ctx: Context, template: Any, need_mib: float | None, model: gpus.GpuModel | None, observed: str
+) -> Proposal:
+    """On GKE the resource stays nvidia.com/gpu: sharing is a node-pool
+    setting the pod selects with two node labels (gpu-domain.md §6)."""
+    clients, confidence = 2, "needs confirmation"
+    if need_mib and model is not None:
+        fit = sizing.replicas_that_fit(sizing.model_memory_mib(model), [need_mib])
+        clients, confidence = sizing.clamp(fit, 2, 8), "measured"
+        basis = (
+            f"{observed}; with headroom {need_mib:,.0f} MiB, so {fit} such workloads fit in one "
+            f"{model.model}: max-shared-clients-per-gpu {clients} (kept within 2..8). "
+        )
+    else:
+        basis = (
+            "No GPU telemetry with a known GPU model: 2 clients per GPU, a static suggestion to "
+            "confirm against its peak GPU memory (time-sharing does not isolate memory). "
+        )
+    basis += (
+        "GKE (site platform gke) shares GPUs per node pool; the resource stays nvidia.com/gpu, "
+        "and the pod selects the pool by its sharing labels."
+    )
+    params = {
+        **identity(ctx),
+        "spec_pointer": template.pointer,
+        "strategy_label": GKE_SHARING,
+        "clients_label": GKE_CLIENTS,
+        "clients": str(clients),
+        "clients_count": clients,
+        "accelerator": (ctx.template.spec.get("nodeSelector") or {}).get("cloud.google.com/gke-accelerator")
+        if ctx.template is not None and isinstance(ctx.template.spec.get("nodeSelector"), dict)
+        else None,
+    }
+    params["accelerator"] = params["accelerator"] or "ACCELERATOR"
+    return Proposal("gke", params, basis, confidence, f"{template.pointer}#gke-sharing")
+
+
+# Node labels that put a pod on a pool whose GPUs are already shared: there
+# its nvidia.com/gpu is a replica, and a .shared name may not exist at all.
+_SHARED_POOL_LABELS = (
+    "nvidia.com/gpu.sharing-strategy",
+    "nvidia.com/device-plugin.config",
+    "nvidia.com/gpu.replicas",
+    "cloud.google.com/gke-gpu-sharing-strategy",
+    "cloud.google.com/gke-max-shared-clients-per-gpu",
+)
+
+
+def _shared_pool(spec: Any) -> str | None:
+    """The selector that pins the pod to a shared-GPU pool, if any."""
+    selector = spec.get("nodeSelector") if isinstance(spec.get("nodeSelector"), dict) else {}
+    for key in _SHARED_POOL_LABELS:
+        if key in selector and str(selector[key]) not in ("none", "1"):
+            return f"{key}={selector[key]}"
+    required = pointers.get(spec, "/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution")
+    for term in (required or {}).get("nodeSelectorTerms") or [] if isinstance(required, dict) else []:
+        for expr in term.get("matchExpressions") or [] if isinstance(term, dict) else []:
+            if isinstance(expr, dict) and expr.get("key") in _SHARED_POOL_LABELS and expr.get("operator") == "In":
+                values = [str(v) for v in expr.get("values") or [] if str(v) not in ("none", "1")]
+                if values:
+                    return f"{expr['key']} in {values}"
+    return None
+
+
 @planner("move-to-shared-gpu")
 def move_to_shared_gpu(ctx: Context) -> Proposal | Declined:
     template = needs_template(ctx)
     if isinstance(template, Declined):
         return template
+    if _is_ray(ctx):
+        return RAY_DECLINE
+    pool = _shared_pool(template.spec)
+    if pool is not None:
+        return Declined(
+            f"it runs on a pool whose GPUs are already shared (node selector {pool}): there its "
+            "nvidia.com/gpu is already a replica, and a renamed resource would strand it"
+        )
     holders = [c for c in template.containers if any(r.mode == "whole" for r in c.gpus)]
     if not holders:
         return Declined("no container requests whole GPUs")
@@ -82,7 +172,24 @@ def move_to_shared_gpu(ctx: Context) -> Proposal | Declined:
     model, model_source = _gpu_model(ctx)
     pods = int(ctx.facts.get("replicas") or 1)
     shared = str(ctx.params["shared_resource"])
-    common = {**identity(ctx), "containers": containers, "headroom_percent": headroom * 100}
+    if ctx.run.platform == "gke":
+        fits = sizing.with_headroom(float(peak), headroom) if isinstance(peak, (int, float)) and peak > 0 else None
+        if (
+            fits is not None
+            and model is not None
+            and sizing.replicas_that_fit(sizing.model_memory_mib(model), [fits]) < 2
+        ):
+            return Declined(
+                f"peak VRAM {peak:,.0f} MiB + headroom leaves no room for a second workload on a {model.model}"
+            )
+        observed = f"Telemetry: peak VRAM {peak:,.0f} MiB" if fits is not None else ""
+        return _gke_share(ctx, template, fits, model, observed)
+    common = {
+        **identity(ctx),
+        "containers": containers,
+        "headroom_percent": headroom * 100,
+        "advertised_by": _advertiser(ctx, shared),
+    }
 
     if isinstance(peak, (int, float)) and peak > 0:
         need = sizing.with_headroom(float(peak), headroom)
@@ -92,22 +199,46 @@ def move_to_shared_gpu(ctx: Context) -> Proposal | Declined:
         )
         if seen is not None and seen.telemetry is telemetry:
             observed += f" ({seen.describe(ctx.run.evidence_source)})"
+        compute = telemetry.get("compute_p95")
+        compute = float(compute) if isinstance(compute, (int, float)) else None
         if model is not None and model.mig_capable and ctx.params["prefer"] == "mig":
-            choice = sizing.smallest_mig_profile(model, need)
+            choice = sizing.smallest_mig_profile(model, need, compute)
             if choice is None or choice.whole_gpu:
                 return Declined(
-                    f"{observed} + {headroom:.0%} headroom needs the whole {model.model}: no smaller share fits"
+                    f"{observed} + {headroom:.0%} headroom"
+                    + (f" and p95 compute {compute:.0%} of a GPU" if compute is not None else "")
+                    + f" needs the whole {model.model}: no smaller MIG slice fits"
                 )
             resource = f"nvidia.com/mig-{choice.profile}"
+            if ctx.run.coherence is not None and resource not in ctx.run.advertised:
+                nodes = ", ".join(seen.nodes) if seen is not None and seen.nodes else "the nodes of that GPU model"
+                return Declined(
+                    f"it would fit a {choice.profile} MIG slice ({observed}), but nothing partitions a GPU "
+                    f"into {choice.profile} slices: first give {nodes} a MIG layout with them (GPU Operator "
+                    f"ClusterPolicy mig.strategy: mixed, then kubectl label node NODE "
+                    f"nvidia.com/mig.config=all-{choice.profile}), then move it"
+                )
+            if compute is None:
+                return Declined(
+                    f"{observed} fits a {choice.profile} MIG slice by memory, but no compute telemetry "
+                    f"says whether {choice.slices}/{choice.of} of a {model.model} keeps up with its load"
+                )
             basis = (
-                f"Telemetry: {observed}; with {headroom:.0%} headroom {need:,.0f} MiB. "
-                f"GPU: {model.model} (from {model_source}). Smallest MIG profile with at least "
-                f"that much memory: {choice.profile} (~{choice.memory_mib:,.0f} MiB)."
+                f"Telemetry: {observed}, p95 compute {compute:.0%} of a GPU; with {headroom:.0%} headroom "
+                f"{need:,.0f} MiB. GPU: {model.model} (from {model_source}). Smallest MIG profile with at "
+                f"least that much memory and compute: {choice.profile} (~{choice.memory_mib:,.0f} MiB, "
+                f"{choice.slices}/{choice.of} of the GPU's compute). Advertised by: "
+                f"{ctx.run.advertised.get(resource, 'the nodes (no coherence check)')}."
             )
-            share = SharePlan(pods, resource, need, model, choice.profile)
+            share = SharePlan(pods, resource, need, model, choice.profile, compute)
             return Proposal(
                 "mig",
-                {**common, "resource": resource, "profile": choice.profile},
+                {
+                    **common,
+                    "resource": resource,
+                    "profile": choice.profile,
+                    "advertised_by": ctx.run.advertised.get(resource) or "the site's MIG layout",
+                },
                 basis,
                 "measured",
                 template.pointer,
@@ -133,7 +264,7 @@ def move_to_shared_gpu(ctx: Context) -> Proposal | Declined:
                 "cannot be checked: confirm before merging."
             )
             confidence = "needs confirmation"
-        share = SharePlan(pods, shared, need, model, None)
+        share = SharePlan(pods, shared, need, model, None, compute)
     else:
         if unadvertised:
             return Declined(unadvertised)
@@ -155,10 +286,30 @@ def move_to_shared_gpu(ctx: Context) -> Proposal | Declined:
     )
 
 
+def _advertiser(ctx: Context, resource: str) -> str:
+    return ctx.run.advertised.get(resource) or "the device plugin's sharing config (none found in the inputs)"
+
+
 def _unadvertised(ctx: Context) -> str | None:
     """Why the shared resource cannot be requested: the input's device-plugin
-    configs (or the site) say which `.shared` names exist, and it is not one."""
+    configs (or the site) say which `.shared` names exist, and it is not one;
+    or, with the coherence check, nothing in the overlay, the inputs, the site
+    or the snapshot advertises it."""
     shared = str(ctx.params["shared_resource"])
+    if ctx.run.platform == "gke":
+        return (
+            f"on GKE (site platform gke) the resource stays nvidia.com/gpu: {shared} is never "
+            "advertised there; sharing is a node-pool setting (cloud.google.com/gke-gpu-sharing-strategy)"
+        )
+    if ctx.run.coherence is not None and shared in ctx.run.advertised:
+        return None
+    if ctx.run.coherence is not None and ctx.run.shared_names is None:
+        return (
+            f"nothing advertises {shared}: no device-plugin config in this overlay or the inputs "
+            "renames GPUs to it (time-slicing or MPS with renameByDefault), the site config names no "
+            "shared_resource and no node of the snapshot offers it; add the sharing config (or pass "
+            "its manifest, or set site shared_resource) and run gpuaudit fix again"
+        )
     known = ctx.run.shared_names
     if known is None or shared in known:
         return None
@@ -236,6 +387,8 @@ def whole_gpu_quantity(ctx: Context) -> Proposal | Declined:
         return Declined("no fractional whole-GPU count")
     if any(r.resource != NVIDIA_GPU for r in fractional):
         return Declined("only nvidia.com/gpu has a known shared resource")
+    if _is_ray(ctx):
+        return RAY_DECLINE
     shared = str(ctx.params["shared_resource"])
     unadvertised = _unadvertised(ctx)
     if unadvertised:
@@ -247,6 +400,7 @@ def whole_gpu_quantity(ctx: Context) -> Proposal | Declined:
         "fraction": request.count,
         "resource": shared,
         "request": 1 if request.request is not None else None,
+        "advertised_by": _advertiser(ctx, shared),
     }
     basis = (
         f"{request.count:g} of nvidia.com/gpu is not a count the API server accepts; one "
@@ -261,6 +415,8 @@ def drop_init_container_gpus(ctx: Context) -> Proposal | Declined:
     if isinstance(template, Declined):
         return template
     main = (ctx.facts.get("gpu") or {}).get("main_count") or 0
+    if not main:
+        return _move_init_gpus(ctx, template)
     changes = []
     for c in template.init_containers:
         for r in c.gpus:
@@ -288,7 +444,23 @@ def drop_init_container_gpus(ctx: Context) -> Proposal | Declined:
         f"pod's whole life: their GPU requests become {what}."
     )
     params = {**identity(ctx), "containers": changes}
-    return Proposal(None, params, basis, "static", f"{template.pointer}#init-gpus")
+    return Proposal(None, params, basis, "static", f"{template.pointer}#init-gpus", lowers=frozenset({"gpu"}))
+
+
+def _move_init_gpus(ctx: Context, template: Any) -> Declined:
+    """The initContainers hold the pod's only GPUs: dropping them would leave
+    the app containers without one. Whether the server computes on the GPU
+    decides the fix, and the manifest does not say."""
+    held = sorted(
+        {f"{c.name} ({r.resource}: {r.count:g})" for c in template.init_containers for r in c.gpus if r.count}
+    )
+    apps = ", ".join(c.name for c in template.containers) or "none"
+    return Declined(
+        f"the initContainers {', '.join(held) or ''} hold the pod's only GPU request and the app "
+        f"containers ({apps}) none: dropping it would leave the server without a GPU. If the app "
+        "container computes on the GPU, move the request to it (the pod keeps the same GPUs: the "
+        "kubelet hands init containers' devices on); if not, drop it by hand"
+    )
 
 
 _RAY_POD_TEMPLATE = "/template/spec"  # a Ray group's pod spec, below the group
@@ -321,7 +493,9 @@ def drop_ray_head_gpus(ctx: Context) -> Proposal | Declined:
         "containers": changes,
         "workers": ctx.facts.get("other_gpu_roles") or [],
     }
-    return Proposal(None, params, basis, "static", f"{template.pointer}#ray-head-gpus")
+    return Proposal(
+        None, params, basis, "static", f"{template.pointer}#ray-head-gpus", lowers=frozenset({"gpu", "pod-gpu"})
+    )
 
 
 @planner("match-gpus-to-parallelism")
@@ -329,6 +503,12 @@ def match_gpus_to_parallelism(ctx: Context) -> Proposal | Declined:
     c = ctx.container
     if c is None:
         return NO_CONTAINER
+    if _is_ray(ctx):
+        return Declined(
+            "a Ray worker's GPUs are Ray's pool: Ray Serve and Ray Train place several replicas or "
+            "workers (each with its own parallelism) on them, which the container's arguments do "
+            "not show; size the group from the Serve or Train config by hand"
+        )
     parallelism = ctx.facts.get("parallelism") or {}
     total = parallelism.get("total")
     whole = [r for r in c.gpus if r.mode == "whole"]
@@ -351,7 +531,8 @@ def match_gpus_to_parallelism(ctx: Context) -> Proposal | Declined:
         f"{parallelism.get('data')}, processes {parallelism.get('processes')}); it holds "
         f"{r.count:g} GPUs."
     )
-    return Proposal(None, params, basis, "static", f"{c.pointer}#gpu-count")
+    basis += " Lowering the GPU count is this change's purpose."
+    return Proposal(None, params, basis, "static", f"{c.pointer}#gpu-count", lowers=frozenset({"gpu"}))
 
 
 @planner("drop-visible-devices-env")

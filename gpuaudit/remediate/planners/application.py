@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 
 from gpuaudit.kube import pointers
@@ -21,6 +22,47 @@ from gpuaudit.remediate.planners.common import (
 # --- application -----------------------------------------------------------------------
 
 UNKNOWN_GPU_COUNT = Declined("the GPU count is unknown")
+PAUSE = Declined(
+    "a pause container holds the GPU as a placeholder and runs no work: a CPU or memory request "
+    "sized per GPU would reserve what nothing uses"
+)
+
+
+def _is_pause(ctx: Context) -> bool:
+    image = (ctx.container.image if ctx.container else "") or ""
+    name = image.rsplit("/", 1)[-1].split("@")[0].split(":")[0]
+    return name in ("pause", "pause-amd64", "pause-arm64") or name.startswith("pause-")
+
+
+def _model_weights(ctx: Context) -> tuple[str, float, float | None] | None:
+    """The model the pod serves, its weights in GiB and the GPUs its declared
+    parallelism spans (None when none is declared), when its command line or
+    env names a model gpuaudit knows the size of (facts/model_size.py)."""
+    from gpuaudit.facts.context import Site, build_context
+    from gpuaudit.facts.process import command_lines, pod_process_facts
+    from gpuaudit.model.workload_builder import build_workloads
+
+    if ctx.template is None:
+        return None
+    workloads, _ = build_workloads([ctx.document], _locators(ctx))
+    for w in workloads:
+        for t in w.templates:
+            if t.pointer != ctx.template.pointer:
+                continue
+            context = build_context(Site(), [ctx.document], workloads)
+            facts = pod_process_facts(w, t, {}, context, command_lines(w, t))
+            model = facts.get("model") or {}
+            total = (facts.get("parallelism") or {}).get("total")
+            if isinstance(model.get("weights_gib"), (int, float)) and model["weights_gib"] > 0:
+                span = float(total) if isinstance(total, (int, float)) and total > 0 else None
+                return str(model.get("name")), float(model["weights_gib"]), span
+    return None
+
+
+def _locators(ctx: Context):
+    from gpuaudit.kube.podspecs import builtin_locators
+
+    return getattr(ctx.run.coherence, "locators", None) or builtin_locators()
 
 
 def _gpu_count(ctx: Context) -> float | None:
@@ -37,8 +79,15 @@ def cpu_request_per_gpu(ctx: Context) -> Proposal | Declined:
     gpu_count = _gpu_count(ctx)
     if gpu_count is None:
         return UNKNOWN_GPU_COUNT
+    if _is_pause(ctx):
+        return PAUSE
     per_gpu = float(ctx.params["min_cpu_per_gpu"])
     cores = sizing.cpu_cores_for(gpu_count, per_gpu)
+    if c.cpu_request is None and c.cpu_limit is not None and c.cpu_limit >= cores:
+        return Declined(
+            f"its CPU limit ({c.cpu_limit:g}) is its request too (Kubernetes defaults a missing request "
+            f"to the limit): already at least {cores} cores; a request of {cores} would lower it"
+        )
     current = pointers.get(ctx.document.obj, pointers.join(c.resources_pointer, "requests", "cpu"))
     limit = pointers.get(ctx.document.obj, pointers.join(c.resources_pointer, "limits", "cpu"))
     params = {
@@ -64,6 +113,12 @@ def add_dev_shm(ctx: Context) -> Proposal | Declined:
         return template
     spec = template.spec
     volumes = {v.get("name"): v for v in spec.get("volumes") or [] if isinstance(v, Mapping)}
+    mounts_shm = any(str(p).rstrip("/") == "/dev/shm" for c in template.containers for p in c.volume_mounts.values())
+    if ctx.document.api_version.split("/")[0] == "ray.io" and not mounts_shm:
+        return Declined(
+            "KubeRay mounts a memory-backed /dev/shm sized to the Ray container's memory limit "
+            "(unbounded without one) when the pod has none: a sized volume here would shrink it"
+        )
     gpu_users = [c for c in template.containers if c.gpus] or list(template.containers)
     try:
         wanted = parse_quantity(ctx.params["size_limit"])
@@ -98,7 +153,13 @@ def add_dev_shm(ctx: Context) -> Proposal | Declined:
             "volume": name,
             "empty_dir_pointer": f"{template.pointer}/volumes/{index}/emptyDir",
         }
-        return Proposal("memory-medium", params, basis, "static", f"{template.pointer}#shm")
+        lowers: frozenset[str] = frozenset()
+        if (volume.get("emptyDir") or {}).get("medium") != "Memory":
+            # A disk-backed /dev/shm has no size of its own: bounding it in
+            # memory is what this change is for, said here.
+            basis += f" It was disk-backed and unbounded; in memory it is bounded at {size_text}."
+            lowers = frozenset({"shm"})
+        return Proposal("memory-medium", params, basis, "static", f"{template.pointer}#shm", lowers=lowers)
     name = str(ctx.params["volume_name"])
     if name in volumes:
         name = f"gpuaudit-{name}"
@@ -117,18 +178,49 @@ def memory_request(ctx: Context) -> Proposal | Declined:
     gpu_count = _gpu_count(ctx)
     if gpu_count is None:
         return UNKNOWN_GPU_COUNT
-    try:
-        per_gpu = parse_quantity(ctx.params["memory_per_gpu"])
-    except QuantityError as exc:
-        return Declined(f"memory_per_gpu: {exc}")
-    size = sizing.format_bytes(per_gpu * max(1.0, float(gpu_count)))
+    if _is_pause(ctx):
+        return PAUSE
+    if ctx.params.get("memory_per_gpu"):  # the site asked for a flat floor (--set memory_per_gpu=...)
+        try:
+            per_gpu = parse_quantity(ctx.params["memory_per_gpu"])
+        except QuantityError as exc:
+            return Declined(f"memory_per_gpu: {exc}")
+        size = sizing.format_bytes(per_gpu * max(1.0, float(gpu_count)))
+        basis = (
+            f"{gpu_count:g} GPU(s) x {ctx.params['memory_per_gpu']} (setting memory_per_gpu) = "
+            f"{size}: the floor the site set. Needs confirmation: set it to the process's observed "
+            "peak resident memory."
+        )
+        confidence = "needs confirmation"
+    else:
+        weights = _model_weights(ctx)
+        if weights is None:
+            return Declined(
+                "no evidence of the host memory it needs (no serving runtime, measurement or model "
+                "of known size): a flat guess could starve it or reserve what it never uses; set "
+                "the request to its observed peak resident memory, or --set memory_per_gpu=SIZE"
+            )
+        model, gib, span = weights
+        share = ""
+        if span is not None and span > float(gpu_count):
+            # One model over several pods (multi-host tensor/pipeline parallel):
+            # each pod loads its share of the weights.
+            share = f"; its parallelism spans {span:g} GPUs, this pod holds {gpu_count:g}, so its share"
+            gib = gib * float(gpu_count) / span
+        elif span is None and ctx.document.kind == "LeaderWorkerSet":
+            return Declined(
+                f"the pods of a LeaderWorkerSet group share {model} and no parallelism says how the "
+                "weights split between them: size the request from each pod's observed peak resident memory"
+            )
+        size = sizing.format_bytes(max(1.0, math.ceil(gib)) * sizing.GIB)
+        basis = (
+            f"The pod serves {model} (weights from gpuaudit's model-size table and its dtype{share}: "
+            f"about {gib:,.1f} GiB): loading them passes through host memory, so {size} is the floor "
+            "the scheduler should count. Set it to the observed peak resident memory once measured."
+        )
+        confidence = "static"
     params = {**identity(ctx), "resources_pointer": c.resources_pointer, "memory": size}
-    basis = (
-        f"{gpu_count:g} GPU(s) x {ctx.params['memory_per_gpu']} (setting memory_per_gpu) = "
-        f"{size}: a static floor so the scheduler counts the container's host memory. "
-        "Needs confirmation: set it to the process's observed peak resident memory."
-    )
-    return Proposal(None, params, basis, "needs confirmation", f"{c.pointer}#memory")
+    return Proposal(None, params, basis, confidence, f"{c.pointer}#memory")
 
 
 @planner("raise-cpu-limit")
@@ -139,6 +231,8 @@ def raise_cpu_limit(ctx: Context) -> Proposal | Declined:
     gpu_count = _gpu_count(ctx)
     if gpu_count is None:
         return UNKNOWN_GPU_COUNT
+    if _is_pause(ctx):
+        return PAUSE
     per_gpu = float(ctx.params["min_cpu_limit_per_gpu"])
     cores = sizing.cpu_cores_for(gpu_count, per_gpu)
     limit = pointers.get(ctx.document.obj, pointers.join(c.resources_pointer, "limits", "cpu"))

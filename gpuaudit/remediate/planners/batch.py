@@ -47,14 +47,49 @@ def _parents(obj: Mapping[str, Any], pointer: str) -> list[str]:
     return [p for p, _, value in expand(obj, pointer) if isinstance(value, Mapping)]
 
 
+# Marks of a GitOps controller (Argo CD, Flux) on an object: it re-creates
+# what it manages when it disappears from the cluster.
+_GITOPS_PREFIXES = (
+    "argocd.argoproj.io/",
+    "kustomize.toolkit.fluxcd.io/",
+    "helm.toolkit.fluxcd.io/",
+    "fluxcd.io/",
+)
+
+
+def gitops_controller(obj: Mapping[str, Any]) -> str | None:
+    """Which GitOps controller manages ``obj``, from its labels and annotations."""
+    meta = obj.get("metadata") if isinstance(obj.get("metadata"), Mapping) else {}
+    keys: dict[str, Any] = {}
+    for section in ("labels", "annotations"):
+        values = meta.get(section)
+        if isinstance(values, Mapping):
+            keys.update({str(k): v for k, v in values.items()})
+    for key in keys:
+        if key.startswith(("argocd.argoproj.io/",)):
+            return "ArgoCD"
+        if key.startswith(_GITOPS_PREFIXES):
+            return "Flux"
+    managed = str(keys.get("app.kubernetes.io/managed-by") or "").lower()
+    if "argocd" in managed or "argo-cd" in managed:
+        return "ArgoCD"
+    if "flux" in managed:
+        return "Flux"
+    return None
+
+
 @planner("add-batch-deadline")
 def add_batch_deadline(ctx: Context) -> Proposal | Declined:
     doc = ctx.document
     entry = lifecycle_table().get((group_of(doc.api_version), doc.kind))
     if entry is None:
         return Declined(f"no known lifecycle fields for {doc.api_version} {doc.kind}")
+    gitops = gitops_controller(doc.obj)
+    # Under GitOps a run deleted after its TTL is re-created from Git and runs
+    # again: only the deadline is set there.
+    slots = ("deadline",) if gitops else ("deadline", "cleanup")
     fields = []
-    for slot in ("deadline", "cleanup"):
+    for slot in slots:
         for spec in entry.get(slot) or []:
             parent, _, leaf = str(spec["at"]).rpartition("/")
             name = pointers.tokens("/" + leaf)[0]
@@ -66,12 +101,22 @@ def add_batch_deadline(ctx: Context) -> Proposal | Declined:
                     fields.append({"parent": concrete, "field": name, "value": value, "slot": slot})
             break  # the first field this kind supports and the params allow
     if not fields:
+        if gitops:
+            return Declined(
+                f"{gitops} manages it: a TTL that deletes the finished run makes {gitops} re-create "
+                "it and it runs again, and this kind has no deadline field to set instead"
+            )
         return Declined("no deadline or clean-up field to set (params set to null?)")
-    params = {**identity(ctx), "fields": fields}
+    params = {**identity(ctx), "fields": fields, "controller": gitops}
     named = ", ".join(f"{f['field']}={json.dumps(f['value'])}" for f in fields)
     basis = (
         f"Sets {named}: the first deadline and clean-up fields {doc.kind} supports "
         "(gpuaudit/data/lifecycle.yaml), with params active_deadline_seconds and "
         "ttl_seconds_after_finished."
     )
-    return Proposal(None, params, basis, "static", "#lifecycle")
+    if gitops:
+        basis += (
+            f" {gitops} manages it (its labels or annotations): no TTL, since a finished run deleted "
+            f"from the cluster is re-created by {gitops} and runs again."
+        )
+    return Proposal("gitops" if gitops else None, params, basis, "static", "#lifecycle")

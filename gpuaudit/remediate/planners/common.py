@@ -31,6 +31,7 @@ class SharePlan:
     need_mib: float | None
     model: gpus.GpuModel | None
     mig_profile: str | None
+    compute: float | None = None  # p95 share of a GPU its busiest pod keeps busy
 
 
 @dataclass
@@ -46,6 +47,13 @@ class RunState:
     # Live evidence per workload (fix PATH... --snapshot FILE), and where it came from.
     evidence: Mapping[Any, Any] = field(default_factory=dict)
     evidence_source: str = ""
+    # The coherence check (remediate/coherence.py): its setting (None: no
+    # check), every object of the inputs (what advertises resources), and
+    # what the overlay planned so far advertises: resource -> by what.
+    coherence: Any = None
+    world: tuple[Mapping[str, Any], ...] = ()
+    advertised: Mapping[str, str] = field(default_factory=dict)
+    platform: str | None = None
 
     def evidence_for(self, document: Document) -> Any:
         from gpuaudit.remediate.evidence import owner_key
@@ -73,6 +81,9 @@ class Proposal:
     confidence: Confidence
     scope: str  # what the change touches: two findings with the same scope share one patch
     share: SharePlan | None = None
+    # What the change lowers on purpose, said in ``basis`` (coherence.LOWERABLE:
+    # cpu, memory, shm, gpu, pod-gpu); anything else that goes down makes it incoherent.
+    lowers: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)

@@ -3,6 +3,10 @@ each with the reason REVIEW.md gives."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
+from gpuaudit import gpus
 from gpuaudit.remediate.planners.common import PLANNERS, Context, Declined, planner
 
 REASONS = {
@@ -33,17 +37,29 @@ for _remediation, _reason in REASONS.items():
     PLANNERS[_remediation] = _decline(_reason)
 
 
+def enable_mig_reason(facts: Mapping[str, Any]) -> str:
+    """What to do about a MIG-capable node running whole GPUs; never MIG
+    advice for a GPU that cannot do MIG (L4, L40S, T4, ...)."""
+    node = facts.get("name") or "NODE"
+    named = facts.get("model") or facts.get("product")
+    model = gpus.lookup(str(named)) if named else None
+    if model is not None and not model.mig_capable:
+        return f"node {node}'s {model.model} cannot be partitioned with MIG: share it with time-slicing or MPS instead"
+    if facts.get("mig_capable") is not True and model is None:
+        return f"node {node}'s GPU model is unknown: check nvidia.com/mig.capable before choosing a MIG layout"
+    return (
+        f"MIG is enabled per node by label, not by a manifest: kubectl label node {node} "
+        "nvidia.com/mig.config=all-balanced (or a layout sized for its workloads; drain its "
+        "GPU pods first)"
+    )
+
+
 @planner("enable-mig")
 def enable_mig(ctx: Context) -> Declined:
     """MIG layouts are chosen per node by a label the MIG manager watches; an
     overlay should not apply Node objects (the kubelet owns them), so the
     step is spelled out instead."""
-    node = ctx.facts.get("name") or "NODE"
-    return Declined(
-        f"MIG is enabled per node by label, not by a manifest: kubectl label node {node} "
-        "nvidia.com/mig.config=all-balanced (or a layout sized for its workloads; drain its "
-        "GPU pods first)"
-    )
+    return Declined(enable_mig_reason(ctx.facts))
 
 
 # Remediation ids that never produce a patch (no template needed).

@@ -16,35 +16,59 @@ from gpuaudit.remediate.planners.common import NVIDIA_GPU, Confidence, Context, 
 # --- sharing ------------------------------------------------------------------------------
 
 
-def _time_slicing_replicas(ctx: Context) -> tuple[int, str, Confidence]:
-    cap = int(ctx.params["max_replicas"])
+def _time_slicing_replicas(ctx: Context) -> tuple[int, str, Confidence] | Declined:
+    """Replicas per GPU from measured fit: the pods that would share one GPU
+    must fit in its memory together (time-slicing does not isolate memory)
+    and, where compute is measured, keep it no more than fully busy. Without
+    measurements for every workload moving to a share: 2, to be confirmed."""
+    cap = int(ctx.params["replicas_cap"])
     shares = [s for s in ctx.run.sharers if s.mig_profile is None]
     measured = [s for s in shares if s.need_mib and s.model]
     if shares and len(measured) == len(shares):
-        smallest = min(sizing.model_memory_mib(s.model) for s in measured)  # type: ignore[arg-type]
-        fit = sizing.replicas_that_fit(smallest, [s.need_mib for s in measured])  # type: ignore[misc]
-        replicas = sizing.clamp(fit, 2, cap)
-        basis = (
-            f"{len(measured)} workload(s) move to a share (see their changes); the largest needs "
-            f"{max(s.need_mib for s in measured):,.0f} MiB with headroom, so {fit} fit per GPU "  # type: ignore[type-var]
-            f"(capped at max_replicas={cap}): replicas {replicas}."
+        memory = min(sizing.model_memory_mib(s.model) for s in measured)  # type: ignore[arg-type]
+        gpu = min((s.model for s in measured), key=lambda m: m.memory_gib)  # type: ignore[union-attr]
+        needs = sorted((float(s.need_mib) for s in measured), reverse=True)  # type: ignore[arg-type]
+        by_memory = sizing.colocated_fit(memory, needs)
+        computes = [s.compute for s in measured]
+        by_compute = (
+            sizing.colocated_fit(1.0, sorted((float(c) for c in computes), reverse=True))  # type: ignore[arg-type]
+            if all(c is not None for c in computes)
+            else None
         )
-        return replicas, basis, "measured"
-    if shares:
-        pods = sum(s.pods for s in shares)
-        replicas = sizing.clamp(pods, 2, cap)
+        fit = min(by_memory, by_compute) if by_compute is not None else by_memory
+        if fit < 2:
+            return Declined(
+                f"measured fit: no two of the {len(measured)} workload(s) moving to a share fit one "
+                f"{gpu.model} together (memory {memory:,.0f} MiB, largest need {needs[0]:,.0f} MiB"
+                + (f", compute fit {by_compute}" if by_compute is not None else "")
+                + ")"
+            )
+        replicas = min(fit, cap)
         basis = (
-            f"{pods} pod(s) of {len(shares)} workload(s) move to {shares[0].resource} in this "
-            f"overlay; without GPU memory telemetry for all of them, replicas = that count "
-            f"kept within 2..max_replicas={cap}: {replicas}. Needs confirmation: "
+            f"{len(measured)} workload(s) move to a share (see their changes). Measured fit on a "
+            f"{gpu.model} ({memory:,.0f} MiB): the {by_memory} largest peak-VRAM needs (with headroom) fit "
+            "in its memory together"
+            + (
+                f", and {by_compute} of their p95 compute shares sum to no more than one GPU"
+                if by_compute is not None
+                else " (no compute telemetry for all of them: compute is not checked)"
+            )
+            + f"; replicas {replicas} (replicas_cap {cap})."
+        )
+        return replicas, basis, "measured" if by_compute is not None else "needs confirmation"
+    replicas = sizing.clamp(int(ctx.params["replicas"]), 2, cap)
+    if shares:
+        basis = (
+            f"{sum(s.pods for s in shares)} pod(s) of {len(shares)} workload(s) move to "
+            f"{shares[0].resource} in this overlay, without GPU memory telemetry for all of them: "
+            f"{replicas} replicas per GPU (setting replicas), to be confirmed against their peak VRAM: "
             "time-slicing does not isolate memory."
         )
-        return replicas, basis, "needs confirmation"
-    replicas = sizing.clamp(int(ctx.params["replicas"]), 2, cap)
-    basis = (
-        f"No workload in this input moves to a share; the default of {replicas} replicas "
-        "per GPU is a static suggestion that needs confirmation."
-    )
+    else:
+        basis = (
+            f"No workload in this input moves to a share: {replicas} replicas per GPU (setting "
+            "replicas), a static suggestion to confirm against the peak VRAM of the pods that will share."
+        )
     return replicas, basis, "needs confirmation"
 
 
@@ -93,22 +117,37 @@ def enable_time_slicing(ctx: Context) -> Proposal | Declined:
     if facts.get("config_type") == "cluster-policy":
         if strategy == "mig":
             profiles = sorted({s.mig_profile for s in ctx.run.sharers if s.mig_profile})
-            layout = f"all-{profiles[0]}" if len(profiles) == 1 else str(ctx.params["mig_config"])
-            basis = f"MIG layout {layout}: " + (
-                f"the profile telemetry chose for the workloads moved to MIG ({profiles[0]})."
-                if len(profiles) == 1
-                else "the mig_config setting (no single profile from telemetry)."
+            if not profiles:
+                return Declined(
+                    "strategy mig: no workload in this overlay moves to a MIG slice, so no layout is "
+                    "sized from evidence; a default layout would partition every MIG-capable GPU of "
+                    "the cluster for nobody"
+                )
+            # A workload moves to a slice only where something already offers
+            # it (coherence): the layout exists on those nodes. A cluster-wide
+            # default would repartition every other MIG-capable GPU, evicting
+            # its pods, for nobody.
+            by = sorted({ctx.run.advertised.get(f"nvidia.com/mig-{p}", "?") for p in profiles})
+            return Declined(
+                f"strategy mig: the workloads moved to MIG use {', '.join(profiles)} slices, already "
+                f"offered ({'; '.join(by)}); a cluster-wide default layout would repartition every "
+                "MIG-capable GPU. For more capacity label more nodes of that model: kubectl label node "
+                f"NODE nvidia.com/mig.config=all-{profiles[0]} (drain its GPU pods first)"
             )
-            params = {**common, "mig_config": layout}
-            return Proposal("mig", params, basis, "static", "/spec")
-        replicas, basis, confidence = _time_slicing_replicas(ctx)
+        sized = _time_slicing_replicas(ctx)
+        if isinstance(sized, Declined):
+            return sized
+        replicas, basis, confidence = sized
         params = {**common, "replicas": replicas}
         variant = "mps" if strategy == "mps" else None
         return Proposal(variant, params, basis, confidence, "/spec")
     if facts.get("config_type") == "device-plugin":
         if strategy == "mig":
             return Declined("a device-plugin config cannot make MIG slices (patch ClusterPolicy)")
-        replicas, basis, confidence = _time_slicing_replicas(ctx)
+        sized = _time_slicing_replicas(ctx)
+        if isinstance(sized, Declined):
+            return sized
+        replicas, basis, confidence = sized
         section = "mps" if strategy == "mps" else "timeSlicing"
 
         def add_sharing(config: dict[str, Any]) -> str | None:
@@ -165,22 +204,33 @@ def _rewrite_device_plugin_config(
 
 @planner("time-slicing-replicas")
 def time_slicing_replicas(ctx: Context) -> Proposal | Declined:
-    replicas, basis, confidence = _time_slicing_replicas(ctx)
+    sized = _time_slicing_replicas(ctx)
+    if isinstance(sized, Declined):
+        return sized
+    replicas, basis, confidence = sized
 
     def set_replicas(config: dict[str, Any]) -> str | None:
         touched = 0
         for section in ("timeSlicing", "mps"):
-            for resource in ((config.get("sharing") or {}).get(section) or {}).get("resources") or []:
+            part = (config.get("sharing") or {}).get(section) or {}
+            for resource in part.get("resources") or []:
                 if isinstance(resource, dict):
                     resource["replicas"] = replicas
                     touched += 1
+            if section == "timeSlicing" and touched and isinstance(part, dict):
+                # Two replicas or more without it is GPA-SH-004: a pod asking for
+                # 2 gets two turns on one GPU. MPS fails such requests already.
+                part["failRequestsGreaterThanOne"] = True
         return None if touched else "the config lists no shared resources"
 
     params = _rewrite_device_plugin_config(ctx, set_replicas)
     if isinstance(params, Declined):
         return params
     params["replicas"] = replicas
-    basis += " The config is rewritten from its parsed form: comments inside it are dropped."
+    basis += (
+        " failRequestsGreaterThanOne: true, so a pod asking for two replicas fails instead of taking two "
+        "turns on one GPU. The config is rewritten from its parsed form: comments inside it are dropped."
+    )
     return Proposal(None, params, basis, confidence, f"/data/{params['key']}")
 
 

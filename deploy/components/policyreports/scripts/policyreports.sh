@@ -21,5 +21,5 @@ fi
 
 # As in audit.sh: exit 1 means findings, which is what is being published.
 status=0
-gpuaudit audit "$@" --config "$config" --format policyreport -o "$out" || status=$?
+gpuaudit audit "$@" --config "$config" --format policyreport --output-file "$out" || status=$?
 [ "$status" -le 1 ]

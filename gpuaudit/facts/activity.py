@@ -1,0 +1,144 @@
+"""What a container's command says it does with the GPUs it holds.
+
+Three answers matter to the rules: it runs nothing that uses a GPU (``sleep``,
+``nvidia-smi``, the ``pause`` image: a smoke test or a placeholder), it does
+so without end (``sleep infinity``: the GPUs stay allocated until someone
+deletes the pod), or it serves until stopped (a model server in a bare Pod or
+a Job holds its GPUs as long as a Deployment would). Anything else is
+``None``: the container may well compute, and the application rules judge it.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from gpuaudit.facts.cmdline import expand
+from gpuaudit.model import Container, PodTemplate
+
+# Programs that never touch a GPU's compute (nvidia-smi only reads it).
+_IDLE_PROGRAMS = frozenset(
+    {"sleep", "true", ":", "echo", "printf", "nvidia-smi", "tail", "cat", "env", "printenv",
+     "ls", "date", "hostname", "exit", "wait", "pause",
+     # CUDA samples that finish in milliseconds: device checks, not work
+     "vectoradd", "vectoradd_hip", "devicequery", "bandwidthtest"}
+)
+_SHELLS = frozenset({"sh", "bash", "dash", "ash", "zsh"})
+# Words that only shape a shell script (`while true; do sleep 30; done`).
+_SHELL_KEYWORDS = frozenset({"do", "done", "then", "fi", "else", "exec", "set", "{", "}", "(", ")"})
+_SEGMENT_SPLIT = re.compile(r"&&|\|\||[;|\n&]")
+# A pause image runs nothing (registry.k8s.io/pause, gcr.io/google_containers/pause-amd64).
+_PAUSE_IMAGE = re.compile(r"(?:^|/)pause(?:-[a-z0-9]+)?(?::|@|$)")
+# Images whose entrypoint uses no GPU: a web server that runs until stopped,
+# or a CUDA sample that checks the device and exits (vectoradd, nbody --benchmark).
+_NO_GPU_SERVER_IMAGES = re.compile(r"(?:^|/)(?:nginx|nginx-slim|nginx-unprivileged|httpd)(?::|@|$)")
+_SMOKE_TEST_IMAGES = re.compile(r"(?:^|/)cuda-sample:|(?:^|/)cuda-vector-add(?::|@|$)")
+# Images named after the program they run with the args given (perf-tests' sleep).
+_PROGRAM_IMAGES = re.compile(r"(?:^|/)(sleep|busybox|alpine)(?::|@|$)")
+# Model servers, by what their command line or image says. A server runs until stopped.
+_SERVER_COMMANDS = (
+    "vllm serve", "vllm.entrypoints", "text-generation-launcher", "tritonserver",
+    "sglang.launch_server", "sglang serve", "tensorflow_model_server", "torchserve",
+    "trtllm-serve", "lmdeploy serve", "ollama serve", "llama-server", "python -m http.server",
+)
+_SERVER_IMAGES = ("vllm-openai", "text-generation-inference", "ollama/ollama", "lmsysorg/sglang", "llama.cpp:server")
+
+
+def container_activity(c: Container) -> dict[str, Any]:
+    """``command_kind``: idle | idle_forever | server | None, and the command
+    shown in messages (``sleep infinity``)."""
+    image = c.image.lower()
+    if not c.command:
+        if _PAUSE_IMAGE.search(image):
+            return {"command_kind": "idle_forever", "command_text": "the pause image"}
+        if _NO_GPU_SERVER_IMAGES.search(image):
+            return {"command_kind": "idle_forever", "command_text": f"{c.image} (a web server that uses no GPU)"}
+        if _SMOKE_TEST_IMAGES.search(image):
+            return {"command_kind": "idle", "command_text": f"{c.image} (a CUDA sample that exits)"}
+        if any(marker in image for marker in _SERVER_IMAGES) and not c.args:
+            return {"command_kind": "server", "command_text": None}
+    script = _script(c)
+    program = _PROGRAM_IMAGES.search(image)
+    if not c.command and program and program.group(1) == "sleep":
+        script = " ".join(["sleep", script]).strip()
+    if not script:
+        return {"command_kind": None, "command_text": None}
+    lowered = " ".join(script.lower().split())
+    if any(marker in lowered for marker in _SERVER_COMMANDS):
+        return {"command_kind": "server", "command_text": None}
+    segments = [s.split() for s in _SEGMENT_SPLIT.split(script)]
+    segments = [_strip_keywords(s) for s in segments]
+    segments = [s for s in segments if s]
+    if not segments or not all(_idle(s) for s in segments):
+        return {"command_kind": None, "command_text": None}
+    forever = _loops_forever(lowered) or any(_waits_forever(s) for s in segments)
+    shown = _shown(lowered)
+    return {"command_kind": "idle_forever" if forever else "idle", "command_text": shown}
+
+
+def pod_activity(t: PodTemplate, containers: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """What the GPU-holding containers of a pod run, judged together:
+    idle only when every one of them is; a server when any one is.
+    ``containers``: container_activity by container pointer."""
+    holders = [c for c in t.containers if c.gpus]
+    kinds = [containers[c.pointer] for c in holders]
+    if not kinds:
+        return {"gpu_command_kind": None, "gpu_command_text": None}
+    if any(k["command_kind"] == "server" for k in kinds):
+        return {"gpu_command_kind": "server", "gpu_command_text": None}
+    if all(k["command_kind"] in ("idle", "idle_forever") for k in kinds):
+        forever = any(k["command_kind"] == "idle_forever" for k in kinds)
+        text = next(k["command_text"] for k in kinds if k["command_text"])
+        return {"gpu_command_kind": "idle_forever" if forever else "idle", "gpu_command_text": text}
+    return {"gpu_command_kind": None, "gpu_command_text": None}
+
+
+def _script(c: Container) -> str:
+    """The command line as one text; the script itself for ``sh -c '...'``."""
+    words = [expand(w, c.env) for w in (*c.command, *c.args)]
+    if len(words) >= 3 and posixpath.basename(words[0]) in _SHELLS and words[1] in ("-c", "-ec", "-xc", "-exc", "-lc"):
+        rest = words[2:]
+        if rest and rest[0] == "--":  # `sh -c -- "script"`
+            rest = rest[1:]
+        return " ".join(rest).strip()
+    return " ".join(words).strip()
+
+
+def _strip_keywords(words: Sequence[str]) -> list[str]:
+    out = list(words)
+    while out and (out[0] in _SHELL_KEYWORDS or out[0] in ("while", "until")):
+        out = out[1:]
+    return out
+
+
+def _idle(words: Sequence[str]) -> bool:
+    program = posixpath.basename(words[0]).lower()
+    if program == "tail":
+        return "/dev/null" in words
+    return program in _IDLE_PROGRAMS or program in ("true", "false")
+
+
+def _waits_forever(words: Sequence[str]) -> bool:
+    program = posixpath.basename(words[0])
+    if program == "sleep":
+        return any(w in ("infinity", "inf") for w in words[1:]) or any(_seconds(w) >= 86_400 for w in words[1:])
+    if program == "tail":
+        return "-f" in words and "/dev/null" in words
+    return program == "pause"
+
+
+def _loops_forever(script: str) -> bool:
+    return bool(re.search(r"\bwhile\s+(?:true|:|\[\s*1\s*\])", script))
+
+
+def _seconds(word: str) -> float:
+    match = re.fullmatch(r"(\d+(?:\.\d+)?)([smhd]?)", word)
+    if not match:
+        return 0.0
+    return float(match.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}[match.group(2)]
+
+
+def _shown(script: str) -> str:
+    return script if len(script) <= 60 else script[:57] + "..."

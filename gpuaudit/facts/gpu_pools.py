@@ -1,0 +1,69 @@
+"""What a pod's node selection says about the GPUs it will get: a pool whose
+GPUs are already shared or MIG-partitioned, and product names GPU Feature
+Discovery never publishes (a selector no node can match)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from gpuaudit.kube.shapes import as_list
+
+# Node labels that say a pool's GPUs are shared or partitioned (gpu-domain.md
+# §4, §6): GFD's sharing label and product suffixes, GKE's sharing selectors,
+# the MIG manager's layout label.
+_SHARING_LABELS = (
+    "nvidia.com/gpu.sharing-strategy",
+    "cloud.google.com/gke-gpu-sharing-strategy",
+    "cloud.google.com/gke-max-shared-clients-per-gpu",
+    "nvidia.com/mig.config",
+)
+_POOL_LABELS = (
+    "cloud.google.com/gke-nodepool",
+    "eks.amazonaws.com/nodegroup",
+    "karpenter.sh/nodepool",
+    "kubernetes.azure.com/agentpool",
+    "agentpool",
+    "nodepool",
+    "node-pool",
+)
+_SHARED_POOL_NAME = re.compile(r"shar|time-?slic|\bmps\b|mig", re.IGNORECASE)
+
+
+def sharing_pool(node_selector: Mapping[str, str], terms: list[Mapping[str, Any]]) -> dict[str, str] | None:
+    """The label by which a pod asks for nodes whose GPUs are shared or MIG
+    partitioned: its GPUs are then not "whole with no sharing", whatever the
+    resource name says."""
+    pins = dict(node_selector)
+    for term in terms:
+        for expr in as_list(term.get("matchExpressions")):
+            if isinstance(expr, Mapping) and expr.get("operator") == "In" and isinstance(expr.get("values"), list):
+                values = [str(v) for v in expr["values"]]
+                if len(values) == 1:
+                    pins.setdefault(str(expr.get("key")), values[0])
+    for key, value in pins.items():
+        lowered = value.lower()
+        if key in _SHARING_LABELS and lowered not in ("none", "all-disabled", "false", ""):
+            return {"label": key, "value": value}
+        if key == "nvidia.com/gpu.product" and (lowered.endswith("-shared") or "-mig-" in lowered):
+            return {"label": key, "value": value}
+        if key in _POOL_LABELS and _SHARED_POOL_NAME.search(value):
+            return {"label": key, "value": value}
+    return None
+
+
+# GPU Feature Discovery publishes nvidia.com/gpu.product as the NVML device
+# name with spaces turned into "-" (gpu-domain.md §6): NVIDIA-H100-80GB-HBM3,
+# Tesla-T4, A100-SXM4-40GB on old drivers. NVML names keep their capitals and
+# never contain spaces; GKE's accelerator names (nvidia-tesla-t4, nvidia-l4)
+# belong to cloud.google.com/gke-accelerator, not to this label.
+_GFD_PRODUCT = re.compile(r"^[A-Z][A-Za-z0-9]*(?:-[A-Za-z0-9.+]+)*$")
+
+
+def never_published(label: str, values: Sequence[str]) -> list[str]:
+    """Values of nvidia.com/gpu.product that GFD never publishes: a pod that
+    requires only such values stays Pending on every node."""
+    if label != "nvidia.com/gpu.product":
+        return []
+    return [v for v in values if not _GFD_PRODUCT.match(v)]

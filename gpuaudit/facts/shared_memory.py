@@ -1,0 +1,92 @@
+"""/dev/shm: whether a pod's is memory-backed, and what in the pod passes
+data through it (one process per GPU talking NCCL, DataLoader workers, a
+Ray node's object store). The container default is 64 MiB."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from gpuaudit.kube.shapes import as_list
+from gpuaudit.model import PodTemplate, Workload
+
+_RAY_START = re.compile(r"\bray\s+start\b")
+
+
+def shared_memory_facts(
+    w: Workload,
+    t: PodTemplate,
+    gpu_count: float | None,
+    workers: int | None,
+    parallelism: Mapping[str, Any] | None,
+) -> dict[str, Any]:
+    ray_node = any(_RAY_START.search(" ".join((*c.command, *c.args))) for c in t.containers)
+    return {
+        **_backing(w, t),
+        "users": _users(t, gpu_count, workers, parallelism, ray_node),
+        "ray_node": ray_node,
+    }
+
+
+# KubeRay mounts a memory-backed /dev/shm into every Ray container it builds
+# (the object store lives there) unless the template mounts one itself.
+_SHM_BY_CONTROLLER = {("ray.io", "RayCluster"), ("ray.io", "RayService"), ("ray.io", "RayJob")}
+
+
+def _backing(w: Workload, t: PodTemplate) -> dict[str, Any]:
+    """Whether /dev/shm is memory-backed (PyTorch dataloaders, NCCL and the Ray
+    object store use it; the container default is 64 MiB). ``memory_backed``
+    is None when what the controller merges the pod over decides."""
+    volumes = {
+        str(v.get("name")): v for v in as_list(t.spec.get("volumes")) if isinstance(v, Mapping)
+    }
+    for c in t.containers:
+        for name, path in c.volume_mounts.items():
+            if path.rstrip("/") == "/dev/shm":
+                vol = volumes.get(name) or {}
+                empty_dir = vol.get("emptyDir") if isinstance(vol, Mapping) else None
+                if isinstance(empty_dir, Mapping) and empty_dir.get("medium") == "Memory":
+                    limit = empty_dir.get("sizeLimit")
+                    return {
+                        "memory_backed": True,
+                        "size_limit": None if limit is None else str(limit),
+                    }
+                host = vol.get("hostPath") if isinstance(vol, Mapping) else None
+                if isinstance(host, Mapping) and str(host.get("path", "")).rstrip("/") == "/dev/shm":
+                    return {"memory_backed": True, "size_limit": None}  # the node's own tmpfs
+                return {"memory_backed": False, "size_limit": None}
+    if t.spec.get("hostIPC") is True or (w.group, w.kind) in _SHM_BY_CONTROLLER:
+        return {"memory_backed": True, "size_limit": None}
+    if any(c.merged_over for c in t.containers):
+        return {"memory_backed": None, "size_limit": None}
+    return {"memory_backed": False, "size_limit": None}
+
+
+# Launchers that start one process per GPU: NCCL (or MPI) between them goes
+# through /dev/shm. One process driving several GPUs (JAX, gpu_burn) does not.
+_MULTI_PROCESS = re.compile(
+    r"\b(?:torchrun|torch\.distributed\.(?:run|launch)|deepspeed|accelerate\s+launch|mpirun|horovodrun"
+    r"|tune\s+run|text-generation-launcher)\b|--nproc[-_]per[-_]node"
+)
+
+
+def _users(
+    t: PodTemplate,
+    gpu_count: float | None,
+    workers: int | None,
+    parallelism: Mapping[str, Any] | None,
+    ray_node: bool,
+) -> str:
+    """What in the pod passes data through /dev/shm, for messages; "" when
+    nothing known does."""
+    users = []
+    declared = bool(parallelism and (parallelism.get("total") or 0) >= 2)
+    launched = any(_MULTI_PROCESS.search(" ".join((*c.command, *c.args))) for c in t.containers if c.gpus)
+    if gpu_count is not None and gpu_count >= 2 and (declared or launched):
+        users.append(f"one process per GPU on {gpu_count:g} GPUs (NCCL)")
+    if workers:
+        users.append(f"{workers} DataLoader worker process(es)")
+    if ray_node:
+        users.append("a Ray node (its object store)")
+    return " and ".join(users)

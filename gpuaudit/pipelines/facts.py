@@ -1,0 +1,106 @@
+"""`gpuaudit facts`: the fact documents rules judge, one per subject, read and
+built as `gpuaudit check` builds them (the same inputs, locators, site and
+subjects), so a site rule's author sees exactly what the rule will see."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from gpuaudit.facts import Subject
+from gpuaudit.facts.context import Site, build_context
+from gpuaudit.model import InputError
+from gpuaudit.model.serving_runtimes import effective_workloads
+from gpuaudit.model.workload_builder import build_workloads
+from gpuaudit.pipelines.check import manifest_subjects
+from gpuaudit.pipelines.policy import locators_for
+from gpuaudit.sources.inputs import gather_inputs, read_items
+from gpuaudit.sources.manifests import ReadResult
+from gpuaudit.sources.user_config import Config
+
+
+@dataclass(frozen=True)
+class FactsResult:
+    documents: list[dict[str, Any]]  # one per subject: target, resource, location, facts
+    errors: list[InputError]
+
+
+def manifest_facts(
+    paths: Sequence[str],
+    config: Config,
+    stdin_text: str | None = None,
+    *,
+    targets: Collection[str] = (),
+    render_kustomize: bool = True,
+    helm_charts: Sequence[Path] = (),
+    helm_values: Sequence[Path] = (),
+    kustomize_load_anywhere: bool = False,
+) -> FactsResult:
+    """The subjects of the input (only those of ``targets`` when given), in
+    the order the check judges them, as plain JSON-shaped documents."""
+    items = gather_inputs(
+        paths,
+        stdin_text,
+        render_kustomize=render_kustomize,
+        helm_charts=helm_charts,
+        helm_values=helm_values,
+        kustomize_load_anywhere=kustomize_load_anywhere,
+    )
+    read = ReadResult()
+    read_items(items, read)
+    locators = locators_for(config)
+    workloads, field_errors = build_workloads(read.documents, locators)
+    context = build_context(Site.from_config(config.site), read.documents, workloads, read.bare)
+    workloads = effective_workloads(workloads, context.runtimes, locators)  # as the check judges them
+    documents = [
+        subject_document(s)
+        for s in manifest_subjects(read.documents, workloads, context, read.bare)
+        if not targets or s.target in targets
+    ]
+    return FactsResult(documents, [*read.errors, *field_errors])
+
+
+def subject_document(subject: Subject) -> dict[str, Any]:
+    """What a subject is, where it was read, and its facts (as rules see them)."""
+    facts = subject.facts
+    pointer = facts.get("pointer") if isinstance(facts.get("pointer"), str) else ""
+    doc = subject.document
+    location = {
+        "file": doc.file if doc is not None else None,
+        "line": doc.line_of(pointer) if doc is not None else None,
+        "pointer": (doc.base if doc is not None else "") + pointer,
+    }
+    return {
+        "target": subject.target,
+        "resource": subject.resource.as_dict(),
+        "location": location,
+        "facts": json_shaped(facts),
+    }
+
+
+def json_shaped(value: Any) -> Any:
+    """``value`` as JSON can hold it: text keys, lists for tuples, and an
+    infinite or NaN number (a YAML ``.inf`` in a spec) as its text."""
+    if isinstance(value, Mapping):
+        return {str(k): json_shaped(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_shaped(v) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    return value
+
+
+def dumps(documents: Sequence[Mapping[str, Any]], fmt: str) -> str:
+    """JSON (ASCII: what input quotes cannot reach a terminal) or YAML."""
+    if fmt == "yaml":
+        # libyaml's safe dumper where PyYAML was built with it: the pure-Python
+        # one takes seconds on a large repository's facts.
+        dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+        return yaml.dump(list(documents), Dumper=dumper, sort_keys=False, default_flow_style=False)
+    return json.dumps(list(documents), indent=2, allow_nan=False) + "\n"
