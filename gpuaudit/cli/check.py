@@ -15,7 +15,7 @@ from gpuaudit.cli.options import (
     emit,
     exit_code,
     input_errors_code,
-    kustomize_restrictor_option,
+    manifest_options,
     option_group,
     output_options,
     output_targets,
@@ -30,26 +30,7 @@ from gpuaudit.pipelines.policy import load_policy
 from gpuaudit.sources.inputs import enclosing_packages
 
 input_options = option_group(
-    click.option(
-        "--helm-chart",
-        "helm_charts",
-        multiple=True,
-        type=click.Path(exists=True, file_okay=False, path_type=Path),
-        help="Render this chart with `helm template` and audit the result (repeatable).",
-    ),
-    click.option(
-        "--values",
-        "helm_values",
-        multiple=True,
-        type=click.Path(exists=True, dir_okay=False, path_type=Path),
-        help="Values file for --helm-chart (repeatable).",
-    ),
-    click.option(
-        "--no-kustomize",
-        is_flag=True,
-        help="Read directories with a kustomization as plain files instead of rendering them.",
-    ),
-    kustomize_restrictor_option,
+    manifest_options,
     click.option(
         "--changed-files",
         is_flag=True,

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import click
 
-from gpuaudit.cli.options import input_errors_code, kustomize_restrictor_option, read_config, stop
+from gpuaudit.cli.options import input_errors_code, manifest_options, read_config, stop
 from gpuaudit.facts import TARGETS
 from gpuaudit.files import write_atomic
 from gpuaudit.pipelines.facts import dumps, manifest_facts
@@ -42,22 +42,7 @@ from gpuaudit.safetext import one_line
     type=click.Path(dir_okay=False, path_type=Path),
     help="Config file (default: .gpuaudit.yaml found upward from here): its site facts and podspecs.",
 )
-@click.option(
-    "--helm-chart",
-    "helm_charts",
-    multiple=True,
-    type=click.Path(exists=True, file_okay=False, path_type=Path),
-    help="Render this chart with `helm template` (repeatable).",
-)
-@click.option(
-    "--values",
-    "helm_values",
-    multiple=True,
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    help="Values file for --helm-chart (repeatable).",
-)
-@click.option("--no-kustomize", is_flag=True, help="Read directories with a kustomization as plain files.")
-@kustomize_restrictor_option
+@manifest_options
 def facts(
     paths: tuple[str, ...],
     fmt: str,

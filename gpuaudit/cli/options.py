@@ -137,6 +137,31 @@ kustomize_restrictor_option = click.option(
 )
 
 
+# How manifests are read: Helm charts rendered, kustomize packages rendered or not.
+manifest_options = option_group(
+    click.option(
+        "--helm-chart",
+        "helm_charts",
+        multiple=True,
+        type=click.Path(exists=True, file_okay=False, path_type=Path),
+        help="Render this chart with `helm template` and read the result (repeatable).",
+    ),
+    click.option(
+        "--values",
+        "helm_values",
+        multiple=True,
+        type=click.Path(exists=True, dir_okay=False, path_type=Path),
+        help="Values file for --helm-chart (repeatable).",
+    ),
+    click.option(
+        "--no-kustomize",
+        is_flag=True,
+        help="Read directories with a kustomization as plain files instead of rendering them.",
+    ),
+    kustomize_restrictor_option,
+)
+
+
 def split_names(value: str) -> tuple[str, ...]:
     return tuple(n.strip() for n in value.split(",") if n.strip())
 

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
+from gpuaudit.facts.activity import container_activity
 from gpuaudit.facts.cmdline import Token, Words, flag, tokens
 from gpuaudit.facts.context import Context
 from gpuaudit.facts.device_plugin import parse_config_text
@@ -34,6 +35,7 @@ class CommandLine:
     words: Words
     env_index: Mapping[str, int]  # env variable -> its index in the container's env list
     parallelism: Mapping[str, Any] | None
+    activity: Mapping[str, Any]  # facts/activity.py: what the command does with the GPUs
 
 
 def command_lines(w: Workload, t: PodTemplate) -> dict[str, CommandLine]:
@@ -43,7 +45,9 @@ def command_lines(w: Workload, t: PodTemplate) -> dict[str, CommandLine]:
     for c in (*t.init_containers, *t.containers):
         words = tokens(c.command, c.args, c.env)
         env_index = _env_index(w, c)
-        lines[c.pointer] = CommandLine(words, env_index, container_parallelism(c, words, spec, env_index))
+        lines[c.pointer] = CommandLine(
+            words, env_index, container_parallelism(c, words, spec, env_index), container_activity(c)
+        )
     return lines
 
 

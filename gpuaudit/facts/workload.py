@@ -13,7 +13,7 @@ from typing import Any
 from gpuaudit import gpus
 from gpuaudit.facts import Subject
 from gpuaudit.facts import placement as site_placement
-from gpuaudit.facts.activity import container_activity, pod_activity
+from gpuaudit.facts.activity import pod_activity
 from gpuaudit.facts.context import Context
 from gpuaudit.facts.gpu_names import unadvertised_shared, unknown_mig_profiles
 from gpuaudit.facts.gpu_pools import never_published, sharing_pool
@@ -63,7 +63,7 @@ def subjects(workload: Workload, context: Context | None = None) -> Iterator[Sub
         for c in (*template.init_containers, *template.containers):
             facts = container_facts(c, template, base)
             facts.update(container_process_facts(c, lines[c.pointer]))
-            facts.update(container_activity(c))
+            facts.update(lines[c.pointer].activity)
             yield Subject(
                 "container",
                 facts,
@@ -169,6 +169,7 @@ def pod_facts(
 ) -> dict[str, Any]:
     """``lines``: command_lines(w, t), when the caller has read them already."""
     context = context or Context()
+    lines = lines or command_lines(w, t)
     main = [r for c in t.containers for r in c.gpus]
     init = [r for c in t.init_containers for r in c.gpus]
     gpu = gpu_facts([*main, *t.extra_gpus])
@@ -176,7 +177,7 @@ def pod_facts(
     gpu.update(_request_checks(t, main, init, context))
     placement = placement_facts(t)
     placement.update(_site_placement(t, placement, gpu, context))
-    activity = pod_activity(t, {c.pointer: container_activity(c) for c in t.containers})
+    activity = pod_activity(t, {c.pointer: lines[c.pointer].activity for c in t.containers})
     if activity["gpu_command_kind"] == "idle" and base["long_running"]:
         # A Deployment restarts a command that ends: `sleep 6000` there never stops.
         activity["gpu_command_kind"] = "idle_forever"
@@ -195,7 +196,7 @@ def pod_facts(
         "containers": len(t.containers),
         "gpu": gpu,
         "placement": placement,
-        **pod_process_facts(w, t, placement, context, lines or command_lines(w, t)),
+        **pod_process_facts(w, t, placement, context, lines),
         **pod_raw_facts(w, t),
     }
     facts["shm"] = shared_memory_facts(w, t, gpu["count"], facts["dataloader_workers"], facts["parallelism"])

@@ -20,3 +20,17 @@ def as_map(value: Any) -> Mapping[Any, Any]:
 def as_list(value: Any) -> list[Any]:
     """``value`` when it is a list, else an empty one."""
     return value if isinstance(value, list) else []
+
+
+ObjectId = tuple[str, str, str, str]  # apiVersion, kind, namespace, name
+
+
+def object_id(obj: Mapping[str, Any]) -> ObjectId:
+    """Who an object is, whatever shape its metadata has."""
+    meta = as_map(obj.get("metadata"))
+    return (
+        str(obj.get("apiVersion", "")),
+        str(obj.get("kind", "")),
+        str(meta.get("namespace") or ""),
+        str(meta.get("name") or ""),
+    )

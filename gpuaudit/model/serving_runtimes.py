@@ -18,12 +18,15 @@ Pure: plain objects in, plain objects out; no IO.
 from __future__ import annotations
 
 import copy
+import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gpuaudit.kube.podspecs import group_of
+from gpuaudit.kube.podspecs import KindLocator, group_of
 from gpuaudit.model.objects import Document
+from gpuaudit.model.workload import PodTemplate, Workload
+from gpuaudit.model.workload_builder import build_workloads
 
 KSERVE_GROUP = "serving.kserve.io"
 RUNTIME_KINDS = ("ServingRuntime", "ClusterServingRuntime")
@@ -310,19 +313,15 @@ def effective_documents(documents: Sequence[Document]) -> list[Document]:
 
 
 def effective_workloads(
-    workloads: Sequence[Any],
+    workloads: Sequence[Workload],
     runtime_objects: Iterable[Mapping[str, Any]],
-    locators: Mapping[tuple[str, str], Any],
-) -> list[Any]:
+    locators: Mapping[tuple[str, str], KindLocator],
+) -> list[Workload]:
     """``workloads`` with each InferenceService whose runtime is among
     ``runtime_objects`` rebuilt from its effective spec, its ``document``
     left as written (so findings point at, and fixes patch, the service as
     written). For the check pipeline, after the contexts of all shards are
     merged: the runtime may sit in another file than the service."""
-    import dataclasses
-
-    from gpuaudit.model.workload_builder import build_workloads
-
     runtimes = runtimes_in(runtime_objects)
     if not runtimes:
         return list(workloads)
@@ -339,11 +338,9 @@ def effective_workloads(
     return out
 
 
-def _merged(templates: Sequence[Any]) -> tuple[Any, ...]:
+def _merged(templates: Sequence[PodTemplate]) -> tuple[PodTemplate, ...]:
     """Templates built from an effective spec: what the runtime gives is now in
     them, so nothing is left unknown for being merged over it."""
-    import dataclasses
-
     return tuple(
         dataclasses.replace(t, containers=tuple(dataclasses.replace(c, merged_over=None) for c in t.containers))
         for t in templates

@@ -48,7 +48,7 @@ def build_workloads(
         kl = table.get((group, doc.kind))
         builder = _TemplateBuilder(doc, errors)
         templates = tuple(t for loc in kl.pods for t in builder.templates(loc)) if kl else ()
-        if not any(c.gpus for t in templates for c in (*t.containers, *t.init_containers)):
+        if not any(c.gpus for t in templates for c in (*t.containers, *t.init_containers)) and _names_a_gpu(doc):
             # A kind the table does not know, or a known kind in a shape its
             # locators miss (a new API version): a GPU request is never silent.
             found = _discovered_locators(doc.obj)
@@ -80,6 +80,23 @@ def build_workloads(
 _CONTAINER_LISTS = ("containers", "initContainers")
 _NOT_SPEC = frozenset({"metadata", "status"})
 _MAX_DEPTH = 12  # operator CRDs nest pod templates a few levels deep, never dozens
+
+
+# A `requests`/`limits` key among the pointers the reader recorded for a document.
+_RESOURCE_KEY = re.compile(r"/(?:requests|limits)/([^/\n]+)$", re.MULTILINE)
+
+
+def _names_a_gpu(doc: Document) -> bool:
+    """Whether ``doc`` asks for a GPU-like resource anywhere. Most objects
+    without a GPU container have none: a look at the pointers the reader
+    already recorded spares them the walk of the whole object (check's hot
+    path). A document read without its pointers is walked."""
+    if not doc.lines:
+        return True
+    return any(
+        GPU_RESOURCE.match(key.replace("~1", "/").replace("~0", "~"))
+        for key in _RESOURCE_KEY.findall("\n".join(doc.lines))
+    )
 
 
 def _discovered_locators(obj: Mapping[str, Any]) -> list[Locator]:
@@ -364,24 +381,20 @@ class _TemplateBuilder:
                     limit=None,
                     pointer=f"{spec_ptr}/resourceClaims/{i}",
                 )
-        for key in FRACTION_ANNOTATIONS:
-            if key in annotations:
-                ann_ptr = pointers.join_relative(at, f"{loc.metadata}/annotations/{key}") if loc.metadata else at
-                try:
-                    amount = parse_quantity(annotations[key])
-                except QuantityError as exc:
-                    self.error(ann_ptr, f"annotation {key}: {exc}")
-                    amount = None
+        for key in (*FRACTION_ANNOTATIONS, *MEMORY_SHARE_ANNOTATIONS):
+            if key not in annotations:
+                continue
+            as_memory = key in MEMORY_SHARE_ANNOTATIONS
+            ann_ptr = pointers.join_relative(at, f"{loc.metadata}/annotations/{key}") if loc.metadata else at
+            try:
+                amount = parse_quantity(annotations[key])
+            except QuantityError as exc:
+                self.error(ann_ptr, f"annotation {key}: {exc}" + (" (MiB of one GPU's memory)" if as_memory else ""))
+                amount = None
+            if as_memory:
+                yield GpuRequest(key, "fraction", None, None, ann_ptr, memory_mib=amount)
+            else:
                 yield GpuRequest(key, "fraction", amount, amount, ann_ptr)
-        for key in MEMORY_SHARE_ANNOTATIONS:
-            if key in annotations:
-                ann_ptr = pointers.join_relative(at, f"{loc.metadata}/annotations/{key}") if loc.metadata else at
-                try:
-                    mib = parse_quantity(annotations[key])
-                except QuantityError as exc:
-                    self.error(ann_ptr, f"annotation {key}: {exc} (MiB of one GPU's memory)")
-                    mib = None
-                yield GpuRequest(key, "fraction", None, None, ann_ptr, memory_mib=mib)
 
 
 def _int32_problem(value: Any) -> str | None:

@@ -16,7 +16,7 @@ from gpuaudit.facts import claims as claim_facts
 from gpuaudit.facts import device_plugin as config_facts
 from gpuaudit.facts import workload as workload_facts
 from gpuaudit.facts.context import Context, Site, build_context, merge_contexts
-from gpuaudit.kube.podspecs import group_of
+from gpuaudit.kube.podspecs import KindLocator, group_of
 from gpuaudit.model import AuditResult, Document, InputError, Workload
 from gpuaudit.model.serving_runtimes import effective_workloads
 from gpuaudit.model.workload_builder import build_workloads
@@ -25,6 +25,18 @@ from gpuaudit.pipelines.shards import run_sharded, workers_for
 from gpuaudit.sources.inputs import Item, gather_inputs, read_items
 from gpuaudit.sources.manifests import ReadResult
 from gpuaudit.sources.user_config import Config
+
+
+def model_items(
+    items: Sequence[Item], site: Site, locators: Mapping[tuple[str, str], KindLocator]
+) -> tuple[ReadResult, list[Workload], list[InputError], Context]:
+    """Read ``items`` and build their workloads and the context they are
+    judged in (what the rest of the input says: sharing configs, autoscalers,
+    serving runtimes)."""
+    read = ReadResult()
+    read_items(items, read)
+    workloads, field_errors = build_workloads(read.documents, locators)
+    return read, workloads, field_errors, build_context(site, read.documents, workloads, read.bare)
 
 
 def manifest_subjects(
@@ -141,10 +153,7 @@ def check_manifests(
     locators = locators_for(config)
 
     def model(shard: Sequence[Item]) -> tuple[tuple, Context]:
-        read = ReadResult()
-        read_items(shard, read)
-        workloads, field_errors = build_workloads(read.documents, locators)
-        context = build_context(site, read.documents, workloads, read.bare)
+        read, workloads, field_errors, context = model_items(shard, site, locators)
         return (read, workloads, field_errors), context
 
     def judge(modelled: tuple, context: Context) -> _JudgedShard:

@@ -14,14 +14,12 @@ from typing import Any
 import yaml
 
 from gpuaudit.facts import Subject
-from gpuaudit.facts.context import Site, build_context
+from gpuaudit.facts.context import Site
 from gpuaudit.model import InputError
 from gpuaudit.model.serving_runtimes import effective_workloads
-from gpuaudit.model.workload_builder import build_workloads
-from gpuaudit.pipelines.check import manifest_subjects
+from gpuaudit.pipelines.check import manifest_subjects, model_items
 from gpuaudit.pipelines.policy import locators_for
-from gpuaudit.sources.inputs import gather_inputs, read_items
-from gpuaudit.sources.manifests import ReadResult
+from gpuaudit.sources.inputs import gather_inputs
 from gpuaudit.sources.user_config import Config
 
 
@@ -52,11 +50,8 @@ def manifest_facts(
         helm_values=helm_values,
         kustomize_load_anywhere=kustomize_load_anywhere,
     )
-    read = ReadResult()
-    read_items(items, read)
     locators = locators_for(config)
-    workloads, field_errors = build_workloads(read.documents, locators)
-    context = build_context(Site.from_config(config.site), read.documents, workloads, read.bare)
+    read, workloads, field_errors, context = model_items(items, Site.from_config(config.site), locators)
     workloads = effective_workloads(workloads, context.runtimes, locators)  # as the check judges them
     documents = [
         subject_document(s)

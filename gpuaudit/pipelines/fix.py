@@ -16,6 +16,7 @@ from gpuaudit.engine.evaluate import evaluate, site_inputs
 from gpuaudit.engine.rules import Rule
 from gpuaudit.facts.context import Site, build_context
 from gpuaudit.files import UnsafePathError, inside, make_folders, write_atomic
+from gpuaudit.kube.shapes import ObjectId, object_id
 from gpuaudit.model import Document, Finding, InputError
 from gpuaudit.model.workload_builder import build_workloads
 from gpuaudit.pipelines import fix_live
@@ -23,15 +24,7 @@ from gpuaudit.pipelines.audit import audit_cluster
 from gpuaudit.pipelines.check import check_manifests, manifest_subjects
 from gpuaudit.pipelines.policy import locators_for
 from gpuaudit.remediate import coherence, overlay, verify
-from gpuaudit.remediate.plan import (
-    ObjectId,
-    Plan,
-    Settings,
-    Source,
-    describe_manifests,
-    object_id,
-    plan_fixes,
-)
+from gpuaudit.remediate.plan import Plan, Settings, Source, describe_manifests, plan_fixes
 from gpuaudit.remediate.planners.common import RunState
 from gpuaudit.remediate.planners.sharing import sharing_configs
 from gpuaudit.safetext import one_line

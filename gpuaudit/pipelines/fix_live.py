@@ -15,13 +15,14 @@ from gpuaudit.facts import cluster as cluster_facts
 from gpuaudit.facts.context import Site, build_context
 from gpuaudit.kube.owners import OwnerKey
 from gpuaudit.kube.podspecs import KindLocator, builtin_locators, group_of
+from gpuaudit.kube.shapes import object_id
 from gpuaudit.model import Document, Finding
 from gpuaudit.model.cluster_builder import build_cluster_state
 from gpuaudit.model.workload_builder import build_workloads
 from gpuaudit.remediate.evidence import Evidence, from_cluster
 from gpuaudit.remediate.overlay import dump
 from gpuaudit.remediate.owner_findings import OwnerIndex, on_owner, unique
-from gpuaudit.remediate.plan import Source, object_id
+from gpuaudit.remediate.plan import Source
 from gpuaudit.remediate.planners.declined import enable_mig_reason
 from gpuaudit.remediate.verify import finding_key
 from gpuaudit.sources.manifests import ReadResult, read_text

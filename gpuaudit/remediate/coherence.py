@@ -35,6 +35,7 @@ import yaml
 from gpuaudit import gpus
 from gpuaudit.kube.podspecs import KindLocator, group_of
 from gpuaudit.kube.quantity import QuantityError, parse_quantity
+from gpuaudit.kube.shapes import ObjectId, object_id
 from gpuaudit.model import Container, Document, PodTemplate
 from gpuaudit.model.serving_runtimes import Runtime, effective, is_inference_service, runtimes_in
 from gpuaudit.model.workload_builder import build_workloads
@@ -45,7 +46,6 @@ RAY_GROUP = "ray.io"
 DEFAULT_SHM = 64 * 2**20  # the container runtime's /dev/shm without a volume
 # What a change may lower on purpose (Proposal.lowers).
 LOWERABLE = frozenset({"cpu", "memory", "shm", "gpu", "pod-gpu"})
-ObjectId = tuple[str, str, str, str]
 
 
 @dataclass(frozen=True)
@@ -124,7 +124,7 @@ def advertised(objects: Iterable[Mapping[str, Any]], setting: Setting, where: Ma
     policies: list[tuple[str, Mapping[str, Any]]] = []
     layouts: dict[str, tuple[str, set[str]]] = {}  # layout name -> (where, profiles)
     for obj in objects:
-        oid = _oid(obj)
+        oid = object_id(obj)
         label = where.get(oid, f"{oid[1]} {oid[3]}")
         if obj.get("kind") == "ConfigMap" and isinstance(obj.get("data"), Mapping):
             for key, text in obj["data"].items():
@@ -401,16 +401,6 @@ def _req(request: float | None, limit: float | None) -> float | None:
     return request if request is not None else limit
 
 
-def _oid(obj: Mapping[str, Any]) -> ObjectId:
-    meta = obj.get("metadata") if isinstance(obj.get("metadata"), Mapping) else {}
-    return (
-        str(obj.get("apiVersion", "")),
-        str(obj.get("kind", "")),
-        str(meta.get("namespace") or ""),
-        str(meta.get("name") or ""),
-    )
-
-
 def check_all(
     pairs: Sequence[tuple[Mapping[str, Any], Mapping[str, Any], frozenset[str]]],
     world: Iterable[Mapping[str, Any]],
@@ -424,5 +414,5 @@ def check_all(
     for before, after, lowers in pairs:
         found = problems(before, after, setting, names, lowers)
         if found:
-            out[_oid(after)] = found
+            out[object_id(after)] = found
     return out

@@ -20,24 +20,13 @@ from typing import Any, Literal
 import yaml
 
 from gpuaudit.kube.podspecs import KindLocator, group_of
+from gpuaudit.kube.shapes import ObjectId, object_id
 from gpuaudit.model import CATEGORIES, Container, Document, Finding, PodTemplate
 from gpuaudit.model.workload_builder import build_workloads
 from gpuaudit.remediate import coherence, patches, templates
 from gpuaudit.remediate.edits import EditError, apply_edits
 from gpuaudit.remediate.planners import PLANNERS
 from gpuaudit.remediate.planners.common import REMEDIATED, TAKE_GPUS_AWAY, Context, Declined, Proposal, RunState
-
-ObjectId = tuple[str, str, str, str]  # apiVersion, kind, namespace, name
-
-
-def object_id(obj: Mapping[str, Any]) -> ObjectId:
-    meta = obj.get("metadata") if isinstance(obj.get("metadata"), Mapping) else {}
-    return (
-        str(obj.get("apiVersion", "")),
-        str(obj.get("kind", "")),
-        str(meta.get("namespace") or ""),
-        str(meta.get("name") or ""),
-    )
 
 
 @dataclass(frozen=True)

@@ -10,9 +10,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpuaudit.kube import pointers
+from gpuaudit.kube.shapes import ObjectId, object_id
 from gpuaudit.model import Finding
 from gpuaudit.remediate import coherence, patches
-from gpuaudit.remediate.plan import ObjectId, Plan, object_id
+from gpuaudit.remediate.plan import Plan
 
 
 @dataclass

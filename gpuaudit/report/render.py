@@ -177,17 +177,15 @@ def report_paths(out: Path) -> dict[str, Path]:
 
 def write_report(report: Mapping[str, Any], out: Path) -> list[Path]:
     """Write the three files into ``out`` (created when missing), each atomically."""
+    return _write(out, render_html(report), render_markdown(report), render_json(report))
+
+
+def _write(out: Path, html: str, markdown: str, json_text: str) -> list[Path]:
     paths = report_paths(out)
-    rendered = {
-        "report.html": render_html(report),
-        "report.md": render_markdown(report),
-        "report.json": render_json(report),
-    }
-    written = []
+    rendered = {"report.html": html, "report.md": markdown, "report.json": json_text}
     for name, text in rendered.items():
         write_atomic(paths[name], text)
-        written.append(paths[name])
-    return written
+    return [paths[name] for name in rendered]
 
 
 # --- the fleet ------------------------------------------------------------------------
@@ -203,14 +201,4 @@ def render_fleet_markdown(report: Mapping[str, Any]) -> str:
 
 def write_fleet(report: Mapping[str, Any], out: Path) -> list[Path]:
     """Write the fleet review's three files into ``out``, each atomically."""
-    paths = report_paths(out)
-    rendered = {
-        "report.html": render_fleet_html(report),
-        "report.md": render_fleet_markdown(report),
-        "report.json": render_json(report),
-    }
-    written = []
-    for name, text in rendered.items():
-        write_atomic(paths[name], text)
-        written.append(paths[name])
-    return written
+    return _write(out, render_fleet_html(report), render_fleet_markdown(report), render_json(report))
