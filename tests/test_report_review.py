@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import gzip
 import json
+from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from types import SimpleNamespace
@@ -69,8 +70,16 @@ def _holder(
     )
 
 
-def _node(name: str, allocated: float, *, model: str = "A100-80GB", gpus: float = 8, cordoned: bool = False) -> GpuNode:
-    return GpuNode(name, model, model, gpus, allocated, cordoned, True, 80 * GIB)
+def _node(
+    name: str,
+    allocated: float,
+    *,
+    model: str = "A100-80GB",
+    gpus: float = 8,
+    cordoned: bool = False,
+    room: tuple[float, float] | None = None,
+) -> GpuNode:
+    return GpuNode(name, model, model, gpus, allocated, cordoned, True, 80 * GIB, room)
 
 
 def _waiting(pod: str, gpus: float, cause: str, *, model: str | None = None, eligible: int | None = 1) -> Waiting:
@@ -101,12 +110,13 @@ def test_overlay_counts_only_patched_workloads_that_fit() -> None:
         *(_holder("hot", i, p95=0.6) for i in range(2)),  # 60% p95 each: never two on one GPU
         *(_holder("unmeasured", i) for i in range(2)),  # the patch has no VRAM telemetry behind it
         *(_holder("unpatched", i, p95=0.05) for i in range(5)),  # no patch: theoretical only
-        *(_holder("slices", i, node="a100-1", p95=0.1) for i in range(7)),  # 1g.10gb each: one GPU
-        *(_holder("busy-slices", i, node="a100-1", p95=0.5) for i in range(2)),  # 50% > 1/7 of the SMs
+        *(_holder("slices", i, p95=0.1) for i in range(7)),  # 1g.10gb each: one GPU
+        *(_holder("busy-slices", i, p95=0.5) for i in range(2)),  # 50% > 1/7 of the SMs
     ]
-    # One-GPU nodes: each share takes exactly the GPUs it fills (whole nodes
-    # are GPUs here; test_shares_take_whole_nodes covers larger nodes).
-    nodes = tuple(_node(f"a100-{i}", 1, gpus=1) for i in range(24))
+    # One-GPU nodes, one pod on each: each share takes exactly the GPUs it
+    # fills (whole nodes are GPUs here; test_shares_take_whole_nodes covers larger nodes).
+    holders = [replace(h, node=f"a100-{i}") for i, h in enumerate(holders)]
+    nodes = tuple(_node(f"a100-{i}", 1 if i < len(holders) else 0, gpus=1) for i in range(24))
     inventory = Inventory(nodes, tuple(holders), (), None, None)
     overlay = {
         "available": True,
@@ -160,6 +170,60 @@ def test_shares_take_whole_nodes() -> None:
         overlay,
     )["achievable"]
     assert few["freed"] == 0
+
+
+def test_shares_need_the_nodes_cpu_and_memory() -> None:
+    """Six pods at two replicas fit one 4-GPU node's replicas, but each asks
+    5 CPUs and a node has 12 left beside what stays on it: the shares take
+    three nodes, and free nothing. With the CPU to spare they take one."""
+    holders = [replace(_holder("small", i, node=f"a100-{i % 3}"), requests=(5.0, 8 * 2**30)) for i in range(6)]
+    overlay = {"available": True, "replicas": 2, "shares": [_share("small", 12)]}
+
+    def freed(room: tuple[float, float]) -> dict[str, Any]:
+        nodes = tuple(_node(f"a100-{i}", 2, gpus=4, room=room) for i in range(3))
+        return simulate(Inventory(nodes, tuple(holders), (), None, None), Thresholds(), WhatIfSettings(), overlay)[
+            "achievable"
+        ]
+
+    # room: what is left with the node's own two pods on it (5 CPUs each)
+    roomy = freed((40.0, 100 * 2**30))
+    assert roomy["freed"] == 2
+    assert freed((2.0, 100 * 2**30))["freed"] == 0  # 12 CPUs once its two pods leave: two moved pods a node
+    assert freed((40.0, 0.0))["freed"] == 0  # 16 GiB once its pods leave: two a node
+    tight = freed((-8.0, 100 * 2**30))  # 2 CPUs once its pods leave: no node takes one
+    assert tight["freed"] == 0
+    assert "CPU" in tight["by_workload"][0]["reason"] and not tight["by_workload"][0]["counted"]
+    assert not any("not checked" in a for a in tight["assumptions"])
+    assert any("do not state their allocatable CPU" in a for a in simulate(
+        Inventory(tuple(_node(f"a100-{i}", 2, gpus=4) for i in range(3)), tuple(holders), (), None, None),
+        Thresholds(), WhatIfSettings(), overlay,
+    )["achievable"]["assumptions"])  # fmt: skip
+
+
+def test_pods_a_shared_node_displaces_must_fit_elsewhere() -> None:
+    """Six pods at four replicas fill two GPUs: one 4-GPU node frees two.
+    The node shared loses its trainer, which must find a whole GPU and its
+    8 CPUs elsewhere: on the other node once its three moved pods leave, if
+    that node has the CPU. Without it no set of nodes works, and the claim
+    is nothing rather than a stranded trainer."""
+    cpu = 2**30
+    smalls = [replace(_holder("small", i, node=f"a100-{i // 3}"), requests=(1.0, cpu)) for i in range(6)]
+    trainers = [
+        replace(_holder("train", i, node=f"a100-{i}", p95=0.9, peak_gib=60), requests=(8.0, cpu)) for i in range(2)
+    ]
+    busy = [replace(_holder("busy", i, node="a100-2", p95=0.9, peak_gib=60), requests=(8.0, cpu)) for i in range(4)]
+    overlay = {"available": True, "replicas": 4, "shares": [_share("small", 12)]}
+
+    def achievable(room_b: float) -> dict[str, Any]:
+        rooms = (0.0, room_b, 0.0)
+        nodes = tuple(_node(f"a100-{i}", 4, gpus=4, room=(rooms[i], 100 * cpu)) for i in range(3))
+        inventory = Inventory(nodes, (*smalls, *trainers, *busy), (), None, None)
+        return simulate(inventory, Thresholds(), WhatIfSettings(time_slicing_replicas=4), overlay)["achievable"]
+
+    assert achievable(room_b=5.0)["freed"] == 2  # 5 + 3 CPUs back from the moved pods: the trainer fits
+    stranded = achievable(room_b=0.0)
+    assert stranded["freed"] == 0
+    assert "fit elsewhere" in stranded["by_workload"][0]["reason"]
 
 
 def test_one_template_is_sized_for_its_largest_pod() -> None:

@@ -43,6 +43,10 @@ class Node:
     # its capacity and allocatable are left empty, so it is in no GPU count,
     # and the builder reports it as an input error.
     unreadable: tuple[str, ...] = ()
+    # What the scheduler may give pods: CPU cores and memory bytes (None when
+    # the node does not say or the value cannot be read).
+    cpu_allocatable: float | None = None
+    memory_allocatable: float | None = None
 
     @property
     def gpus(self) -> float:
@@ -105,6 +109,10 @@ class ClusterState:
     # Object lists the collector could not read (a 403 on pods): what depends
     # on them is unknown, never zero.
     unread: frozenset[str] = frozenset()
+    # node -> (CPU cores, memory bytes) the pods bound to it request, every
+    # pod that has not finished (CPU-only ones too): what the what-if must
+    # leave room for when it moves pods.
+    node_requests: Mapping[str, tuple[float, float]] = field(default_factory=dict)
 
     @property
     def unknown_gpu_nodes(self) -> tuple[str, ...]:

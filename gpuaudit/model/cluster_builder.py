@@ -12,6 +12,7 @@ from gpuaudit import gpus
 from gpuaudit.kube.owners import controller_ref
 from gpuaudit.kube.podspecs import GPU_RESOURCE, KindLocator, builtin_locators, group_of
 from gpuaudit.kube.quantity import QuantityError, parse_quantity
+from gpuaudit.kube.requests import pod_requests
 from gpuaudit.kube.shapes import as_list, as_map
 from gpuaudit.kube.timestamps import parse_time
 from gpuaudit.model.cluster import ClusterState, Node, Owner, PodState
@@ -71,8 +72,9 @@ def build_node(obj: Mapping[str, Any], errors: list[InputError] | None = None) -
     product = next((labels[k] for k in gpus.PRODUCT_LABELS if k in labels), None)
     name = str(meta.get("name", ""))
     problems: list[str] = []
+    allocatable_of = as_map(status.get("allocatable"))
     capacity = _gpu_resources(status.get("capacity"), "status.capacity", problems)
-    allocatable = _gpu_resources(status.get("allocatable"), "status.allocatable", problems)
+    allocatable = _gpu_resources(allocatable_of, "status.allocatable", problems)
     if problems:
         capacity, allocatable = {}, {}
         if errors is not None:
@@ -94,7 +96,16 @@ def build_node(obj: Mapping[str, Any], errors: list[InputError] | None = None) -
         product=product,
         model=gpus.lookup(product) if product else None,
         unreadable=tuple(problems),
+        cpu_allocatable=_amount(allocatable_of, "cpu"),
+        memory_allocatable=_amount(allocatable_of, "memory"),
     )
+
+
+def _amount(values: Mapping[str, Any], name: str) -> float | None:
+    try:
+        return parse_quantity(values[name]) if name in values else None
+    except QuantityError:
+        return None
 
 
 def _owner_index(
@@ -247,6 +258,7 @@ def build_cluster_state(snapshot: Mapping[str, Any]) -> ClusterState:
     intermediates = _owner_index(owners)
     pending_messages = _latest_failed_scheduling(_objects(objects, "events"))
     all_pods = _objects(objects, "pods")
+    node_requests = _node_requests(all_pods)
     raw_pods = [p for p in all_pods if may_use_gpus(p)]
     # The scheduler writes nodeName when it binds a pod: on a live pod it is
     # the result of placement, not a constraint (PodState.node keeps it).
@@ -325,4 +337,20 @@ def build_cluster_state(snapshot: Mapping[str, Any]) -> ClusterState:
         source=str(as_map(snapshot.get("cluster")).get("server") or "snapshot"),
         pods_total=len(all_pods),
         unread=frozenset(str(e["resource"]) for e in unread if e.get("resource")),
+        node_requests=node_requests,
     )
+
+
+def _node_requests(pods: Iterable[Mapping[str, Any]]) -> dict[str, tuple[float, float]]:
+    """node -> (CPU cores, memory bytes) requested by the pods bound to it
+    that have not finished (the scheduler's own accounting)."""
+    out: dict[str, tuple[float, float]] = {}
+    for pod in pods:
+        spec = as_map(pod.get("spec"))
+        node = spec.get("nodeName")
+        if not node or as_map(pod.get("status")).get("phase") in ("Succeeded", "Failed"):
+            continue
+        cpu, memory = pod_requests(spec)
+        had = out.get(str(node), (0.0, 0.0))
+        out[str(node)] = (had[0] + cpu, had[1] + memory)
+    return out

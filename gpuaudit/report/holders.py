@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpuaudit.facts.capacity import physical_gpus
+from gpuaudit.kube.requests import pod_requests
+from gpuaudit.kube.shapes import as_map
 from gpuaudit.model import ClusterState, Node, PodState
 
 # The states an allocated GPU can be in, as the first screen shows them.
@@ -58,6 +60,9 @@ class GpuNode:
     unschedulable: bool
     mig_capable: bool
     memory_mib: float | None
+    # (CPU cores, memory bytes) the node can still give: allocatable less what
+    # every pod bound to it requests (None: the node does not say)
+    room: tuple[float, float] | None = None
 
 
 @dataclass(frozen=True)
@@ -77,6 +82,7 @@ class Holder:
     mig_profiles: tuple[str, ...]
     state: str
     telemetry: Mapping[str, Any] | None
+    requests: tuple[float, float] = (0.0, 0.0)  # (CPU cores, memory bytes) the scheduler reserves for it
 
 
 @dataclass(frozen=True)
@@ -204,6 +210,7 @@ def collect(
                     mig_profiles=profiles,
                     state=classify(telemetry, thresholds),
                     telemetry=telemetry,
+                    requests=pod_requests(as_map(pod.workload.document.obj.get("spec"))),
                 )
             )
             held[pod.node] = held.get(pod.node, 0.0) + share
@@ -237,6 +244,7 @@ def collect(
                 unschedulable=node.unschedulable,
                 mig_capable=capable == "true" if capable else bool(node.model and node.model.mig_capable),
                 memory_mib=node.model.memory_gib * 1024 if node.model else None,
+                room=_room(node, state.node_requests.get(node.name, (0.0, 0.0))),
             )
         )
     return Inventory(
@@ -246,6 +254,12 @@ def collect(
         team_label=team_label,
         pool_label=pool_label,
     )
+
+
+def _room(node: Node, requested: tuple[float, float]) -> tuple[float, float] | None:
+    if node.cpu_allocatable is None or node.memory_allocatable is None:
+        return None
+    return node.cpu_allocatable - requested[0], node.memory_allocatable - requested[1]
 
 
 def pod_fact_index(subjects: Iterable[Any]) -> dict[tuple[str, str], Mapping[str, Any]]:

@@ -37,7 +37,9 @@ class PoolPacking:
     layout: tuple[tuple[Mapping[Vector, int], int], ...] = ()
 
 
-def _size(need: Vector, capacity: Vector) -> tuple[float, float]:
+def size(need: Vector, capacity: Vector) -> tuple[float, float]:
+    """How much of one GPU a need takes (its largest share, then the sum of
+    its shares): first fit decreasing places the largest first."""
     shares = [n / c for n, c in zip(need, capacity, strict=True) if c > 0]
     return (max(shares, default=0.0), sum(shares))
 
@@ -64,7 +66,7 @@ def pack_pool(demand: Mapping[Vector, int], capacity: Vector) -> PoolPacking:
         else:
             counts[need] = counts.get(need, 0) + count
     placed = sum(counts.values())
-    order = sorted(counts, key=lambda v: (*_size(v, capacity), v), reverse=True)
+    order = sorted(counts, key=lambda v: (*size(v, capacity), v), reverse=True)
     gpus = 0
     used = [0] * len(capacity)
     layout: list[tuple[Mapping[Vector, int], int]] = []

@@ -42,6 +42,7 @@ from typing import Any
 from gpuaudit import gpus
 from gpuaudit.report.holders import NO_DATA, RESIDENT_IDLE, Holder, Inventory, Thresholds
 from gpuaudit.report.packing import Vector, pack_pool
+from gpuaudit.report.shared_nodes import Moved, PoolNode, choose
 
 MIB_PER_GB = 1000**3 / 2**20  # MIG profile names count decimal gigabytes
 UNITS = 40  # time-slicing: memory and compute in 2.5% steps, rounded up
@@ -374,17 +375,19 @@ def _share_vector(
     return f"{model}\0shared", (1, max(memory, 0), max(units, 0)), (replicas, UNITS, UNITS)
 
 
-def _whole_nodes(gpus_needed: int, node_sizes: Sequence[int]) -> int | None:
-    """The fewest GPUs a set of whole nodes can give that covers
-    ``gpus_needed`` (the nodes of one model, by their GPU counts); None when
-    all of them together cannot."""
-    if gpus_needed <= 0:
-        return 0
-    reachable = {0}
-    for size in sorted(node_sizes):
-        reachable |= {r + size for r in reachable if r < gpus_needed}
-    covering = [r for r in reachable if r >= gpus_needed]
-    return min(covering) if covering else None
+def _pools(inventory: Inventory) -> dict[str, list[PoolNode]]:
+    """GPU model -> its nodes a sharing config may be given: schedulable, with
+    whole GPUs, and none already shared or sliced (their config stays)."""
+    holders: dict[str, list[Holder]] = defaultdict(list)
+    for h in inventory.holders:
+        holders[h.node].append(h)
+    pools: dict[str, list[PoolNode]] = defaultdict(list)
+    for n in inventory.nodes:
+        on = holders.get(n.name, [])
+        if n.unschedulable or n.gpus < 1 or any(h.whole < 1 or h.mig_profiles for h in on):
+            continue
+        pools[n.model].append(PoolNode(n.name, int(n.gpus), max(n.gpus - n.allocated, 0.0), n.room, tuple(on)))
+    return pools
 
 
 def achievable(
@@ -420,7 +423,7 @@ def achievable(
         if h.whole == 1 and not h.mig_profiles and abs(h.gpus - 1.0) < 1e-9:
             by_workload[_workload(h)].append(h)
     rows: list[dict[str, Any]] = []
-    groups: dict[str, list[tuple[dict[str, Any], Vector, Vector]]] = defaultdict(list)
+    groups: dict[str, list[tuple[dict[str, Any], list[Holder], Vector, Vector]]] = defaultdict(list)
     for share in overlay.get("shares") or []:
         key = (str(share.get("namespace") or ""), str(share.get("kind") or ""), str(share.get("name") or ""))
         pods = sorted(by_workload.get(key, []), key=lambda h: h.pod)
@@ -450,28 +453,34 @@ def achievable(
             continue
         group, need, capacity = shape
         row["counted"] = True
-        groups[group].append((row, need, capacity))
+        groups[group].append((row, pods, need, capacity))
+    pools = _pools(inventory)
     by_model: dict[str, dict[str, Any]] = {}
     for group, members in sorted(groups.items()):
         model = group.split("\0")[0]
-        node_sizes = [int(n.gpus) for n in inventory.nodes if n.model == model and not n.unschedulable and n.gpus >= 1]
         members.sort(key=lambda m: (-m[0]["pods"], m[0]["namespace"], m[0]["name"]))
         demand: dict[Vector, int] = defaultdict(int)
-        pods_so_far = 0
+        moved: list[Moved] = []
         totals: list[int] = []  # GPUs freed with the first k workloads moved
-        for _row, need, capacity in members:
-            demand[need] += _row["pods"]
-            pods_so_far += _row["pods"]
-            # Sharing is a node's setting (its device-plugin config, its MIG
-            # layout): every GPU of a node given to it is a share, so the
-            # shares take whole nodes, and what they do not fill frees nothing.
-            shared = _whole_nodes(pack_pool(demand, capacity).gpus, node_sizes)
-            totals.append(pods_so_far - shared if shared is not None else 0)
+        for row, pods, need, capacity in members:
+            demand[need] += row["pods"]
+            moved += [Moved(h, need) for h in pods]
+            # The shares take whole nodes (shared_nodes.py): what they do not fill frees nothing.
+            shared = choose(pools.get(model, []), moved, capacity, pack_pool(demand, capacity).gpus)
+            totals.append(len(moved) - sum(n.gpus for n in shared) if shared is not None else 0)
+        pods_so_far = len(moved)
+        if shared is None:
+            for row, *_ in members:
+                row["counted"] = False
+                row["reason"] = (
+                    f"no set of whole {model} nodes found that holds the moved pods by GPU share, CPU and "
+                    "memory while the whole-GPU pods on those nodes fit elsewhere: not counted"
+                )
         # The overlay moves them all: the model's figure is the last total.
         # Each workload is credited what it adds, capped so the credits sum to it.
         final = max(totals[-1], 0)
         before = 0
-        for (row, _, _), total in zip(members, totals, strict=True):
+        for (row, *_), total in zip(members, totals, strict=True):
             reached = min(max(total, before), final)
             row["freed"] = reached - before
             before = reached
@@ -481,6 +490,12 @@ def achievable(
         entry["freed"] += final
     for entry in by_model.values():
         entry["gpus_after"] = entry["gpus_now"] - entry["freed"]
+    unstated = sorted({n.name for nodes in pools.values() for n in nodes if n.room is None})
+    unchecked = (
+        [f"{len(unstated)} GPU node(s) do not state their allocatable CPU and memory: not checked there."]
+        if unstated and groups
+        else []
+    )
     rows.sort(key=lambda r: (-r["freed"], not r["counted"], r["namespace"], r["name"]))
     return {
         "known": True,
@@ -498,10 +513,12 @@ def achievable(
             "MIG pods by their profile's compute and memory slices.",
             "Time-slicing reaches only the nodes labelled for the sharing config the overlay "
             "writes (a manual step: `kubectl label node NODE nvidia.com/device-plugin.config=shared`).",
-            "Sharing and MIG layouts are set per node: the shares take whole nodes of the model (the "
-            "smallest set that holds them), and the GPUs of those nodes the shares do not fill free nothing.",
-            "Node CPU and memory are not checked: a moved pod that the shared nodes cannot hold by CPU "
-            "or memory frees less than counted.",
+            "Sharing and MIG layouts are set per node: the shares take whole nodes of the model, and "
+            "the GPUs of those nodes the shares do not fill free nothing. The nodes must hold the moved "
+            "pods by GPU share, CPU and memory, and the pods holding whole GPUs there must fit on the "
+            "model's other nodes (the nodes' allocatable less what every pod on them requests); the "
+            "nodes are chosen greedily, so a smaller set may exist and the figure errs low.",
+            *unchecked,
             "A workload whose patch has no VRAM telemetry behind it, or that the planners decline, frees nothing here.",
         ],
     }

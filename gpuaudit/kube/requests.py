@@ -1,0 +1,53 @@
+"""What a pod asks the scheduler for in CPU and memory, as the scheduler
+counts it (NodeResourcesFit): the containers' requests added up, or the
+largest init container's when that is more (init containers run one at a
+time, before the others), with restartable init containers (sidecars) added
+to the containers that run, plus the pod overhead of its RuntimeClass."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from gpuaudit.kube.quantity import QuantityError, parse_quantity
+from gpuaudit.kube.shapes import as_list, as_map
+
+RESOURCES = ("cpu", "memory")
+
+
+def _amounts(values: Any) -> tuple[float, float]:
+    """(CPU cores, memory bytes) in a requests map; a value that is not a
+    quantity counts as nothing (the API server would not have admitted it)."""
+    values = as_map(values)
+    out = []
+    for name in RESOURCES:
+        try:
+            out.append(parse_quantity(values[name]) if name in values else 0.0)
+        except QuantityError:
+            out.append(0.0)
+    return out[0], out[1]
+
+
+def _requests(container: Any) -> tuple[float, float]:
+    return _amounts(as_map(as_map(container).get("resources")).get("requests"))
+
+
+def pod_requests(spec: Mapping[str, Any]) -> tuple[float, float]:
+    """(CPU cores, memory bytes) the scheduler reserves for a pod of ``spec``."""
+    running = [0.0, 0.0]
+    for container in as_list(spec.get("containers")):
+        for i, amount in enumerate(_requests(container)):
+            running[i] += amount
+    peak = [0.0, 0.0]
+    sidecars = [0.0, 0.0]
+    for container in as_list(spec.get("initContainers")):
+        amounts = _requests(container)
+        if as_map(container).get("restartPolicy") == "Always":  # a sidecar: it keeps running
+            for i, amount in enumerate(amounts):
+                sidecars[i] += amount
+        else:  # runs beside the sidecars started before it
+            for i, amount in enumerate(amounts):
+                peak[i] = max(peak[i], sidecars[i] + amount)
+    overhead = _amounts(spec.get("overhead"))
+    cpu, memory = (max(running[i] + sidecars[i], peak[i]) + overhead[i] for i in range(2))
+    return cpu, memory
