@@ -16,27 +16,30 @@ A node's CPU and memory room is its allocatable less what every pod bound to
 it requests (CPU-only pods too), plus what leaves it. Nodes that do not state
 their allocatable CPU and memory are not checked on them (the caller says so).
 
-The search is greedy and may miss a smaller set, so a count built on it errs
-low, never high: the nodes hosting most moved pods first (their pods stay
-put), then those displacing fewest pods; once the moved pods fit, nodes the
-shares do not need are dropped again, largest first.
+The nodes are taken in one order: those hosting most moved pods first (their
+pods stay put), then those displacing fewest pods; the set is the shortest
+start of that order that works, then nodes it does not need are dropped,
+largest first. A smaller set may exist, so a count built on it errs low,
+never high. Pods of one shape (same need, same requests, as the replicas of
+one workload are) are placed together, so a check costs per shape and node,
+not per pod.
 """
 
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from gpuaudit.report.holders import Holder
 from gpuaudit.report.packing import Vector, size
 
-# Node sets tried before giving up: each try is a first fit of the moved and
-# displaced pods, and a group that fits nowhere must not cost a large
-# cluster's review minutes.
-MAX_TRIES = 64
+# Nodes tried for removal once a set works: each try is one check, and on
+# equal nodes no removal can succeed once the shortest working start is found.
+MAX_DROPS = 16
 
-PodKey = tuple[str, str]
+Requests = tuple[float, float]  # CPU cores, memory bytes
 
 
 @dataclass(frozen=True)
@@ -46,7 +49,7 @@ class PoolNode:
     name: str
     gpus: int
     free_whole: float  # whole GPUs no pod holds now
-    room: tuple[float, float] | None  # (CPU cores, memory bytes) left; None: not stated
+    room: Requests | None  # (CPU cores, memory bytes) left; None: not stated
     holders: tuple[Holder, ...]  # the pods bound to it that hold GPUs
 
 
@@ -56,58 +59,98 @@ class Moved:
     need: Vector  # its share of one GPU, in the packing vector's units
 
 
-def _key(h: Holder) -> PodKey:
+@dataclass(frozen=True)
+class _Side:
+    """A node as the move leaves it: shared (``inside``) or not."""
+
+    gpus: int
+    room_out: Requests  # room when not shared: its moved pods have left
+    free_out: float  # whole GPUs free when not shared
+    room_in: Requests  # room when shared: every pod holding its GPUs has left
+    displaced: Counter[tuple[int, Requests]]  # (whole GPUs, requests) of the pods it displaces when shared
+
+
+def _key(h: Holder) -> tuple[str, str]:
     return (h.namespace, h.pod)
 
 
-def _fits_in(room: list[float], requests: tuple[float, float]) -> bool:
-    return room[0] >= requests[0] - 1e-9 and room[1] >= requests[1] - 1e-9
-
-
-def fits(chosen: Sequence[PoolNode], pool: Sequence[PoolNode], moved: Sequence[Moved], capacity: Vector) -> bool:
-    """Whether ``moved`` fit on ``chosen`` shared, and the whole-GPU pods the
-    chosen nodes hold fit on the rest of ``pool`` (first fit, largest first)."""
-    moving = {_key(m.holder) for m in moved}
-    inside = {n.name for n in chosen}
-    room = {n.name: [*n.room] if n.room is not None else [math.inf, math.inf] for n in pool}
-    free_whole = {n.name: n.free_whole for n in pool}
-    displaced: list[Holder] = []
+def _sides(pool: Sequence[PoolNode], moving: set[tuple[str, str]]) -> list[_Side]:
+    sides = []
     for node in pool:
-        for h in node.holders:
-            leaves = _key(h) in moving or node.name in inside
-            if not leaves:
-                continue
-            room[node.name][0] += h.requests[0]
-            room[node.name][1] += h.requests[1]
-            if _key(h) in moving:
-                free_whole[node.name] += h.whole
-            else:
-                displaced.append(h)
-    gpus_left = {n.name: [list(capacity) for _ in range(n.gpus)] for n in chosen}
-    for m in sorted(moved, key=lambda m: (size(m.need, capacity), m.holder.requests), reverse=True):
-        placed = False
-        for node in chosen:
-            if not _fits_in(room[node.name], m.holder.requests):
-                continue
-            gpu = next((g for g in gpus_left[node.name] if all(r >= n for r, n in zip(g, m.need, strict=True))), None)
-            if gpu is None:
-                continue
-            for i, n in enumerate(m.need):
-                gpu[i] -= n
-            room[node.name][0] -= m.holder.requests[0]
-            room[node.name][1] -= m.holder.requests[1]
-            placed = True
-            break
-        if not placed:
+        room = node.room if node.room is not None else (math.inf, math.inf)
+        moved = [h for h in node.holders if _key(h) in moving]
+        stay = [h for h in node.holders if _key(h) not in moving]
+        room_out = (room[0] + sum(h.requests[0] for h in moved), room[1] + sum(h.requests[1] for h in moved))
+        room_in = (room_out[0] + sum(h.requests[0] for h in stay), room_out[1] + sum(h.requests[1] for h in stay))
+        sides.append(
+            _Side(
+                gpus=node.gpus,
+                room_out=room_out,
+                free_out=node.free_whole + sum(h.whole for h in moved),
+                room_in=room_in,
+                displaced=Counter((h.whole, h.requests) for h in stay),
+            )
+        )
+    return sides
+
+
+def _how_many(room: list[float], requests: Requests) -> float:
+    """Pods of ``requests`` that ``room`` holds."""
+    return min((room[i] // requests[i] if requests[i] > 0 else math.inf) for i in range(2))
+
+
+def _fits(
+    inside: Sequence[int], sides: Sequence[_Side], movers: Sequence[tuple[Vector, Requests, int]], capacity: Vector
+) -> bool:
+    """Whether the movers fit on the nodes ``inside`` (indexes into ``sides``)
+    shared, and the pods those nodes displace on the others (first fit,
+    largest first)."""
+    chosen = set(inside)
+    rooms = {i: list(sides[i].room_in) for i in inside}
+    gpus = {i: [list(capacity) for _ in range(sides[i].gpus)] for i in inside}
+    for need, requests, count in movers:
+        left = count
+        for i in inside:
+            room = rooms[i]
+            cap = _how_many(room, requests)
+            for gpu in gpus[i]:
+                if left <= 0 or cap <= 0:
+                    break
+                take = min(left, cap, min((r // n for r, n in zip(gpu, need, strict=True) if n > 0), default=left))
+                if take <= 0:
+                    continue
+                for d, n in enumerate(need):
+                    gpu[d] -= take * n
+                left -= take
+                cap -= take
+                room[0] -= take * requests[0]
+                room[1] -= take * requests[1]
+            if left <= 0:
+                break
+        if left > 0:
             return False
-    outside = [n for n in pool if n.name not in inside]
-    for h in sorted(displaced, key=lambda h: (-h.whole, -h.requests[0], -h.requests[1])):
-        node = next((n for n in outside if free_whole[n.name] >= h.whole and _fits_in(room[n.name], h.requests)), None)
-        if node is None:
+    displaced: Counter[tuple[int, Requests]] = Counter()
+    for i in inside:
+        displaced.update(sides[i].displaced)
+    if not displaced:
+        return True
+    outside = [i for i in range(len(sides)) if i not in chosen]
+    free = {i: sides[i].free_out for i in outside}
+    rooms = {i: list(sides[i].room_out) for i in outside}
+    for (whole, requests), count in sorted(displaced.items(), key=lambda d: (d[0][0], d[0][1]), reverse=True):
+        left = count
+        for i in outside:
+            take = min(left, _how_many(rooms[i], requests), free[i] // whole if whole > 0 else math.inf)
+            if take <= 0:
+                continue
+            free[i] -= take * whole
+            rooms[i][0] -= take * requests[0]
+            rooms[i][1] -= take * requests[1]
+            left -= take
+            if left <= 0:
+                break
+        if left > 0:
             return False
-        free_whole[node.name] -= h.whole
-        room[node.name][0] -= h.requests[0]
-        room[node.name][1] -= h.requests[1]
     return True
 
 
@@ -117,29 +160,53 @@ def choose(
     """Nodes of ``pool`` to share so that ``moved`` (which need at least
     ``gpus_needed`` GPUs together) fit, or None when no set found does."""
     moving = {_key(m.holder) for m in moved}
+    shapes = Counter((m.need, m.holder.requests) for m in moved)
+    movers = sorted(
+        ((need, requests, count) for (need, requests), count in shapes.items()),
+        key=lambda m: (size(m[0], capacity), m[1]),
+        reverse=True,
+    )
+    sides = _sides(pool, moving)
+    order = sorted(
+        range(len(pool)),
+        key=lambda i: (
+            -sum(_key(h) in moving for h in pool[i].holders),
+            sum(sides[i].displaced.values()),
+            pool[i].name,
+        ),
+    )
 
-    def hosted(node: PoolNode) -> int:
-        return sum(_key(h) in moving for h in node.holders)
+    def works(k: int) -> bool:
+        return _fits(order[:k], sides, movers, capacity)
 
-    def displaced(node: PoolNode) -> int:
-        return sum(h.whole for h in node.holders if _key(h) not in moving)
-
-    order = sorted(pool, key=lambda n: (-hosted(n), displaced(n), n.name))
-    chosen: list[PoolNode] = []
-    tries = 0
-    for node in order:
-        chosen.append(node)
-        if sum(n.gpus for n in chosen) < gpus_needed:
-            continue
-        if fits(chosen, pool, moved, capacity):
-            break
-        tries += 1
-        if tries >= MAX_TRIES:
-            return None
-    else:
+    covering = 0  # the shortest start whose GPUs could hold the shares
+    total = 0
+    while covering < len(order) and total < gpus_needed:
+        total += pool[order[covering]].gpus
+        covering += 1
+    if total < gpus_needed or covering == 0:
         return None
-    for node in sorted(chosen, key=lambda n: (-n.gpus, hosted(n), n.name)):
-        trial = [n for n in chosen if n is not node]
-        if trial and sum(n.gpus for n in trial) >= gpus_needed and fits(trial, pool, moved, capacity):
+    # The shortest working start: double until one works, then halve the gap
+    # (more nodes hold more moved pods, though they displace more: the result
+    # is checked, never assumed).
+    failed, found = covering - 1, None
+    k = covering
+    while found is None:
+        if works(k):
+            found = k
+        elif k == len(order):
+            return None
+        else:
+            failed, k = k, min(len(order), covering + 2 * (k - covering + 1))
+    while found - failed > 1:
+        middle = (failed + found) // 2
+        if works(middle):
+            found = middle
+        else:
+            failed = middle
+    chosen = list(order[:found])
+    for i in sorted(chosen, key=lambda i: -pool[i].gpus)[:MAX_DROPS]:
+        trial = [j for j in chosen if j != i]
+        if trial and sum(pool[j].gpus for j in trial) >= gpus_needed and _fits(trial, sides, movers, capacity):
             chosen = trial
-    return tuple(chosen)
+    return tuple(pool[i] for i in chosen)
