@@ -1,19 +1,28 @@
 """Where the product's own data lives: rules (policies/) and patch templates
 (remediations/) sit at the top of a source checkout and inside the installed
-package; the rest ships in gpuaudit/data."""
+package; the rest ships in gpuaudit/data.
+
+The package is always a folder on disk (a wheel or a checkout), so these are
+plain paths beside this file: ``importlib.resources`` would give the same
+ones, and importing it costs a pre-commit run more than reading the files.
+"""
 
 from __future__ import annotations
 
 from functools import cache
-from importlib import resources
 from pathlib import Path
+from typing import Any
+
+from gpuaudit.kube.yaml_lines import load_yaml_with_lines
+
+PACKAGE = Path(__file__).resolve().parent
 
 
 def _top_level(name: str) -> Path:
-    packaged = Path(str(resources.files("gpuaudit"))) / name
+    packaged = PACKAGE / name
     if packaged.is_dir():
         return packaged
-    return Path(__file__).resolve().parents[1] / name
+    return PACKAGE.parent / name
 
 
 @cache
@@ -29,5 +38,11 @@ def remediations_dir() -> Path:
 
 
 def data_text(name: str) -> str:
-    """A file of gpuaudit/data."""
-    return resources.files("gpuaudit").joinpath("data", name).read_text()
+    """A file of gpuaudit/data, as text (UTF-8)."""
+    return (PACKAGE / "data" / name).read_text(encoding="utf-8")
+
+
+def data_yaml(name: str) -> Any:
+    """A YAML file of gpuaudit/data, as plain values: read as rule and config
+    files are (kube/yaml_lines.py), which is faster than PyYAML's constructor."""
+    return load_yaml_with_lines(data_text(name))[0]

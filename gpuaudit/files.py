@@ -30,7 +30,6 @@ import contextlib
 import errno
 import os
 import stat
-import tempfile
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
@@ -85,9 +84,7 @@ def open_regular(path: Path | str, *, limit: int, what: str = "file", hint: str 
         yield handle
 
 
-def read_bytes(
-    path: Path | str, *, limit: int, what: str = "file", hint: str = "", gunzip: bool = False
-) -> bytes:
+def read_bytes(path: Path | str, *, limit: int, what: str = "file", hint: str = "", gunzip: bool = False) -> bytes:
     """The bytes of the regular file ``path``, at most ``limit`` of them.
 
     ``gunzip``: a file starting with gzip's magic bytes is inflated, and the
@@ -137,9 +134,7 @@ def read_text(path: Path | str, *, limit: int, what: str = "file") -> str:
     return decode_text(read_bytes(path, limit=limit, what=what), path)
 
 
-def iter_lines(
-    path: Path | str, *, limit: int, line_limit: int, what: str = "file"
-) -> Iterator[tuple[int, bytes]]:
+def iter_lines(path: Path | str, *, limit: int, line_limit: int, what: str = "file") -> Iterator[tuple[int, bytes]]:
     """(line number, bytes) of each line of the regular file ``path``, read
     as they are used: a file of ``limit`` bytes is never held whole. A line
     longer than ``line_limit`` bytes, or more than ``limit`` bytes in all
@@ -155,9 +150,7 @@ def iter_lines(
                 if total > limit:
                     raise too_big(path, f"more than {limit:,} bytes", limit, what)
                 if len(line) > line_limit and not line.endswith(b"\n"):
-                    raise FileReadError(
-                        path, f"line longer than {line_limit:,} bytes; the rest is not read", number
-                    )
+                    raise FileReadError(path, f"line longer than {line_limit:,} bytes; the rest is not read", number)
                 yield number, line
     except OSError as exc:
         raise FileReadError(path, f"cannot read: {exc.strerror or exc}") from None
@@ -189,6 +182,8 @@ def write_atomic(path: Path, data: str | bytes) -> None:
         make_folders(path.parent)
     except WriteError as exc:
         raise WriteError(exc.errno, exc.strerror, str(path)) from exc
+    import tempfile  # here: a check that writes no file never needs it (nor shutil, which it imports)
+
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     except OSError as exc:

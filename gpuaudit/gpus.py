@@ -5,10 +5,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from functools import cache
-from importlib import resources
 from typing import Any
 
-import yaml
+from gpuaudit.bundled import data_yaml
 
 # Node labels that name the GPU model, most specific first (gpu-domain.md §4, §6).
 PRODUCT_LABELS = (
@@ -35,16 +34,14 @@ class GpuModel:
 
 @cache
 def _entries() -> list[dict[str, Any]]:
-    text = resources.files("gpuaudit").joinpath("data/gpus.yaml").read_text()
-    return yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    return data_yaml("gpus.yaml")
 
 
 @cache
 def _catalogue() -> tuple[tuple[tuple[str, ...], GpuModel], ...]:
     entries = _entries()
     return tuple(
-        (tuple(e["match"]), GpuModel(e["model"], float(e["memory_gib"]), dict(e.get("mig") or {})))
-        for e in entries
+        (tuple(e["match"]), GpuModel(e["model"], float(e["memory_gib"]), dict(e.get("mig") or {}))) for e in entries
     )
 
 
@@ -90,9 +87,7 @@ def known_mig_profile(profile: str) -> bool:
 @cache
 def _pci_index() -> dict[str, GpuModel]:
     models = {model.model: model for _, model in _catalogue()}
-    return {
-        str(pci).upper(): models[e["model"]] for e in _entries() for pci in e.get("pci") or ()
-    }
+    return {str(pci).upper(): models[e["model"]] for e in _entries() for pci in e.get("pci") or ()}
 
 
 def model_for_pci(device_id: str) -> GpuModel | None:

@@ -3,6 +3,8 @@
 fastjsonschema compiles a schema to Python and accepts valid input in
 microseconds, which keeps `gpuaudit check` quick; only when input is invalid
 do we import jsonschema, whose ``best_match`` names the offending key best.
+Both are imported where they are used: a check with no config file and a
+cached rule pack (engine/rule_cache.py) validates nothing.
 """
 
 from __future__ import annotations
@@ -11,8 +13,6 @@ import json
 from collections.abc import Callable, Mapping
 from functools import cache
 from typing import Any
-
-import fastjsonschema
 
 from gpuaudit.bundled import data_text, policies_dir
 
@@ -35,11 +35,15 @@ def load_schema(name: str) -> Mapping[str, Any]:
 
 @cache
 def _compiled(name: str) -> Callable[[Any], Any]:
+    import fastjsonschema
+
     return fastjsonschema.compile(load_schema(name))
 
 
 def validate(instance: Any, schema_name: str) -> None:
     """Raise SchemaError with the most relevant problem when ``instance`` is invalid."""
+    import fastjsonschema
+
     try:
         _compiled(schema_name)(instance)
     except fastjsonschema.JsonSchemaException:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import jsonschema
@@ -12,9 +13,7 @@ from tests.manifests import PINNED
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples" / "manifests"
-SARIF_SCHEMA = json.loads(
-    (Path(__file__).parent / "schemas" / "sarif-schema-2.1.0.json").read_text()
-)
+SARIF_SCHEMA = json.loads((Path(__file__).parent / "schemas" / "sarif-schema-2.1.0.json").read_text())
 
 CLEAN = """\
 apiVersion: batch/v1
@@ -114,9 +113,7 @@ def test_sarif_is_valid_with_results_and_when_empty(run_cli, tmp_path):
         jsonschema.validate(sarif, SARIF_SCHEMA)
         results = sarif["runs"][0]["results"]
         assert len(results) == expected
-        assert sarif["runs"][0]["tool"]["driver"]["rules"], (
-            "rule metadata present even with no results"
-        )
+        assert sarif["runs"][0]["tool"]["driver"]["rules"], "rule metadata present even with no results"
     sarif = json.loads(run_cli("check", "pinned.yaml", "--format", "sarif").stdout)
     region = sarif["runs"][0]["results"][0]["locations"][0]["physicalLocation"]
     assert region == {
@@ -167,9 +164,7 @@ def test_a_rule_that_needs_a_site_fact_says_so_instead_of_passing(run_cli, tmp_p
     assert [s["rule"] for s in report["skipped"]] == ["GPA-PL-004"]
     assert "needs site.gpu_taints in .gpuaudit.yaml" in report["skipped"][0]["reason"]
 
-    (tmp_path / ".gpuaudit.yaml").write_text(
-        "site:\n  gpu_taints: [{key: nvidia.com/gpu, effect: NoSchedule}]\n"
-    )
+    (tmp_path / ".gpuaudit.yaml").write_text("site:\n  gpu_taints: [{key: nvidia.com/gpu, effect: NoSchedule}]\n")
     report = json.loads(run_cli("check", "job.yaml", "--format", "json", "--rules", "GPA-PL-004").stdout)
     assert [f["rule"] for f in report["findings"]] == ["GPA-PL-004"] and report["skipped"] == []
 
@@ -197,20 +192,14 @@ def test_ignore_annotation_needs_a_reason(run_cli, tmp_path):
 
 
 def test_rule_selection(run_cli):
-    report = json.loads(
-        run_cli("check", str(EXAMPLES), "--format", "json", "--rules", "placement").stdout
-    )
+    report = json.loads(run_cli("check", str(EXAMPLES), "--format", "json", "--rules", "placement").stdout)
     assert {f["category"] for f in report["findings"]} == {"placement"}
     report = json.loads(
-        run_cli(
-            "check", str(EXAMPLES), "--format", "json", "--exclude-rules", "GPA-PL-001,application"
-        ).stdout
+        run_cli("check", str(EXAMPLES), "--format", "json", "--exclude-rules", "GPA-PL-001,application").stdout
     )
     assert {f["category"] for f in report["findings"]} == {"allocation", "sharing"}
     # An opt-in rule runs when named by id, beside the rest of the selection.
-    report = json.loads(
-        run_cli("check", str(EXAMPLES), "--format", "json", "--rules", "allocation,GPA-ME-002").stdout
-    )
+    report = json.loads(run_cli("check", str(EXAMPLES), "--format", "json", "--rules", "allocation,GPA-ME-002").stdout)
     assert {f["category"] for f in report["findings"]} == {"allocation", "memory"}
 
 
@@ -226,3 +215,45 @@ def test_rules_commands(run_cli, command):
     proc = run_cli(*command)
     assert proc.returncode == 0
     assert "GPA-PL-001" in proc.stdout
+
+
+# What a pre-commit run of plain files needs is all it imports: no cluster
+# model, no kustomize rendering, no JSON Schema compiler once the rule pack is
+# cached, nor the extras' packages.
+_NOT_ON_THE_CHECK_PATH = (
+    "gpuaudit.model.cluster",
+    "gpuaudit.sources.kustomize",
+    "fastjsonschema",
+    "importlib.resources",
+    "tempfile",
+    "kubernetes",
+    "jinja2",
+    "pynvml",
+)
+_IMPORTED = f"""
+import atexit, sys
+wanted = {_NOT_ON_THE_CHECK_PATH!r}
+atexit.register(lambda: print(sorted(m for m in wanted if m in sys.modules), file=sys.stderr))
+from gpuaudit.cli.main import main
+main()
+"""
+
+
+def test_a_check_of_plain_files_imports_only_what_it_needs(tmp_path):
+    import subprocess
+    import sys
+
+    (tmp_path / "pinned.yaml").write_text(PINNED)
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    for run in ("fills the rule cache", "reads it"):
+        proc = subprocess.run(
+            [sys.executable, "-c", _IMPORTED, "check", "pinned.yaml"],
+            capture_output=True,
+            text=True,
+            cwd=tmp_path,
+            env=env,
+            timeout=120,
+        )
+        assert proc.returncode == 1, proc.stdout + proc.stderr  # PINNED has findings
+        assert "GPA-PL-001" in proc.stdout, run
+    assert proc.stderr.strip().splitlines()[-1] == "[]"

@@ -120,7 +120,7 @@ def test_an_entry_of_another_shape_is_ignored(cache_home: Path, rule_dir: Path) 
     expected, _ = rule_cache.load_rules_cached([rule_dir])
     [entry] = cache_home.glob("rules-*.bin")
     payload = marshal.dumps({"key": "something else", "rules": [], "errors": []})
-    entry.write_bytes(rule_cache._MAGIC + rule_cache.sha256(payload).hexdigest().encode() + b"\n" + payload)
+    entry.write_bytes(rule_cache._MAGIC + rule_cache.checksum(payload) + b"\n" + payload)
     rules, _ = rule_cache.load_rules_cached([rule_dir])
     assert [r.id for r in rules] == [r.id for r in expected]
 

@@ -61,6 +61,30 @@ def test_command_lines_expand_kubernetes_and_shell_variables_and_split_shell_lin
 
 
 @pytest.mark.parametrize(
+    "line",
+    [
+        "python train.py --lr 0.1\t--epochs=3\n",
+        "torchrun --nproc_per_node 8 train.py",  # plain: split without shlex
+        "echo 'a b' \"c d\" e\\ f",  # quotes and escapes: shlex
+        "a\x0bb c",  # whitespace to str.split, not to shlex
+        "a\x1cb c",
+        "a\x85b c",
+        "a\u00a0b c",
+        "a\u3000b c",
+        "sh -c 'unbalanced",  # shlex refuses: split on whitespace
+    ],
+)
+def test_a_shell_line_splits_into_the_words_shlex_gives(line):
+    import shlex
+
+    try:
+        expected = shlex.split(line, comments=False)
+    except ValueError:
+        expected = line.split()
+    assert [w.text for w in tokens([], [line], {})] == [w for w in expected if w]
+
+
+@pytest.mark.parametrize(
     ("args", "env", "gpus_", "total", "matches", "unused"),
     [
         (["--tensor-parallel-size=8"], {}, 8, 8, True, 0),

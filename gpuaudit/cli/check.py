@@ -124,6 +124,9 @@ def check(
                 stop(str(exc))
     threshold = fail_on or config.fail_on or "high"
     emit(result, OutputSpec.from_options(output_formats, formats, output_file, threshold, color, quiet))
+    # On its way out the interpreter collects once more, walking every object
+    # still alive (about 3% of a pre-commit run): none of them is garbage.
+    gc.freeze()
     if unwritten:
         return 2
     if write_baseline is not None:

@@ -4,7 +4,6 @@ with a message, and writing the requested output formats."""
 from __future__ import annotations
 
 import os
-import shutil
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -233,6 +232,8 @@ def terminal_width(stream: Any = None) -> int | None:
             return None
     except (AttributeError, ValueError):
         return None
+    import shutil  # only on a terminal: pre-commit's output is a pipe
+
     return shutil.get_terminal_size().columns
 
 

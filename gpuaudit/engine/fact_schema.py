@@ -35,10 +35,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from importlib import resources
+from pathlib import Path
 from typing import Any
 
 FRAGMENT_SUFFIX = ".schema.json"
+# gpuaudit/facts: each fragment sits beside the module that computes its facts.
+FRAGMENTS_DIR = Path(__file__).resolve().parents[1] / "facts"
 DRAFT = "http://json-schema.org/draft-07/schema#"
 # What the assembled document says about itself: no fragment speaks for the whole.
 ENVELOPE: Mapping[str, Any] = {
@@ -58,10 +60,9 @@ class FactSchemaError(ValueError):
 def read_fragments() -> dict[str, Mapping[str, Any]]:
     """Every ``gpuaudit/facts/*.schema.json``, by file name, in name order (so
     that the assembled schema and its errors do not depend on the file system)."""
-    folder = resources.files("gpuaudit").joinpath("facts")
     return {
         entry.name: json.loads(entry.read_text(encoding="utf-8"))
-        for entry in sorted(folder.iterdir(), key=lambda e: e.name)
+        for entry in sorted(FRAGMENTS_DIR.iterdir(), key=lambda e: e.name)
         if entry.name.endswith(FRAGMENT_SUFFIX)
     }
 

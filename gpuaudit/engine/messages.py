@@ -55,6 +55,8 @@ _PLAIN: dict[str, tuple[tuple[str, ...], tuple[tuple[str, ...], ...]] | None] = 
 def show(value: Any) -> str:
     """A value as a person reads it: 2.0 -> '2', 0.123456 -> '0.123',
     16734.2 -> '16,734', [] -> 'none'."""
+    if type(value) is str:  # most values: names, kinds, images
+        return value
     if value is None:
         return "no"
     if isinstance(value, bool):

@@ -18,7 +18,6 @@ from pathlib import Path
 from types import CodeType
 from typing import Any
 
-import fastjsonschema
 import yaml
 
 from gpuaudit.engine.fact_schema import assemble, read_fragments
@@ -36,9 +35,7 @@ _SINGLE = ("not", "if", "then", "else")
 class RuleError(ValueError):
     """A rule file that cannot be used: where, and what is wrong (naming the key)."""
 
-    def __init__(
-        self, file: str, line: int | None, message: str, rule_id: str | None = None
-    ) -> None:
+    def __init__(self, file: str, line: int | None, message: str, rule_id: str | None = None) -> None:
         super().__init__(f"{file}:{line}: {message}" if line else f"{file}: {message}")
         self.file, self.line, self.message = file, line, message
         self.rule_id = rule_id  # when the file named one: the rule exists, but cannot load
@@ -113,24 +110,40 @@ class Rule:
         return _valid(check, facts) == is_violation
 
 
+class Rejected(ValueError):
+    """What a compiled rule schema raises for facts it does not accept.
+
+    Most subjects a rule looks at are rejected by its ``match`` or pass its
+    ``violation``, so the raise is the hot path of judging. fastjsonschema's
+    own exception builds, on every raise, the schema part that failed and
+    keeps it with the value: five times the cost of this plain one, which
+    is all ``_valid`` needs."""
+
+
 def schema_code(schema: Mapping[str, Any]) -> CodeType:
     """A rule schema compiled to Python code: the source fastjsonschema
-    generates, as ``fastjsonschema.compile`` runs it (``detailed_exceptions``
-    stays on: fastjsonschema 2.22 cannot generate ``const`` without it)."""
-    source = fastjsonschema.compile_to_code(dict(schema), use_default=False)
+    generates with short exceptions (``detailed_exceptions=False``), which
+    raise ``Rejected`` once run by ``_function``."""
+    import fastjsonschema  # compiling only: a run that reads the rule cache never imports it
+
+    source = fastjsonschema.compile_to_code(_const_as_enum(schema), use_default=False, detailed_exceptions=False)
+    # Its exceptions are bound by _function: the code imports nothing from fastjsonschema.
+    source, imports = re.subn(_LIBRARY_IMPORT, "", source, count=1, flags=re.MULTILINE)
     # The schema's own function comes first ("validate", or named after its
     # $id); those of its $refs follow.
     root = re.search(_FIRST_DEF, source, re.MULTILINE)
-    if root is None:
+    if root is None or imports != 1:
         raise fastjsonschema.JsonSchemaDefinitionException("no validation function generated")
     return compile(f"{source}\n__validate__ = {root.group(1)}\n", "<rule schema>", "exec")
 
 
-_FIRST_DEF = r"^def (\w+)\("  # compiled on first use: a run that reads the cache never needs it
+# Compiled on first use: a run that reads the cache never needs them.
+_FIRST_DEF = r"^def (\w+)\("
+_LIBRARY_IMPORT = r"^from fastjsonschema import JsonSchemaValueException, JsonSchemaValuesException\n"
 
 
 def _function(code: CodeType) -> Callable[[Any], Any]:
-    namespace: dict[str, Any] = {}
+    namespace: dict[str, Any] = {"JsonSchemaValueException": Rejected, "JsonSchemaValuesException": Rejected}
     exec(code, namespace)  # code fastjsonschema generated from a rule schema
     return namespace["__validate__"]
 
@@ -142,9 +155,39 @@ def _compile(schema: Mapping[str, Any]) -> Callable[[Any], Any]:
 def _valid(check: Callable[[Any], Any], facts: Mapping[str, Any]) -> bool:
     try:
         check(facts)
-    except fastjsonschema.JsonSchemaException:
+    except Rejected:
         return False
     return True
+
+
+# Keywords whose value maps names to schemas, and keywords whose value is data.
+_NAMED_SCHEMAS = ("properties", "patternProperties", "$defs", "definitions", "dependencies")
+_DATA = ("const", "enum", "default", "examples", "required")
+
+
+def _const_as_enum(schema: Any) -> Any:
+    """``schema`` with each ``const: v`` written ``enum: [v]``: fastjsonschema
+    tests both alike (the same type-strict comparison), and 2.22 cannot
+    generate ``const`` with short exceptions."""
+    if isinstance(schema, list):
+        return [_const_as_enum(item) for item in schema]
+    if not isinstance(schema, Mapping):
+        return schema
+    out: dict[str, Any] = {}
+    for key, value in schema.items():
+        if key in _DATA:
+            out[key] = value
+        elif key in _NAMED_SCHEMAS and isinstance(value, Mapping):
+            out[key] = {name: _const_as_enum(sub) for name, sub in value.items()}
+        else:
+            out[key] = _const_as_enum(value)
+    if "const" in out:
+        const = {"enum": [out.pop("const")]}
+        if "enum" in out:  # both: the value must satisfy each
+            out["allOf"] = [*out.get("allOf", ()), const]
+        else:
+            out.update(const)
+    return out
 
 
 # --- the facts rules may name ------------------------------------------------
@@ -183,11 +226,7 @@ def load_rules(
                 errors.append(exc)
                 continue
             if rule.id in rules:
-                errors.append(
-                    RuleError(
-                        str(path), None, f"id {rule.id} is already used by {rules[rule.id].source}"
-                    )
-                )
+                errors.append(RuleError(str(path), None, f"id {rule.id} is already used by {rules[rule.id].source}"))
                 continue
             rules[rule.id] = rule
     return list(rules.values()), errors
@@ -239,9 +278,7 @@ def rule_from_data(
     for name, value in param_overrides.items():
         problem = _param_problem(value, declared[name]["default"])
         if problem:
-            raise RuleError(
-                source, None, f"config sets params for {data['id']}: {name} {problem}", data["id"]
-            )
+            raise RuleError(source, None, f"config sets params for {data['id']}: {name} {problem}", data["id"])
     params = {name: param_overrides.get(name, spec["default"]) for name, spec in declared.items()}
 
     target_schema = fact_schema()["$defs"].get(data["target"])
@@ -252,9 +289,7 @@ def rule_from_data(
         try:
             schemas[key] = _splice_params(data[key], params)
         except KeyError as exc:
-            raise RuleError(
-                source, _nearest_line(lines, "/" + key), f"{key} uses undeclared param {exc}"
-            ) from None
+            raise RuleError(source, _nearest_line(lines, "/" + key), f"{key} uses undeclared param {exc}") from None
         if target_schema is not None:
             for fact in unknown_facts(schemas[key], target_schema):
                 raise RuleError(
@@ -272,9 +307,7 @@ def rule_from_data(
             if not fact_path_known(path, target_schema):
                 raise RuleError(
                     source,
-                    _nearest_line(
-                        lines, "/evidence" if path != data.get("points_at") else "/points_at"
-                    ),
+                    _nearest_line(lines, "/evidence" if path != data.get("points_at") else "/points_at"),
                     f"names unknown fact {path!r} for target {data['target']!r}",
                 )
     if "message" in data:
@@ -383,9 +416,7 @@ def unknown_facts(schema: Any, facts: Mapping[str, Any], path: str = "") -> Iter
     if isinstance(ref, str) and ref.startswith("#/$defs/"):
         facts = fact_schema()["$defs"].get(ref.rsplit("/", 1)[1], {})
     props = facts.get("properties") if isinstance(facts, Mapping) else None
-    open_object = (
-        not isinstance(props, Mapping) or facts.get("additionalProperties", False) is not False
-    )
+    open_object = not isinstance(props, Mapping) or facts.get("additionalProperties", False) is not False
     for name, sub in (schema.get("properties") or {}).items():
         if not open_object and name not in props:
             yield f"{path}{name}"

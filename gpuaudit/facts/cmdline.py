@@ -16,6 +16,9 @@ from dataclasses import dataclass
 _K8S_VAR = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)")
 _SHELL_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}|\$([A-Za-z_][A-Za-z0-9_]*)")
 _INNER_SPACE = re.compile(r"\S\s+\S")  # words to split, once the ends are stripped
+# What shlex treats apart from str.split: quotes, the escape, and whitespace
+# str.split splits on but shlex does not (beyond ASCII, and these).
+_NOT_PLAIN = re.compile(r"""['"\\\x0b\x0c\x1c-\x1f]""")
 
 
 @dataclass(frozen=True)
@@ -62,13 +65,15 @@ def tokens(command: Sequence[str], args: Sequence[str], env: Mapping[str, str]) 
     for field, items in (("command", command), ("args", args)):
         for i, item in enumerate(items):
             text = expand(item, env)
-            if _INNER_SPACE.search(text):
+            if not _INNER_SPACE.search(text):
+                words = [text.strip()]
+            elif text.isascii() and not _NOT_PLAIN.search(text):
+                words = text.split()  # what shlex gives: nothing to unquote, the same whitespace
+            else:
                 try:
                     words = shlex.split(text, comments=False)
                 except ValueError:  # unbalanced quotes: split on whitespace
                     words = text.split()
-            else:
-                words = [text.strip()]
             out.extend(Token(w, field, i) for w in words if w)
     return Words(out)
 

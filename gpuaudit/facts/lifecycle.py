@@ -4,19 +4,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from functools import cache
-from importlib import resources
 from typing import Any
 
-import yaml
-
+from gpuaudit.bundled import data_yaml
 from gpuaudit.kube.pointers import expand
 from gpuaudit.model import Workload
 
 
 @cache
 def _table() -> dict[tuple[str, str], Mapping[str, Any]]:
-    text = resources.files("gpuaudit").joinpath("data/lifecycle.yaml").read_text()
-    entries = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    entries = data_yaml("lifecycle.yaml")
     return {(group, e["kind"]): e for e in entries for group in e["groups"]}
 
 

@@ -15,12 +15,10 @@ import math
 import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from functools import cache
-from importlib import resources
+from functools import cache, lru_cache
 from typing import Any
 
-import yaml
-
+from gpuaudit.bundled import data_yaml
 from gpuaudit.facts.cmdline import Token, flag
 
 MODEL_FLAGS = (
@@ -66,8 +64,7 @@ class Heuristic:
 
 @cache
 def heuristic() -> Heuristic:
-    text = resources.files("gpuaudit").joinpath("data/models.yaml").read_text()
-    data = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    data = data_yaml("models.yaml")
     return Heuristic(
         headroom=float(data["headroom"]),
         unknown_gpu_memory_gib=float(data["unknown_gpu_memory_gib"]),
@@ -156,6 +153,7 @@ def _dtype_of(text: str) -> str | None:
     return None
 
 
+@lru_cache(maxsize=1024)  # a repository names the same few models again and again
 def parameters_b(model: str) -> float | None:
     """Billions of parameters, from the table or the name; None when unknown."""
     cleaned = _SCHEME.sub("", model.strip().lower()).rstrip("/")

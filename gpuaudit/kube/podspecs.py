@@ -7,10 +7,9 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
-from importlib import resources
 from typing import Any
 
-import yaml
+from gpuaudit.bundled import data_yaml
 
 # Device-plugin resources that are GPUs (or slices of one): NVIDIA's, AMD's,
 # Intel's, Habana Gaudi, and any vendor's `<vendor>/gpu` or `<vendor>/vgpu`.
@@ -77,8 +76,7 @@ def parse_locators(entries: Sequence[Mapping[str, Any]]) -> dict[tuple[str, str]
 
 @cache
 def builtin_locators() -> dict[tuple[str, str], KindLocator]:
-    text = resources.files("gpuaudit").joinpath("data/podspecs.yaml").read_text()
-    return parse_locators(yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)))
+    return parse_locators(data_yaml("podspecs.yaml"))
 
 
 def group_of(api_version: str) -> str:

@@ -44,7 +44,7 @@ _MISSING = object()
 def get(value: Any, pointer: str, default: Any = None) -> Any:
     """The value at ``pointer``, or ``default`` when any step is missing."""
     for token in tokens(pointer):
-        if isinstance(value, Mapping):
+        if type(value) is dict or isinstance(value, Mapping):  # dict first: parsed YAML is dicts
             value = value.get(token, _MISSING)
         elif isinstance(value, list) and token.isdigit() and int(token) < len(value):
             value = value[int(token)]

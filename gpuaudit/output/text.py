@@ -4,7 +4,6 @@ terminal's width when there is one, a count per rule for a large run."""
 
 from __future__ import annotations
 
-import textwrap
 from collections import Counter
 from typing import Any
 
@@ -45,6 +44,8 @@ def _wrapped(text: str, width: int | None) -> list[str]:
     """``text`` under a finding: one line, or wrapped to ``width`` columns."""
     if not width or width <= len(INDENT) + 20 or len(INDENT) + len(text) <= width:
         return [INDENT + text]
+    import textwrap  # only on a terminal narrower than the line: most output is not wrapped
+
     return textwrap.wrap(
         text, width=width, initial_indent=INDENT, subsequent_indent=INDENT, break_on_hyphens=False
     ) or [INDENT]
@@ -125,8 +126,7 @@ def render(
     if result.cluster is not None:
         c = result.cluster
         causes = (
-            ", ".join(f"{n} {one_line(cause)}" for cause, n in sorted((c["pending_by_cause"] or {}).items()))
-            or "none"
+            ", ".join(f"{n} {one_line(cause)}" for cause, n in sorted((c["pending_by_cause"] or {}).items())) or "none"
         )
         lines.append(
             f"Cluster: {_known(c['gpus_allocated'])} of {_known(c['gpus_total'])} GPUs allocated on "
@@ -142,9 +142,7 @@ def render(
             lines[-1] += f" GPUs unknown on {len(unknown)} node(s), left out of these totals: {shown}."
     if result.telemetry is not None and not quiet:
         t = result.telemetry
-        window = (
-            f"{t['window_seconds'] / 3600:g} h" if t.get("window_seconds") else "unknown window"
-        )
+        window = f"{t['window_seconds'] / 3600:g} h" if t.get("window_seconds") else "unknown window"
         signal = one_line(t.get("signal") or "no compute signal")
         lines.append(
             f"Telemetry ({one_line(t.get('source'))}, {signal}, {window}): "

@@ -181,7 +181,7 @@ def choose(
 
     covering = 0  # the shortest start whose GPUs could hold the shares
     total = 0
-    while covering < len(order) and total < gpus_needed:
+    while covering < len(order) and (total < gpus_needed or covering == 0):
         total += pool[order[covering]].gpus
         covering += 1
     if total < gpus_needed or covering == 0:

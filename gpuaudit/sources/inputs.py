@@ -16,11 +16,14 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from gpuaudit.model import InputError
-from gpuaudit.sources import kustomize
 from gpuaudit.sources.manifests import ReadResult, iter_manifest_files, read_file, read_paths
 
 # One thing to audit: a file still to read, or what was read already.
 Item = Path | ReadResult
+
+# sources/kustomize.py (and the shutil and tempfile modules it needs) is
+# imported by the functions below only when a folder may hold a
+# kustomization or a chart is rendered: pre-commit's plain files never need it.
 
 
 def gather_inputs(
@@ -46,7 +49,10 @@ def gather_inputs(
             items.append(Path(path))
     for directory in directories:
         items += _gather_directory(Path(directory), directory, render_kustomize, kustomize_load_anywhere)
-    items += (kustomize.render_helm_chart(chart, helm_values) for chart in helm_charts)
+    if helm_charts:
+        from gpuaudit.sources.kustomize import render_helm_chart
+
+        items += (render_helm_chart(chart, helm_values) for chart in helm_charts)
     return items
 
 
@@ -66,6 +72,8 @@ def _gather_directory(root: Path, shown: str, render: bool, load_anywhere: bool 
     consumed: set[Path] = set()
     items: list[Item] = []
     if roots:
+        from gpuaudit.sources import kustomize
+
         command = kustomize.kustomize_command()
         if command is None:
             problem = InputError(
@@ -89,11 +97,13 @@ def _gather_directory(root: Path, shown: str, render: bool, load_anywhere: bool 
 
 
 def _kustomization_dirs(root: Path) -> list[Path]:
+    from gpuaudit.sources.kustomize import kustomization_in
+
     found = []
     for dirpath, dirnames, _ in os.walk(root):
         dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
         here = Path(dirpath)
-        if kustomize.kustomization_in(here) is not None:
+        if kustomization_in(here) is not None:
             found.append(here)
     return found
 
@@ -126,12 +136,14 @@ def enclosing_packages(paths: Sequence[str]) -> list[str]:
 
 def _package_of(file: Path) -> Path | None:
     """The absolute folder of the kustomize package ``file`` belongs to, or None."""
+    from gpuaudit.sources.kustomize import kustomization_in
+
     folder = Path(os.path.abspath(file)).parent
     top = _repository_root(folder) or Path(os.path.abspath(Path.cwd()))
     if not folder.is_relative_to(top):
         top = folder
     while True:
-        if kustomize.kustomization_in(folder) is not None:
+        if kustomization_in(folder) is not None:
             return folder
         if folder == top or folder.parent == folder:
             return None

@@ -43,7 +43,7 @@ _KSERVE_PLACEHOLDER = re.compile(r"\{\{-?\s*(?:index\s+)?\.(?:Name|Namespace|Lab
 def _helm_action(text: str) -> re.Match[str] | None:
     """The first Helm template action in ``text``, KServe's run-time
     placeholders in serving runtime files aside."""
-    if not _KSERVE_RUNTIME.search(text):
+    if "ServingRuntime" not in text or not _KSERVE_RUNTIME.search(text):  # a quick look first
         return _HELM_ACTION.search(text)
     placeholders = [m.span() for m in _KSERVE_PLACEHOLDER.finditer(text)]
     for match in _HELM_ACTION.finditer(text):
@@ -189,9 +189,7 @@ def _add_document(node: yaml.Node, name: str, result: ReadResult) -> None:
     _add_object(obj, name, start, builder.lines, "", result)
 
 
-def _add_object(
-    obj: Any, name: str, line: int, lines: dict[str, int], base: str, result: ReadResult
-) -> None:
+def _add_object(obj: Any, name: str, line: int, lines: dict[str, int], base: str, result: ReadResult) -> None:
     if not isinstance(obj, dict):
         return
     kind, api_version = obj.get("kind"), obj.get("apiVersion")

@@ -27,17 +27,14 @@ import math
 import re
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
-from importlib import resources
 from typing import Any
 from urllib.parse import quote_plus
 
-import yaml
-
+from gpuaudit.bundled import data_yaml
 from gpuaudit.model.telemetry import METRIC_KEYS
 
 _TOP_KEYS = {"version", "params", "keys", "shard_label", "signals"}
-_REQUIRED_KEYS = ("namespace", "pod", "container", "node", "gpu", "uuid", "model",
-                  "mig_profile", "mig_id")
+_REQUIRED_KEYS = ("namespace", "pod", "container", "node", "gpu", "uuid", "model", "mig_profile", "mig_id")
 _MERGE_OPS = {"avg", "max", "min", "sum"}
 _ROLLUP_OPS = {"mean", "max", "min", "sum"}
 _PLACEHOLDER = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
@@ -95,10 +92,7 @@ class QuerySpec:
 
     def choose(self, present: Collection[str]) -> dict[str, Candidate | None]:
         """Per signal, the first candidate whose metric is present."""
-        return {
-            name: next((c for c in s.candidates if c.metric in present), None)
-            for name, s in self.signals.items()
-        }
+        return {name: next((c for c in s.candidates if c.metric in present), None) for name, s in self.signals.items()}
 
 
 def merge_override(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
@@ -116,8 +110,7 @@ def merge_override(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict
 
 
 def builtin_queries() -> dict[str, Any]:
-    text = resources.files("gpuaudit").joinpath("data/promql.yaml").read_text("utf-8")
-    return yaml.safe_load(text)
+    return data_yaml("promql.yaml")
 
 
 def load_queries(override: Mapping[str, Any] | None = None) -> QuerySpec:
@@ -151,8 +144,7 @@ def _parse(raw: Mapping[str, Any]) -> QuerySpec:
     keys: dict[str, tuple[str, ...]] = {}
     for key in _REQUIRED_KEYS:
         labels = keys_raw.get(key)
-        if (not isinstance(labels, list) or not labels
-                or not all(isinstance(x, str) and _NAME.match(x) for x in labels)):
+        if not isinstance(labels, list) or not labels or not all(isinstance(x, str) and _NAME.match(x) for x in labels):
             raise _fail(f"keys.{key}", "must be a non-empty list of label names")
         keys[key] = tuple(labels)
     if set(keys_raw) - set(_REQUIRED_KEYS):
@@ -171,7 +163,7 @@ def _parse(raw: Mapping[str, Any]) -> QuerySpec:
     clash = names & (set(params) | _BUILTIN_PLACEHOLDERS)
     if clash:
         raise _fail("signals", f"names {sorted(clash)} clash with params or placeholders")
-    known = (set(params) | _BUILTIN_PLACEHOLDERS | names | {f"{n}_divisor" for n in names})
+    known = set(params) | _BUILTIN_PLACEHOLDERS | names | {f"{n}_divisor" for n in names}
     signals: dict[str, Signal] = {}
     seen_fields: set[str] = set()
     for sname, sraw in signals_raw.items():
@@ -188,8 +180,12 @@ def _parse(raw: Mapping[str, Any]) -> QuerySpec:
             divisor = craw.get("divisor", 1)
             if not isinstance(metric, str) or not _METRIC.match(metric):
                 raise _fail(f"{where}.candidates[{i}].metric", "not a metric name")
-            if (isinstance(divisor, bool) or not isinstance(divisor, (int, float))
-                    or not divisor > 0 or not math.isfinite(divisor)):
+            if (
+                isinstance(divisor, bool)
+                or not isinstance(divisor, (int, float))
+                or not divisor > 0
+                or not math.isfinite(divisor)
+            ):
                 raise _fail(f"{where}.candidates[{i}].divisor", "must be a positive number")
             cands.append(Candidate(metric, float(divisor)))
         if not cands:
@@ -219,13 +215,15 @@ def _parse(raw: Mapping[str, Any]) -> QuerySpec:
             if rollup not in _ROLLUP_OPS:
                 raise _fail(fwhere, f"rollup must be one of {sorted(_ROLLUP_OPS)}")
             requires = {p.removesuffix("_divisor") for p in used} & names
-            fields.append(Field(str(fname), str(sname), " ".join(promql.split()), merge,
-                                rollup, frozenset(requires | {sname})))
+            fields.append(
+                Field(str(fname), str(sname), " ".join(promql.split()), merge, rollup, frozenset(requires | {sname}))
+            )
         signals[str(sname)] = Signal(str(sname), tuple(cands), tuple(fields))
     return QuerySpec(dict(params), keys, shard_label, signals)
 
 
 # --- rendering ---------------------------------------------------------------
+
 
 def regex_escape(text: str) -> str:
     """Escape ``text`` for a literal match inside an RE2 regex in PromQL."""
@@ -244,8 +242,7 @@ def probe_query(spec: QuerySpec, range_s: int) -> str:
     before the window's end is still present (an instant probe at the end
     would call the whole signal absent)."""
     parts = [
-        f'label_replace(count(last_over_time({m}[{range_s}s])), "metric", '
-        f'{string_literal(m)}, "", "")'
+        f'label_replace(count(last_over_time({m}[{range_s}s])), "metric", {string_literal(m)}, "", "")'
         for m in spec.probe_metrics()
     ]
     return " or ".join(parts)
@@ -259,7 +256,7 @@ def shard_matchers(label: str, parts: int) -> list[str]:
         return [""]
     parts = min(parts, len(_HEX))
     size = math.ceil(len(_HEX) / parts)
-    groups = [_HEX[i:i + size] for i in range(0, len(_HEX), size)]
+    groups = [_HEX[i : i + size] for i in range(0, len(_HEX), size)]
     head = [f'{label}=~"(GPU-|MIG-)?[{g}].*"' for g in groups[:-1]]
     covered = "".join(groups[:-1])
     return [*head, f'{label}!~"(GPU-|MIG-)?[{covered}].*"']
@@ -289,14 +286,21 @@ def _number(value: Any) -> str:
     return str(value)
 
 
-def render_field(spec: QuerySpec, field: Field, *, chosen: Mapping[str, Candidate | None],
-                 matcher_sets: Sequence[str], range_s: int, step_s: int,
-                 expected_steps: int, params: Mapping[str, Any]) -> str:
+def render_field(
+    spec: QuerySpec,
+    field: Field,
+    *,
+    chosen: Mapping[str, Candidate | None],
+    matcher_sets: Sequence[str],
+    range_s: int,
+    step_s: int,
+    expected_steps: int,
+    params: Mapping[str, Any],
+) -> str:
     """The complete PromQL for one field: the template rendered once per matcher
     set (joined with ``or``), canonicalised and aggregated per GPU row."""
     values: dict[str, str] = {k: _number(v) for k, v in params.items()}
-    values.update(range=f"{range_s}s", step=f"{step_s}s", step_seconds=str(step_s),
-                  expected_steps=str(expected_steps))
+    values.update(range=f"{range_s}s", step=f"{step_s}s", step_seconds=str(step_s), expected_steps=str(expected_steps))
     parts = []
     for matchers in matcher_sets:
         sel = f"{{{matchers}}}" if matchers else ""

@@ -5,11 +5,9 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from functools import cache
-from importlib import resources
 from typing import Any
 
-import yaml
-
+from gpuaudit.bundled import data_yaml
 from gpuaudit.kube import pointers
 from gpuaudit.kube.podspecs import group_of
 from gpuaudit.remediate.planners.common import Context, Declined, Proposal, identity, planner
@@ -21,8 +19,7 @@ from gpuaudit.remediate.planners.common import Context, Declined, Proposal, iden
 def lifecycle_table() -> dict[tuple[str, str], Mapping[str, Any]]:
     """data/lifecycle.yaml (shared with the facts of GPA-AL-008): where each
     batch kind keeps its deadline and clean-up fields."""
-    text = resources.files("gpuaudit").joinpath("data/lifecycle.yaml").read_text()
-    return {(g, e["kind"]): e for e in yaml.safe_load(text) for g in e["groups"]}
+    return {(g, e["kind"]): e for e in data_yaml("lifecycle.yaml") for g in e["groups"]}
 
 
 def _lifecycle_value(leaf: str, spec: Mapping[str, Any], params: Mapping[str, Any]) -> Any:
