@@ -27,7 +27,7 @@ from gpuaudit.facts.workload import LONG_RUNNING_CLASSES, pod_facts
 from gpuaudit.kube.labels import HOSTNAME_LABEL
 from gpuaudit.kube.shapes import as_list, as_map
 from gpuaudit.kube.timestamps import parse_time
-from gpuaudit.model import STUCK_REASONS, ClusterState, Node, PodState, Resource
+from gpuaudit.model import STUCK_REASONS, ClusterState, Node, Owner, PodState, Resource
 
 KUEUE_GATE = "kueue.x-k8s.io/admission"
 
@@ -35,18 +35,18 @@ KUEUE_GATE = "kueue.x-k8s.io/admission"
 def subjects(state: ClusterState) -> Iterator[Subject]:
     telemetry = _telemetry_index(state.telemetry)
     gpu_nodes = [n for n in state.nodes if n.gpu_capacity]
-    eligibility = _Eligibility(gpu_nodes)
+    pod_facts_of = _PodFacts(gpu_nodes, state.collected_at, telemetry)
     held = Counter()
     for pod in state.pods:
         if pod.holds_gpus and pod.node:
-            held[pod.node] += _pod_gpus(pod)
+            held[pod.node] += pod_facts_of.gpus(pod)
     gpu_pods = [p for p in state.pods if p.workload.requests_gpus]
     pods_known = "pods" not in state.unread
     pending_causes: Counter[str] = Counter()
     for pod in gpu_pods:
         if pod.phase in ("Succeeded", "Failed"):
             continue
-        facts = pod_state_facts(pod, state.collected_at, eligibility, telemetry, len(gpu_nodes))
+        facts = pod_facts_of(pod)
         if facts["pending"]["pending"]:
             pending_causes[facts["pending"]["cause"]] += 1
         owner = pod.owner
@@ -106,54 +106,97 @@ def _hours(since: datetime | None, now: datetime) -> float | None:
     return round((now - since).total_seconds() / 3600, 3) if since else None
 
 
-def pod_state_facts(
-    pod: PodState,
-    now: datetime,
-    eligibility: _Eligibility,
-    telemetry: Mapping[tuple[str, str], Mapping[str, Any]],
-    gpu_node_count: int,
-) -> dict[str, Any]:
-    workload = pod.workload
-    template = workload.templates[0]
-    owner = pod.owner
-    base = {
-        "apiVersion": owner.api_version,
-        "kind": owner.kind,
-        "name": owner.name,
-        "namespace": workload.namespace,
-        "class": owner.workload_class,
-        "long_running": owner.workload_class in LONG_RUNNING_CLASSES,
-    }
-    facts = pod_facts(workload, template, base)
-    stuck = next((r for r in pod.waiting_reasons if r in STUCK_REASONS), None)
-    pending = pod.phase == "Pending" and not pod.node
-    parsed = (
-        parse_failed_scheduling(pod.failed_scheduling)
-        if pending and pod.failed_scheduling
-        else None
-    )
-    eligible, blocking_taints = eligibility.of(template.spec, template.containers)
-    scheduler_cause = parsed["cause"] if parsed else None
-    cause, disagreement = (
-        pending_cause(pod.scheduling_gates, scheduler_cause, eligible) if pending else (None, None)
-    )
-    facts["placement"]["eligible_gpu_nodes"] = eligible
-    facts["placement"]["gpu_nodes"] = gpu_node_count
-    facts.update(
-        {
+class _PodFacts:
+    """The fact document of each live pod of one cluster.
+
+    Replicas of one workload share their ``templates`` object (the builder
+    makes each distinct pod content once: model/cluster_builder.PodWorkloads),
+    and what a pod's facts take from its template and owner -- the template's
+    pod_facts, its GPUs, the GPU nodes it may use -- is the same for all of
+    them: it is computed once per templates object, owner and namespace, and
+    each pod adds its own state. FailedScheduling messages repeat too, and are parsed
+    once each. The shared parts are plain data that rules and reports only
+    read."""
+
+    def __init__(
+        self,
+        gpu_nodes: Sequence[Node],
+        now: datetime,
+        telemetry: Mapping[tuple[str, str], Mapping[str, Any]],
+    ) -> None:
+        self.now = now
+        self.telemetry = telemetry
+        self.gpu_node_count = len(gpu_nodes)
+        self.eligibility = _Eligibility(gpu_nodes)
+        # Keyed by the id of a pod's templates: the ClusterState, which holds
+        # every pod, outlives this object, so no id is reused meanwhile.
+        self._gpus: dict[int, float] = {}
+        self._shared: dict[tuple[int, Owner, str], tuple[dict[str, Any], list[str]]] = {}
+        self._scheduler_messages: dict[str, dict[str, Any]] = {}
+
+    def gpus(self, pod: PodState) -> float:
+        """Devices the pod holds in its resources' own units (_pod_gpus)."""
+        key = id(pod.workload.templates)
+        if key not in self._gpus:
+            self._gpus[key] = _pod_gpus(pod)
+        return self._gpus[key]
+
+    def _template_facts(self, pod: PodState) -> tuple[dict[str, Any], list[str]]:
+        """pod_facts of the pod's template, with its eligible GPU nodes, and
+        the taints that keep it off the others; shared by its replicas."""
+        key = (id(pod.workload.templates), pod.owner, pod.namespace)
+        if key in self._shared:
+            return self._shared[key]
+        workload = pod.workload
+        template = workload.templates[0]
+        owner = pod.owner
+        base = {
+            "apiVersion": owner.api_version,
+            "kind": owner.kind,
+            "name": owner.name,
+            "namespace": workload.namespace,
+            "class": owner.workload_class,
+            "long_running": owner.workload_class in LONG_RUNNING_CLASSES,
+        }
+        facts = pod_facts(workload, template, base)
+        eligible, blocking_taints = self.eligibility.of(template.spec, template.containers)
+        facts["placement"]["eligible_gpu_nodes"] = eligible
+        facts["placement"]["gpu_nodes"] = self.gpu_node_count
+        self._shared[key] = facts, blocking_taints
+        return facts, blocking_taints
+
+    def _failed_scheduling(self, message: str) -> dict[str, Any]:
+        if message not in self._scheduler_messages:
+            self._scheduler_messages[message] = parse_failed_scheduling(message)
+        return self._scheduler_messages[message]
+
+    def __call__(self, pod: PodState) -> dict[str, Any]:
+        """The pod's fact document: its template's facts, and its own state."""
+        workload = pod.workload
+        shared, blocking_taints = self._template_facts(pod)
+        stuck = next((r for r in pod.waiting_reasons if r in STUCK_REASONS), None)
+        pending = pod.phase == "Pending" and not pod.node
+        parsed = self._failed_scheduling(pod.failed_scheduling) if pending and pod.failed_scheduling else None
+        scheduler_cause = parsed["cause"] if parsed else None
+        eligible = shared["placement"]["eligible_gpu_nodes"]
+        cause, disagreement = (
+            pending_cause(pod.scheduling_gates, scheduler_cause, eligible) if pending else (None, None)
+        )
+        return {
+            **shared,
             "role": workload.name,  # messages name the pod where a manifest names the template
             "pod": workload.name,
             "node": pod.node,
             "phase": pod.phase,
             "holds_gpus": pod.holds_gpus,
-            "gpus_held": _pod_gpus(pod) if pod.holds_gpus else 0.0,
+            "gpus_held": self.gpus(pod) if pod.holds_gpus else 0.0,
             "status": {
                 "waiting_reasons": list(pod.waiting_reasons),
                 "stuck_reason": stuck,
                 "restarts": pod.restarts,
                 "ready": pod.ready,
-                "not_ready_hours": _hours(pod.not_ready_since, now),
-                "age_hours": _hours(pod.start_time, now),
+                "not_ready_hours": _hours(pod.not_ready_since, self.now),
+                "age_hours": _hours(pod.start_time, self.now),
             },
             "pending": {
                 "pending": pending,
@@ -166,15 +209,11 @@ def pod_state_facts(
                 "untolerated_taints": blocking_taints if pending else [],
                 "gates": list(pod.scheduling_gates),
             },
-            "telemetry": telemetry.get((workload.namespace, workload.name)),
+            "telemetry": self.telemetry.get((workload.namespace, workload.name)),
         }
-    )
-    return facts
 
 
-def pending_cause(
-    gates: Sequence[str], scheduler_cause: str | None, eligible: int
-) -> tuple[str, str | None]:
+def pending_cause(gates: Sequence[str], scheduler_cause: str | None, eligible: int) -> tuple[str, str | None]:
     """Why a Pending pod waits, and where the scheduler's last word and the
     pod's eligibility disagree. Eligibility is structural: when no GPU node
     matches the pod's selectors, affinity, tolerations and GPU shape, more free
@@ -219,6 +258,10 @@ class _Eligibility:
             first, count = shapes.get(key, (node, 0))
             shapes[key] = (first, count + 1)
         self.shapes = list(shapes.values())
+        self.by_hostname: dict[str, list[Node]] = {}
+        for node in self.nodes:
+            if HOSTNAME_LABEL in node.labels:
+                self.by_hostname.setdefault(node.labels[HOSTNAME_LABEL], []).append(node)
         self.cache: dict[str, tuple[int, list[str]]] = {}
 
     def of(self, spec: Mapping[str, Any], containers: Sequence[Any]) -> tuple[int, list[str]]:
@@ -233,14 +276,26 @@ class _Eligibility:
             (spec.get("affinity") or {}).get("nodeAffinity"),
             spec.get("tolerations"),
         ]
-        key = json.dumps([*placement, sorted(needs.items())], sort_keys=True, default=str)
+        # repr tells apart every JSON value, and costs a fraction of json.dumps;
+        # fields written in another order make a second entry, never a wrong one.
+        key = repr([*placement, sorted(needs.items())])
         if key not in self.cache:
-            # A pod that names nodes (nodeName, hostname label, metadata.name
-            # field) must be judged node by node; any other, shape by shape.
-            by_name = placement[0] or HOSTNAME_LABEL in key or "metadata.name" in key
-            candidates = [(n, 1) for n in self.nodes] if by_name else self.shapes
-            self.cache[key] = self._count(spec, needs, candidates)
+            self.cache[key] = self._count(spec, needs, self._candidates(placement[0], placement[1], key))
         return self.cache[key]
+
+    def _candidates(self, node_name: Any, selector: Any, key: str) -> Sequence[tuple[Node, int]]:
+        """The nodes to judge, each with its weight. A pod that names nodes
+        (nodeName, hostname label, metadata.name field) must be judged node by
+        node; any other, shape by shape. A node name or a hostname selector
+        admits no other node (facts/scheduling.selects_node), so only the
+        nodes it names are judged."""
+        if isinstance(node_name, str) and node_name:
+            return [(n, 1) for n in self.nodes if n.name == node_name]
+        if isinstance(selector, Mapping) and HOSTNAME_LABEL in selector:
+            return [(n, 1) for n in self.by_hostname.get(str(selector[HOSTNAME_LABEL]), ())]
+        if HOSTNAME_LABEL in key or "metadata.name" in key:
+            return [(n, 1) for n in self.nodes]
+        return self.shapes
 
     @staticmethod
     def _count(
@@ -277,9 +332,7 @@ def node_facts(
 ) -> dict[str, Any]:
     """``allocated``: None when the pods could not be read."""
     capable_label = node.labels.get("nvidia.com/mig.capable")
-    mig_capable = (
-        capable_label == "true" if capable_label else bool(node.model and node.model.mig_capable)
-    )
+    mig_capable = capable_label == "true" if capable_label else bool(node.model and node.model.mig_capable)
     strategy = node.labels.get("nvidia.com/gpu.sharing-strategy") or node.labels.get(
         "cloud.google.com/gke-gpu-sharing-strategy"
     )
@@ -331,13 +384,9 @@ def cluster_facts(
     by_name = {n.name: n for n in gpu_nodes}
     # Physical GPUs, as the capacity review counts them (a MIG slice is its
     # share of a GPU), so that both give the same total.
-    allocated = sum(
-        physical_gpus(p, by_name[p.node])[0] for p in gpu_pods if p.holds_gpus and p.node in by_name
-    )
+    allocated = sum(physical_gpus(p, by_name[p.node])[0] for p in gpu_pods if p.holds_gpus and p.node in by_name)
     configs = [s.facts for doc in state.configs for s in config_facts.subjects(doc)]
-    nodes_by_strategy = Counter(
-        (n.labels.get("nvidia.com/gpu.sharing-strategy") or "none") for n in gpu_nodes
-    )
+    nodes_by_strategy = Counter((n.labels.get("nvidia.com/gpu.sharing-strategy") or "none") for n in gpu_nodes)
     mig_nodes = sum(1 for n in gpu_nodes if _mig_enabled(n))
     # Node labels (set by GPU feature discovery) say what is in effect; a
     # config nobody references changes nothing.
@@ -349,9 +398,7 @@ def cluster_facts(
         if p.holds_gpus
         and p.owner.workload_class in LONG_RUNNING_CLASSES
         and _pod_gpus(p) == 1
-        and not any(
-            r.mode != "whole" for t in p.workload.templates for c in t.containers for r in c.gpus
-        )
+        and not any(r.mode != "whole" for t in p.workload.templates for c in t.containers for r in c.gpus)
     )
     kueue = [kueue_pending(w) for w in state.kueue_workloads]
     kueue = [k for k in kueue if k is not None]
@@ -370,9 +417,7 @@ def cluster_facts(
             "mps_nodes": nodes_by_strategy.get("mps", 0),
             "mig_nodes": mig_nodes,
             "configs_with_sharing": sum(
-                1
-                for c in configs
-                if c.get("configures_sharing") and c.get("config_type") == "device-plugin"
+                1 for c in configs if c.get("configures_sharing") and c.get("config_type") == "device-plugin"
             ),
         },
         "shareable_pods": single_gpu_services if pods_known else None,
@@ -459,7 +504,7 @@ def signal_name(metric: str | None) -> str | None:
         return None
     for prefix in ("DCGM_FI_PROF_", "DCGM_FI_DEV_"):
         if metric.startswith(prefix):
-            return metric[len(prefix):]
+            return metric[len(prefix) :]
     return metric
 
 

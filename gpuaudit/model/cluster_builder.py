@@ -4,8 +4,11 @@ sharing configuration, claims and queued work. Pure: no API calls here."""
 
 from __future__ import annotations
 
+import marshal
 from collections.abc import Iterable, Mapping
+from dataclasses import replace
 from datetime import datetime, timezone
+from functools import cache
 from typing import Any
 
 from gpuaudit import gpus
@@ -82,8 +85,7 @@ def build_node(obj: Mapping[str, Any], errors: list[InputError] | None = None) -
                 InputError(
                     "cluster",
                     None,
-                    f"node {name}: {'; '.join(problems)}; its GPUs are unknown: "
-                    "the node is left out of the GPU totals",
+                    f"node {name}: {'; '.join(problems)}; its GPUs are unknown: the node is left out of the GPU totals",
                 )
             )
     return Node(
@@ -94,11 +96,18 @@ def build_node(obj: Mapping[str, Any], errors: list[InputError] | None = None) -
         gpu_capacity=capacity,
         gpu_allocatable=allocatable,
         product=product,
-        model=gpus.lookup(product) if product else None,
+        model=_gpu_model(product) if product else None,
         unreadable=tuple(problems),
         cpu_allocatable=_amount(allocatable_of, "cpu"),
         memory_allocatable=_amount(allocatable_of, "memory"),
     )
+
+
+@cache
+def _gpu_model(product: str) -> gpus.GpuModel | None:
+    """The catalogue's entry for a product label: a fleet has thousands of
+    nodes and a handful of products."""
+    return gpus.lookup(product)
 
 
 def _amount(values: Mapping[str, Any], name: str) -> float | None:
@@ -178,22 +187,12 @@ def build_pod(
         if waiting.get("reason")
     )
     ready_condition = next(
-        (
-            c
-            for c in as_list(status.get("conditions"))
-            if isinstance(c, Mapping) and c.get("type") == "Ready"
-        ),
+        (c for c in as_list(status.get("conditions")) if isinstance(c, Mapping) and c.get("type") == "Ready"),
         None,
     )
     ready = bool(ready_condition and ready_condition.get("status") == "True")
-    not_ready_since = (
-        parse_time(ready_condition.get("lastTransitionTime"))
-        if ready_condition and not ready
-        else None
-    )
-    gates = tuple(
-        str(g.get("name")) for g in as_list(spec.get("schedulingGates")) if isinstance(g, Mapping)
-    )
+    not_ready_since = parse_time(ready_condition.get("lastTransitionTime")) if ready_condition and not ready else None
+    gates = tuple(str(g.get("name")) for g in as_list(spec.get("schedulingGates")) if isinstance(g, Mapping))
     return PodState(
         workload=workload,
         phase=phase,
@@ -219,7 +218,12 @@ _GPU_MARKERS = ("gpu", "nvidia.com/", "amd.com/", "intel.com/", "habana.ai/", "n
 
 
 def _mentions_gpu(names: Any) -> bool:
-    return isinstance(names, Mapping) and any(marker in str(name).lower() for name in names for marker in _GPU_MARKERS)
+    if not isinstance(names, Mapping) or not names:
+        return False
+    # One search over all the names: a marker has no newline, so it is found
+    # in the joined text exactly when it is in one of the names.
+    text = "\n".join(map(str, names)).lower()
+    return any(marker in text for marker in _GPU_MARKERS)
 
 
 def may_use_gpus(pod: Mapping[str, Any]) -> bool:
@@ -240,6 +244,54 @@ def _unbound(spec: Any) -> Any:
     if isinstance(spec, Mapping) and "nodeName" in spec:
         return {k: v for k, v in spec.items() if k != "nodeName"}
     return spec
+
+
+# The metadata that names one pod; the rest of a pod (its spec without
+# nodeName, labels, annotations, owners) is what its replicas share.
+_POD_IDENTITY = frozenset({"name", "generateName", "uid", "resourceVersion", "creationTimestamp"})
+
+
+def _shared_content(pod: Mapping[str, Any]) -> bytes | None:
+    """What ``pod``'s model is built from, less its identity and status, as
+    bytes: equal for the replicas of one workload. marshal's version 2 writes
+    each value with its type (1, 1.0, "1" and True differ) and nothing else,
+    at half the cost of repr; None for a value it cannot write (not JSON):
+    that pod is then built alone."""
+    meta = pod.get("metadata")
+    if isinstance(meta, Mapping):
+        meta = {k: v for k, v in meta.items() if k not in _POD_IDENTITY}
+    try:
+        return marshal.dumps([(k, meta if k == "metadata" else v) for k, v in pod.items() if k != "status"], 2)
+    except ValueError:
+        return None
+
+
+class PodWorkloads:
+    """Pods as Workloads (kind Pod), each distinct pod content built once.
+
+    The replicas of a Deployment or the pods of a Job differ in their names
+    and status, not in what the model reads: the first pod of a content is
+    built, the others get a copy of its Workload with their own Document
+    (identity, raw object). Templates are then shared between replicas, as
+    are the facts computed from them (facts/cluster.py). Pods that each got a
+    volume of their own name (the API server's kube-api-access-* token
+    volume) differ in it, and are built one by one as before."""
+
+    def __init__(self, locators: Mapping[tuple[str, str], KindLocator]) -> None:
+        self.locators = locators
+        self.built: dict[bytes, tuple[Workload, list[InputError]]] = {}
+
+    def build(self, doc: Document) -> tuple[Workload, list[InputError]]:
+        """The pod's Workload, and what in it could not be read."""
+        key = _shared_content(doc.obj)
+        known = self.built.get(key) if key is not None else None
+        if known is not None:
+            workload, problems = known
+            return replace(workload, document=doc), problems
+        workloads, problems = build_workloads([doc], self.locators)
+        if key is not None:
+            self.built[key] = (workloads[0], problems)
+        return workloads[0], problems
 
 
 def build_cluster_state(snapshot: Mapping[str, Any]) -> ClusterState:
@@ -273,12 +325,11 @@ def build_cluster_state(snapshot: Mapping[str, Any]) -> ClusterState:
     # One pod at a time, so that a value it cannot read names the pod.
     workloads: list[Workload] = []
     field_errors: list[InputError] = []
+    pod_workloads = PodWorkloads(locators)
     for doc in documents:
-        built, problems = build_workloads([doc], locators)
-        workloads += built
-        field_errors += [
-            InputError("cluster", None, f"pod {doc.namespace}/{doc.name}: {p.message}") for p in problems
-        ]
+        workload, problems = pod_workloads.build(doc)
+        workloads.append(workload)
+        field_errors += [InputError("cluster", None, f"pod {doc.namespace}/{doc.name}: {p.message}") for p in problems]
     pods = []
     for raw, workload in zip(raw_pods, workloads, strict=True):
         key = (workload.namespace, workload.name)
