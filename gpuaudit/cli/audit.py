@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 from pathlib import Path
 from typing import Any
 
@@ -74,6 +75,9 @@ def audit(
     status = Status()
     status(f"judging {len(snapshot['objects'].get('pods') or []):,} pods")
     result = audit_cluster(snapshot, config, rules, telemetry_problem=problem)
+    # What the audit made lives to the end of the run: the collections the
+    # output's objects set off need not walk it again (about 1 s at 50,000 pods).
+    gc.freeze()
     result.errors[:0] = [*config.warnings, *rule_errors]
     status.clear()
     threshold = fail_on or config.fail_on or "high"
