@@ -104,6 +104,37 @@ def test_pods_that_differ_in_any_value_are_never_merged(other):
         assert facts == _pod_facts(unshared)[pod.name]
 
 
+def _with_token_volume(pod: dict[str, Any], suffix: str) -> dict[str, Any]:
+    """``pod`` as the API server stores it: a projected token volume of its own name, mounted in each container."""
+    pod = copy.deepcopy(pod)
+    name = f"kube-api-access-{suffix}"
+    sources = [{"serviceAccountToken": {"path": "token", "expirationSeconds": 3607}}]
+    pod["spec"]["volumes"] = [{"name": name, "projected": {"sources": sources}}]
+    for c in pod["spec"]["containers"]:
+        c["volumeMounts"] = [{"name": name, "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount"}]
+    return pod
+
+
+def test_replicas_with_their_own_token_volume_still_share_their_model():
+    """Every real pod has a token volume named for it alone: replicas differ
+    only in that name, and still share; their facts are those of each pod
+    modelled alone. A volume of another kind named alike is not masked."""
+    state = _state([_with_token_volume(_pod("a"), "x7k2p"), _with_token_volume(_pod("b", "gpu-1"), "q9m4z")])
+    a, b = state.pods
+    assert a.workload.templates is b.workload.templates
+    for pod, facts in zip(state.pods, _pod_facts(state).values(), strict=True):
+        (alone,), _ = build_workloads([pod.workload.document])
+        unshared = dataclasses.replace(state, pods=(dataclasses.replace(pod, workload=alone),))
+        assert facts == _pod_facts(unshared)[pod.name]
+    claims = [_with_token_volume(_pod(n), s) for n, s in (("a", "x7k2p"), ("b", "q9m4z"))]
+    for pod in claims:
+        volume = pod["spec"]["volumes"][0]
+        volume["persistentVolumeClaim"] = {"claimName": volume["name"]}
+        del volume["projected"]
+    a, b = _state(claims).pods
+    assert a.workload.templates is not b.workload.templates
+
+
 def test_a_pod_whose_content_cannot_be_compared_is_modelled_alone():
     odd = [_pod("a"), _pod("b")]
     for pod in odd:

@@ -182,8 +182,12 @@ class _PodFacts:
         cause, disagreement = (
             pending_cause(pod.scheduling_gates, scheduler_cause, eligible) if pending else (None, None)
         )
+        own_spec = workload.document.obj.get("spec")
         return {
             **shared,
+            # The raw spec is the pod's own: replicas share a model that leaves
+            # out the one field they always differ in (their token volume's name).
+            **({"spec": own_spec} if "spec" in shared and isinstance(own_spec, Mapping) else {}),
             "role": workload.name,  # messages name the pod where a manifest names the template
             "pod": workload.name,
             "node": pod.node,

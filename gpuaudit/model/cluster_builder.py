@@ -261,9 +261,31 @@ def _shared_content(pod: Mapping[str, Any]) -> bytes | None:
     if isinstance(meta, Mapping):
         meta = {k: v for k, v in meta.items() if k not in _POD_IDENTITY}
     try:
-        return marshal.dumps([(k, meta if k == "metadata" else v) for k, v in pod.items() if k != "status"], 2)
+        content = marshal.dumps([(k, meta if k == "metadata" else v) for k, v in pod.items() if k != "status"], 2)
     except ValueError:
         return None
+    token = _token_volume(pod)
+    if token is not None:
+        # Masked where it is named (the volume and its mounts) with bytes of
+        # the same length, so the key stays a faithful image of the rest.
+        name = token.encode()
+        content = content.replace(name, _TOKEN_VOLUME_PREFIX.encode() + b"\0" * (len(name) - len(_TOKEN_VOLUME_PREFIX)))
+    return content
+
+
+# The API server gives every pod a projected service-account token volume of
+# its own name (kube-api-access-<5 random characters>), mounted in each
+# container: without masking it no two real pods would be equal. Nothing
+# the model reads depends on that name (a mount is only joined to its volume).
+_TOKEN_VOLUME_PREFIX = "kube-api-access-"
+
+
+def _token_volume(pod: Mapping[str, Any]) -> str | None:
+    for volume in as_list(as_map(pod.get("spec")).get("volumes")):
+        name = as_map(volume).get("name")
+        if isinstance(name, str) and name.startswith(_TOKEN_VOLUME_PREFIX) and "projected" in volume:
+            return name
+    return None
 
 
 class PodWorkloads:
@@ -273,9 +295,8 @@ class PodWorkloads:
     and status, not in what the model reads: the first pod of a content is
     built, the others get a copy of its Workload with their own Document
     (identity, raw object). Templates are then shared between replicas, as
-    are the facts computed from them (facts/cluster.py). Pods that each got a
-    volume of their own name (the API server's kube-api-access-* token
-    volume) differ in it, and are built one by one as before."""
+    are the facts computed from them (facts/cluster.py). The API server's
+    token volume, named anew for each pod, is left out of the comparison."""
 
     def __init__(self, locators: Mapping[tuple[str, str], KindLocator]) -> None:
         self.locators = locators
