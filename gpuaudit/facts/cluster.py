@@ -277,7 +277,7 @@ class _Eligibility:
         placement = [
             spec.get("nodeName"),
             spec.get("nodeSelector"),
-            (spec.get("affinity") or {}).get("nodeAffinity"),
+            as_map(spec.get("affinity")).get("nodeAffinity"),
             spec.get("tolerations"),
         ]
         # repr tells apart every JSON value, and costs a fraction of json.dumps;
@@ -305,7 +305,7 @@ class _Eligibility:
     def _count(
         spec: Mapping[str, Any], needs: Mapping[str, float], candidates: Sequence[tuple[Node, int]]
     ) -> tuple[int, list[str]]:
-        tolerations = [t for t in spec.get("tolerations") or [] if isinstance(t, Mapping)]
+        tolerations = [t for t in as_list(spec.get("tolerations")) if isinstance(t, Mapping)]
         eligible = 0
         blocking: set[str] = set()
         for node, weight in candidates:
