@@ -18,10 +18,10 @@ import sys
 import tempfile
 from collections.abc import Callable, Iterator
 from functools import lru_cache
-from importlib import resources
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from gpuaudit.bundled import data_text
 from gpuaudit.files import FileReadError, file_mode, read_bytes
 
 __all__ = ["SNAPSHOT_VERSION", "SnapshotError", "read_snapshot", "write_snapshot"]
@@ -241,7 +241,7 @@ def validate_snapshot(data: Any, path: Path | str = "<snapshot>") -> None:
 
 @lru_cache(maxsize=1)
 def _schema() -> dict[str, Any]:
-    text = resources.files("gpuaudit").joinpath("data/snapshot.schema.json").read_text("utf-8")
+    text = data_text("snapshot.schema.json")
     return json.loads(text)
 
 
