@@ -126,3 +126,54 @@ def test_rules_validate_command(run_cli, tmp_path):
     proc = run_cli("rules", "validate", str(tmp_path))
     assert proc.returncode == 2
     assert "bad.yaml:6" in proc.stderr and "1 rules valid, 1 invalid" in proc.stdout
+
+
+@pytest.mark.parametrize(
+    "schema",
+    [
+        {"properties": {"gpu": {"properties": {"count": {"type": "number", "minimum": 1}}, "required": ["count"]}}},
+        {"properties": {"gpu": {"type": "object"}}, "additionalProperties": False},
+        {"properties": {"a": {}}, "patternProperties": {"^x": {"type": "string"}}},
+        {"anyOf": [{"required": ["a"]}, {"properties": {"b": {"additionalProperties": {"type": "integer"}}}}]},
+    ],
+)
+def test_rule_schemas_judge_as_fastjsonschema_does_without_copying_keys(schema):
+    import fastjsonschema
+
+    from gpuaudit.engine.rules import _compile, _valid
+
+    reference = fastjsonschema.compile(schema)
+    ours = _compile(schema)
+    for doc in (
+        {},
+        {"gpu": {"count": 2}},
+        {"gpu": {"count": 0}},
+        {"gpu": {}},
+        {"gpu": 1},
+        {"gpu": {"count": 1}, "other": 1},
+        {"a": 1, "x1": "s"},
+        {"a": 1, "x1": 2},
+        {"b": {"k": 1}},
+        {"b": {"k": "v"}},
+        [],
+    ):
+        try:
+            reference(doc)
+            expected = True
+        except fastjsonschema.JsonSchemaException:
+            expected = False
+        assert _valid(ours, doc) == expected, (schema, doc)
+
+
+def test_only_key_sets_read_for_more_than_membership_are_kept():
+    from gpuaudit.engine.rules import schema_code
+
+    def names(code):
+        found = set(code.co_names)
+        for const in code.co_consts:
+            if hasattr(const, "co_names"):
+                found |= names(const)
+        return found
+
+    assert "keys" not in names(schema_code({"properties": {"gpu": {"properties": {"count": {}}}}}))
+    assert "keys" in names(schema_code({"properties": {"gpu": {}}, "additionalProperties": False}))

@@ -134,11 +134,35 @@ def schema_code(schema: Mapping[str, Any]) -> CodeType:
     root = re.search(_FIRST_DEF, source, re.MULTILINE)
     if root is None or imports != 1:
         raise fastjsonschema.JsonSchemaDefinitionException("no validation function generated")
+    source = _without_key_copies(source)
     return compile(f"{source}\n__validate__ = {root.group(1)}\n", "<rule schema>", "exec")
+
+
+def _without_key_copies(source: str) -> str:
+    """``source`` without the copies of an object's keys that only membership
+    tests read.
+
+    For every object it meets, fastjsonschema's code copies the keys into a
+    set (``data_keys = set(data.keys())``) and removes each named property
+    from it, so that ``additionalProperties`` can see what is left. Most rule
+    schemas have no such keyword, while a fact document has dozens of keys:
+    the copy was a third of judging a pod. Where the set is only asked what
+    it holds, the object itself answers (``"gpu" in data``) and the removals
+    become ``pass``; a set read any other way is left as it was."""
+    for name, mapping in set(re.findall(_KEY_COPY, source, re.MULTILINE)):
+        uses = len(re.findall(rf"\b{name}\b", source))
+        copies = len(re.findall(rf"\b{name} = set\({mapping}\.keys\(\)\)", source))
+        tests = len(re.findall(rf" in {name}:", source))
+        removals = len(re.findall(rf"\b{name}\.remove\(", source))
+        if uses == copies + tests + removals:
+            source = re.sub(rf"\b{name} = set\({mapping}\.keys\(\)\)", f"{name} = {mapping}", source)
+            source = re.sub(rf"\b{name}\.remove\([^\n]*\)$", "pass", source, flags=re.MULTILINE)
+    return source
 
 
 # Compiled on first use: a run that reads the cache never needs them.
 _FIRST_DEF = r"^def (\w+)\("
+_KEY_COPY = r"^\s*(\w+_keys) = set\((\w+)\.keys\(\)\)$"
 _LIBRARY_IMPORT = r"^from fastjsonschema import JsonSchemaValueException, JsonSchemaValuesException\n"
 
 
