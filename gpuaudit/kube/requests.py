@@ -47,10 +47,13 @@ def _requests(container: Any) -> tuple[float, float]:
 
 def pod_requests(spec: Mapping[str, Any]) -> tuple[float, float]:
     """(CPU cores, memory bytes) the scheduler reserves for a pod of ``spec``."""
-    running = [0.0, 0.0]
+    cpu = memory = 0.0
     for container in as_list(spec.get("containers")):
-        for i, amount in enumerate(_requests(container)):
-            running[i] += amount
+        amounts = _requests(container)
+        cpu += amounts[0]
+        memory += amounts[1]
+    if "initContainers" not in spec and "overhead" not in spec:  # most pods: the containers alone
+        return cpu, memory
     peak = [0.0, 0.0]
     sidecars = [0.0, 0.0]
     for container in as_list(spec.get("initContainers")):
@@ -62,5 +65,6 @@ def pod_requests(spec: Mapping[str, Any]) -> tuple[float, float]:
             for i, amount in enumerate(amounts):
                 peak[i] = max(peak[i], sidecars[i] + amount)
     overhead = _amounts(spec.get("overhead"))
+    running = (cpu, memory)
     cpu, memory = (max(running[i] + sidecars[i], peak[i]) + overhead[i] for i in range(2))
     return cpu, memory

@@ -21,6 +21,8 @@ def as_map(value: Any) -> Mapping[Any, Any]:
 
 def as_list(value: Any) -> list[Any]:
     """``value`` when it is a list, else an empty one."""
+    if value.__class__ is list:  # nearly always: isinstance only for a subclass
+        return value
     return value if isinstance(value, list) else []
 
 

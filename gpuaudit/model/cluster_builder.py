@@ -217,9 +217,7 @@ def build_pod(
 _GPU_MARKERS = ("gpu", "nvidia.com/", "amd.com/", "intel.com/", "habana.ai/", "neuron")
 
 
-def _mentions_gpu(names: Any) -> bool:
-    if not isinstance(names, Mapping) or not names:
-        return False
+def _mentions_gpu(names: Iterable[Any]) -> bool:
     # One search over all the names: a marker has no newline, so it is found
     # in the joined text exactly when it is in one of the names.
     text = "\n".join(map(str, names)).lower()
@@ -233,11 +231,12 @@ def may_use_gpus(pod: Mapping[str, Any]) -> bool:
     spec = as_map(pod.get("spec"))
     if spec.get("resourceClaims"):
         return True
+    names: list[Any] = [*as_map(as_map(pod.get("metadata")).get("annotations"))]
     for container in [*as_list(spec.get("containers")), *as_list(spec.get("initContainers"))]:
         resources = as_map(as_map(container).get("resources"))
-        if _mentions_gpu(resources.get("limits")) or _mentions_gpu(resources.get("requests")):
-            return True
-    return _mentions_gpu(as_map(pod.get("metadata")).get("annotations"))
+        names += as_map(resources.get("limits"))
+        names += as_map(resources.get("requests"))
+    return _mentions_gpu(names)
 
 
 def _unbound(spec: Any) -> Any:
