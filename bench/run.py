@@ -506,35 +506,41 @@ def cluster(args: argparse.Namespace, work: Path) -> Results:
             ok and audit.wall_s < 60 and audit.peak_rss_mib < 2048,
         )
     ]
-    snapshot_row, snapshot_target = _snapshot_audit(snapshot, dest, size, args, env)
-    rows.append(snapshot_row)
+    snapshot_rows, snapshot_target = _snapshot_audit(snapshot, dest, size, args, env)
+    rows += snapshot_rows
     targets.append(snapshot_target)
     rows.append(_report_row(snapshot, dest, size, args, env))
     return Results(rows, targets)
 
 
-def _snapshot_audit(snapshot: Path, dest: Path, size: str, args: argparse.Namespace, env) -> tuple[Row, Target]:
-    """``audit --snapshot``: the audit alone, from the snapshot just taken."""
+def _snapshot_audit(snapshot: Path, dest: Path, size: str, args: argparse.Namespace, env) -> tuple[list[Row], Target]:
+    """``audit --snapshot``: the audit alone, from the snapshot just taken
+    (and the ``--compare`` gpuaudit's, interleaved, on the same file)."""
     name = f"{size} snapshot audited in <= {MAX_SNAPSHOT_AUDIT_S:g} s and <= {MAX_SNAPSHOT_AUDIT_MIB:g} MiB"
     if not snapshot.exists() or not _has_command("audit", "--snapshot"):
         note = "not available: needs `gpuaudit audit --snapshot` and a snapshot"
-        return Row("cluster", "gpuaudit audit --snapshot", size, note=note), Target(name, "not run", None)
-    argv = (GPUAUDIT, "audit", "--snapshot", str(snapshot), "--format", f"json={dest / 'audit-snapshot.json'}")
-    m = measure_interleaved(
-        {"audit": Command(argv, dest / "audit-snapshot.out", timeout_s=600)},
-        repeat=args.cluster_repeat,
-        cwd=ROOT,
-        env=env,
-    )["audit"]
-    ok = m.returncode in (0, 1)
-    note = (
-        "from the snapshot file: read + audit" if ok else f"exit {m.returncode}: see {dest / 'audit-snapshot.out.err'}"
-    )
-    met = ok and m.wall_s <= MAX_SNAPSHOT_AUDIT_S and m.peak_rss_mib <= MAX_SNAPSHOT_AUDIT_MIB
-    shown = f"{m.wall_s:.2f} s, {m.peak_rss_mib:,.0f} MiB"
-    return row("cluster", "gpuaudit audit --snapshot", size, m, per_second(args.pods_cluster, m, "pods"), note), Target(
-        name, shown, met
-    )
+        return [Row("cluster", "gpuaudit audit --snapshot", size, note=note)], Target(name, "not run", None)
+
+    def command(gpuaudit: str, out: str) -> Command:
+        argv = (gpuaudit, "audit", "--snapshot", str(snapshot), "--format", f"json={dest / f'{out}.json'}")
+        return Command(argv, dest / f"{out}.out", timeout_s=600)
+
+    commands = {"audit": command(GPUAUDIT, "audit-snapshot")}
+    if COMPARE:
+        commands["audit-compare"] = command(COMPARE[1], "audit-snapshot-compare")
+    measured = measure_interleaved(commands, repeat=args.cluster_repeat, cwd=ROOT, env=env)
+    tools = {"audit": "gpuaudit audit --snapshot"}
+    if COMPARE:
+        tools["audit-compare"] = f"gpuaudit audit --snapshot ({COMPARE[0]})"
+    rows = []
+    for key, tool in tools.items():
+        m = measured[key]
+        ok = m.returncode in (0, 1)
+        note = "from the snapshot file: read + audit" if ok else f"exit {m.returncode}: see {commands[key].stdout}.err"
+        rows.append(row("cluster", tool, size, m, per_second(args.pods_cluster, m, "pods"), note))
+    m = measured["audit"]
+    met = m.returncode in (0, 1) and m.wall_s <= MAX_SNAPSHOT_AUDIT_S and m.peak_rss_mib <= MAX_SNAPSHOT_AUDIT_MIB
+    return rows, Target(name, f"{m.wall_s:.2f} s, {m.peak_rss_mib:,.0f} MiB", met)
 
 
 def _snapshot_output() -> str:
