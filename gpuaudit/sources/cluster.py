@@ -700,9 +700,13 @@ def _configure(
 
 
 def _parse_list(body: bytes) -> dict[str, Any]:
-    """``{"items": [...], "continue": str}`` from a List body, or _Failure."""
+    """``{"items": [...], "continue": str}`` from a List body, or _Failure.
+
+    The items' strings are shared (``loads_json``), as when a snapshot file
+    is read: a cluster repeats its values from pod to pod, and the list of
+    every pod is held to the end of the run."""
     try:
-        data = loads_json(body)
+        data = loads_json(body, shared_strings=True)
     except ValueError as exc:
         raise _Failure(None, f"invalid JSON in response ({len(body)} bytes): {exc}") from exc
     if not isinstance(data, dict):
