@@ -12,6 +12,7 @@ runs in a fresh process of its own, so its peak RSS is the collector's alone
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import resource
@@ -35,6 +36,7 @@ def _peak_rss_mib() -> float:
 
 def measure(kubeconfig: str, page_size: int, snapshot_out: str | None) -> None:
     """Runs in the child: collect once, print one JSON line of numbers."""
+    gc.disable()  # as every gpuaudit command but `sample` runs (cli/main.py)
     sys.path.insert(0, str(ROOT))
     import kubernetes.client  # noqa: F401 - the baseline includes the client
 

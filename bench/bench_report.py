@@ -20,6 +20,7 @@ under 10 s. Generated files go to bench/out/report/ (ignored by git).
 from __future__ import annotations
 
 import argparse
+import gc
 import gzip
 import json
 import random
@@ -125,6 +126,7 @@ def add_telemetry(snapshot: dict[str, Any], seed: int = 1) -> int:
 def stages(path: Path) -> dict[str, float]:
     """CPU seconds per stage, in this process (one run): CPU time rather than
     wall time, so that other work on the machine does not inflate a stage."""
+    gc.disable()  # as every gpuaudit command but `sample` runs (cli/main.py)
     from gpuaudit.engine.evaluate import evaluate
     from gpuaudit.facts import cluster as cluster_facts
     from gpuaudit.model.cluster_builder import build_cluster_state

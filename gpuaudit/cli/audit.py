@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import gc
 from pathlib import Path
 from typing import Any
 
@@ -63,11 +62,6 @@ def audit(
     """Audit a live cluster read-only (or --snapshot FILE), with GPU telemetry
     from --prometheus or --samples when given; -n/-l narrow it to namespaces
     and a pod label selector."""
-    # One run that reads, models and judges millions of objects and keeps most
-    # of them to the end: the cycle collector would walk them again and again
-    # for garbage they do not make (the reader and the audit pause it; between
-    # and after them, and on exit, it walked the whole snapshot again).
-    gc.disable()
     output_targets([*output_formats, *formats] or ["text"], output_file)  # usage errors before the run
     config = read_config(config_path)
     rules, rule_errors = load_policy(config, policy_dirs, split_names(include), split_names(exclude))

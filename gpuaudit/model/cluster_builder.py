@@ -231,11 +231,11 @@ def may_use_gpus(pod: Mapping[str, Any]) -> bool:
     spec = as_map(pod.get("spec"))
     if spec.get("resourceClaims"):
         return True
-    names: list[Any] = [*as_map(as_map(pod.get("metadata")).get("annotations"))]
+    names: list[Any] = [*as_map(as_map(pod.get("metadata")).get("annotations")).keys()]
     for container in [*as_list(spec.get("containers")), *as_list(spec.get("initContainers"))]:
         resources = as_map(as_map(container).get("resources"))
-        names += as_map(resources.get("limits"))
-        names += as_map(resources.get("requests"))
+        names += as_map(resources.get("limits")).keys()
+        names += as_map(resources.get("requests")).keys()
     return _mentions_gpu(names)
 
 

@@ -12,7 +12,6 @@ from gpuaudit.facts import Subject
 from gpuaudit.facts import cluster as cluster_facts
 from gpuaudit.model import AuditResult, InputError, Skipped
 from gpuaudit.model.cluster_builder import build_cluster_state
-from gpuaudit.sources.snapshot import collector_paused
 from gpuaudit.sources.user_config import Config
 
 
@@ -26,15 +25,6 @@ def audit_cluster(
     """Judge a snapshot (live or read from a file). ``telemetry_problem`` says
     why telemetry was asked for but could not be read: its rules are then
     skipped with that reason and the run exits 2."""
-    # An audit makes millions of objects (the model, a fact document per pod,
-    # findings) and keeps most of them to the end: each collection would walk
-    # more of them for nothing (about a third of the audit's time on 50,000
-    # pods). What it leaves in cycles, if anything, is collected after.
-    with collector_paused():
-        return _audit(snapshot, config, rules, telemetry_problem)
-
-
-def _audit(snapshot: dict, config: Config, rules: Sequence[Rule], telemetry_problem: str | None) -> AuditResult:
     state = build_cluster_state(snapshot)
     inputs = {"cluster", *site_inputs(config.site)}
     if state.telemetry and state.telemetry.get("pods") is not None:
