@@ -8,10 +8,12 @@ import json
 
 import jsonschema
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gpuaudit import gpus
 from gpuaudit.engine.rules import fact_schema
-from gpuaudit.facts.cmdline import flag, tokens
+from gpuaudit.facts.cmdline import flag, shell_words, tokens
 from gpuaudit.facts.context import Site, build_context
 from gpuaudit.facts.model_size import find_dtype, parameters_b
 from gpuaudit.facts.parallelism import container_parallelism
@@ -82,6 +84,22 @@ def test_a_shell_line_splits_into_the_words_shlex_gives(line):
     except ValueError:
         expected = line.split()
     assert [w.text for w in tokens([], [line], {})] == [w for w in expected if w]
+
+
+@settings(max_examples=3000, deadline=None)
+@given(st.text(alphabet="ab -=$'\"\\\t\n\r\x0b\x0c\x00\x1c\u00a0\u3000", max_size=24))
+def test_shell_words_are_the_words_shlex_gives(line):
+    """shell_words is a regex reading of shlex.split(comments=False): the same
+    words for every line, and a refusal (ValueError) for the same lines."""
+    import shlex
+
+    try:
+        expected = shlex.split(line, comments=False)
+    except ValueError:
+        with pytest.raises(ValueError):
+            shell_words(line)
+        return
+    assert shell_words(line) == expected
 
 
 @pytest.mark.parametrize(
