@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from functools import cache
 from typing import Any
+
+import msgspec
 
 from gpuaudit.bundled import data_yaml
 
@@ -21,8 +22,7 @@ PRODUCT_LABELS = (
 )
 
 
-@dataclass(frozen=True)
-class GpuModel:
+class GpuModel(msgspec.Struct, frozen=True):
     model: str
     memory_gib: float
     mig: dict[str, int]  # profile -> max instances per GPU; empty when not MIG-capable

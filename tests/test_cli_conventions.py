@@ -370,7 +370,7 @@ def test_the_base_install_is_light_and_all_holds_every_extra():
     tomllib = pytest.importorskip("tomllib")
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     base = {re.split(r"[<>=\[ ;]", d)[0].lower() for d in project["dependencies"]}
-    assert base == {"pyyaml", "jsonschema", "fastjsonschema", "click"}
+    assert base == {"pyyaml", "jsonschema", "fastjsonschema", "click", "msgspec"}
     extras = project["optional-dependencies"]
     named = {re.split(r"[<>=\[ ;]", d)[0].lower() for key in ("cluster", "nvml", "report") for d in extras[key]}
     assert named == {"kubernetes", "nvidia-ml-py", "jinja2"}

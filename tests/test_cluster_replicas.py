@@ -9,12 +9,12 @@ and two pods that differ in any value the model reads must never be merged.
 from __future__ import annotations
 
 import copy
-import dataclasses
 import gzip
 import json
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 
 from gpuaudit.facts import cluster as cluster_facts
@@ -100,7 +100,7 @@ def test_pods_that_differ_in_any_value_are_never_merged(other):
     # each pod's facts are those of the pod modelled alone
     for pod, facts in zip(state.pods, _pod_facts(state).values(), strict=True):
         (alone,), _ = build_workloads([pod.workload.document])
-        unshared = dataclasses.replace(state, pods=(dataclasses.replace(pod, workload=alone),))
+        unshared = msgspec.structs.replace(state, pods=(msgspec.structs.replace(pod, workload=alone),))
         assert facts == _pod_facts(unshared)[pod.name]
 
 
@@ -124,7 +124,7 @@ def test_replicas_with_their_own_token_volume_still_share_their_model():
     assert a.workload.templates is b.workload.templates
     for pod, facts in zip(state.pods, _pod_facts(state).values(), strict=True):
         (alone,), _ = build_workloads([pod.workload.document])
-        unshared = dataclasses.replace(state, pods=(dataclasses.replace(pod, workload=alone),))
+        unshared = msgspec.structs.replace(state, pods=(msgspec.structs.replace(pod, workload=alone),))
         assert facts == _pod_facts(unshared)[pod.name]
     claims = [_with_token_volume(_pod(n), s) for n, s in (("a", "x7k2p"), ("b", "q9m4z"))]
     for pod in claims:
@@ -157,7 +157,7 @@ def test_shared_template_facts_equal_the_facts_of_each_pod_modelled_alone():
     shared = _pod_facts(state)
     for pod in state.pods:
         (alone,), _ = build_workloads([pod.workload.document])
-        unshared = dataclasses.replace(state, pods=(dataclasses.replace(pod, workload=alone),))
+        unshared = msgspec.structs.replace(state, pods=(msgspec.structs.replace(pod, workload=alone),))
         assert shared[pod.name] == _pod_facts(unshared)[pod.name]
     # a hostname selector is judged on the node it names: tainted, so not eligible, and that taint blocks
     assert shared["c"]["placement"]["eligible_gpu_nodes"] == 0

@@ -384,12 +384,12 @@ def test_a_coherent_overlay_still_verifies(tmp_path, monkeypatch, kubectl):
 
 
 def test_a_second_finding_on_a_workload_the_overlay_moves_is_fixed_by_that_move():
-    import dataclasses
+    import msgspec
 
     from tests.test_remediate_units import SERVICE, _findings, _plan
 
     (finding,) = _findings(SERVICE, "GPA-AL-001")
-    twin = dataclasses.replace(finding, rule="GPA-AL-101")  # another rule, same remediation
+    twin = msgspec.structs.replace(finding, rule="GPA-AL-101")  # another rule, same remediation
     plan = _plan([finding, twin], prefer="shared")
     (change,) = plan.changes
     assert {f.rule for f in change.findings} == {"GPA-AL-001", "GPA-AL-101"}
@@ -397,16 +397,16 @@ def test_a_second_finding_on_a_workload_the_overlay_moves_is_fixed_by_that_move(
 
 
 def test_review_never_prints_an_empty_location():
-    import dataclasses
+    import msgspec
 
     from gpuaudit.remediate.review import _where
     from tests.test_remediate_units import SERVICE, _findings
 
     (finding,) = _findings(SERVICE, "GPA-AL-001")
-    nowhere = dataclasses.replace(
+    nowhere = msgspec.structs.replace(
         finding,
-        location=dataclasses.replace(finding.location, file="", line=None),
-        subject=dataclasses.replace(finding.subject, document=None),
+        location=msgspec.structs.replace(finding.location, file="", line=None),
+        subject=msgspec.structs.replace(finding.subject, document=None),
     )
     assert _where(nowhere, {}) == ""
 

@@ -4,9 +4,9 @@ that only substitute, sizing from evidence, and the planner's choices."""
 from __future__ import annotations
 
 import copy
-import dataclasses
 from pathlib import Path
 
+import msgspec
 import pytest
 import yaml
 from hypothesis import given, settings
@@ -315,7 +315,7 @@ def _findings(text: str, rules: str):
 def _with_telemetry(finding, telemetry):
     subject = finding.subject
     facts = {**subject.facts, "telemetry": telemetry}
-    return dataclasses.replace(finding, subject=dataclasses.replace(subject, facts=facts))
+    return msgspec.structs.replace(finding, subject=msgspec.structs.replace(subject, facts=facts))
 
 
 def _plan(findings, **overrides):

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from dataclasses import replace
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from msgspec.structs import replace
 
 from gpuaudit.gpus import lookup
 from gpuaudit.report.holders import RESIDENT_IDLE, GpuNode, Holder, Inventory, Thresholds

@@ -9,13 +9,13 @@ from __future__ import annotations
 import copy
 import gzip
 import json
-from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from msgspec.structs import replace
 
 from gpuaudit.model import Finding
 from gpuaudit.model.findings import Location, Resource

@@ -6,11 +6,11 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 
 import click
+import msgspec
 
 from gpuaudit.files import WriteError, write_atomic
 from gpuaudit.model import SEVERITIES, AuditResult
@@ -183,8 +183,7 @@ def input_errors_code(errors: Sequence[Any]) -> int:
     return 2 if any(e.level == "error" for e in errors) else 0
 
 
-@dataclass(frozen=True)
-class OutputSpec:
+class OutputSpec(msgspec.Struct, frozen=True):
     """What output_options asked for: formats (NAME or NAME=FILE), the file for
     the one without =FILE, and how text looks."""
 

@@ -17,9 +17,10 @@ import json
 import os
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import msgspec
 
 from gpuaudit import __version__
 from gpuaudit.files import FileReadError, read_bytes
@@ -38,8 +39,7 @@ class BaselineError(ValueError):
     pass
 
 
-@dataclass(frozen=True)
-class Applied:
+class Applied(msgspec.Struct, frozen=True):
     kept: list[Finding]
     hidden: list[Finding]
     stale: list[dict[str, Any]]  # baseline entries that matched nothing

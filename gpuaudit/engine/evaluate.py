@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
 from datetime import date
 from typing import Any
+
+import msgspec
 
 from gpuaudit.engine.messages import lookup, render_message
 from gpuaudit.engine.rules import Rule
@@ -33,14 +34,13 @@ def site_inputs(site: Mapping[str, Any] | None) -> set[str]:
     return {f"site.{key}" for key, value in (site or {}).items() if value not in (None, "", [], {})}
 
 
-@dataclass
-class Evaluation:
-    findings: list[Finding] = field(default_factory=list)
-    suppressed: list[tuple[Finding, str]] = field(default_factory=list)
-    skipped: list[Skipped] = field(default_factory=list)
-    warnings: list[InputError] = field(default_factory=list)
+class Evaluation(msgspec.Struct):
+    findings: list[Finding] = msgspec.field(default_factory=list)
+    suppressed: list[tuple[Finding, str]] = msgspec.field(default_factory=list)
+    skipped: list[Skipped] = msgspec.field(default_factory=list)
+    warnings: list[InputError] = msgspec.field(default_factory=list)
     # (rule id, subject, what was missing) for telemetry rules that had too little data
-    insufficient: list[tuple[str, Subject, str]] = field(default_factory=list)
+    insufficient: list[tuple[str, Subject, str]] = msgspec.field(default_factory=list)
 
 
 DEFAULT_MIN_COVERAGE = 0.5

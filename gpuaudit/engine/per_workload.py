@@ -11,9 +11,11 @@ still see each one.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
+
+import msgspec
+import msgspec.structs
 
 from gpuaudit.engine.evaluate import make_finding
 from gpuaudit.engine.rules import Rule
@@ -70,7 +72,7 @@ def _merged(group: list[Finding], rules: Mapping[str, Rule]) -> Finding:
     pods = [_pod(f) for f in group]
     rule = rules.get(first.rule)
     if len(group) == 1:
-        return dataclasses.replace(first, evidence={**first.evidence, "pods": pods})
+        return msgspec.structs.replace(first, evidence={**first.evidence, "pods": pods})
     assert first.subject is not None  # grouped findings are about pod subjects
     facts: dict[str, Any] = {
         **first.subject.facts,
@@ -80,12 +82,12 @@ def _merged(group: list[Finding], rules: Mapping[str, Rule]) -> Finding:
         "role": f"each of {len(group)} pods",
         "pod": f"{pods[0]} (one of {len(group)} pods)",
     }
-    subject = dataclasses.replace(first.subject, facts=facts)
+    subject = msgspec.structs.replace(first.subject, facts=facts)
     merged = make_finding(rule, subject) if rule is not None else first
     nodes = {f.resource.node for f in group}
-    return dataclasses.replace(
+    return msgspec.structs.replace(
         merged,
-        resource=dataclasses.replace(merged.resource, node=nodes.pop() if len(nodes) == 1 else None),
+        resource=msgspec.structs.replace(merged.resource, node=nodes.pop() if len(nodes) == 1 else None),
         evidence={**merged.evidence, "pods": pods},
         subject=first.subject,
     )

@@ -5,10 +5,10 @@ their cases (`gpuaudit rules test DIR`) exactly as the built-in ones are."""
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import yaml
 
 from gpuaudit.engine.rules import Rule, RuleError, load_rule, load_rules
@@ -22,10 +22,9 @@ MAX_CASES_BYTES = 4 * 1024 * 1024
 CASE_INPUTS = ("manifest", "facts")
 
 
-@dataclass
-class Validation:
-    rules: list[Rule] = field(default_factory=list)
-    errors: list[RuleError] = field(default_factory=list)
+class Validation(msgspec.Struct):
+    rules: list[Rule] = msgspec.field(default_factory=list)
+    errors: list[RuleError] = msgspec.field(default_factory=list)
     cases_files: int = 0
 
 

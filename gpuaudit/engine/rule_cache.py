@@ -46,7 +46,6 @@ import os
 import stat
 import sys
 from collections.abc import Mapping, Sequence
-from dataclasses import fields
 from importlib.util import find_spec
 from pathlib import Path
 from typing import Any
@@ -68,7 +67,7 @@ _DIGEST = 64  # hex characters of a 256-bit hash
 # Entries kept in the folder, the most recently used: one per rule pack,
 # config and version in use (a test suite's temporary rule folders make many).
 _KEEP = 32
-_RULE_FIELDS = tuple(f.name for f in fields(Rule) if f.name != "compiled")
+_RULE_FIELDS = tuple(f for f in Rule.__struct_fields__ if f != "compiled")
 
 
 def cache_dir() -> Path | None:

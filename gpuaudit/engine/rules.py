@@ -12,17 +12,19 @@ import marshal
 import math
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
 from functools import cache, cached_property
 from pathlib import Path
 from types import CodeType
 from typing import Any
 
+import msgspec
 import yaml
+from msgspec.structs import replace
 
 from gpuaudit.engine.fact_schema import assemble, read_fragments
 from gpuaudit.files import FileReadError, read_text
 from gpuaudit.kube.yaml_lines import YamlLimitError, load_yaml_with_lines
+from gpuaudit.model.objects import same_fields
 from gpuaudit.schemas import SchemaError, validate
 
 # The largest built-in rule is under 5 KiB; a site's rule folder is
@@ -41,8 +43,7 @@ class RuleError(ValueError):
         self.rule_id = rule_id  # when the file named one: the rule exists, but cannot load
 
 
-@dataclass(frozen=True)
-class Rule:
+class Rule(msgspec.Struct, frozen=True, dict=True):
     id: str
     title: str
     category: str
@@ -60,7 +61,7 @@ class Rule:
     remediation: Mapping[str, Any] | None
     docs: str
     source: str
-    cases: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    cases: Mapping[str, Any] = msgspec.field(default_factory=dict)
     # Telemetry values the rule's schemas require: a subject without one of
     # them is insufficient data for this rule, not a pass.
     telemetry_signals: tuple[str, ...] = ()
@@ -71,7 +72,10 @@ class Rule:
     # ahead and marshalled (engine/rule_cache.py). It is read, and a schema
     # not in it compiled, only when the rule first meets a subject of its
     # target: rules for what the input does not hold do no work.
-    compiled: Mapping[str, bytes] = field(default_factory=dict, compare=False, repr=False)
+    compiled: Mapping[str, bytes] = msgspec.field(default_factory=dict)
+
+    def __eq__(self, other: object) -> Any:
+        return same_fields(self, other, but=("cases", "compiled"))
 
     def with_compiled(self, compiled: Mapping[str, bytes]) -> Rule:
         return replace(self, compiled=compiled)

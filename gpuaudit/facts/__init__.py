@@ -10,16 +10,16 @@ in that schema are rejected at load.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Any
+
+import msgspec
 
 from gpuaudit.model import Document, Resource
 
 TARGETS = ("workload", "pod", "container", "config", "node", "claim", "cluster")
 
 
-@dataclass(frozen=True)
-class Subject:
+class Subject(msgspec.Struct, frozen=True):
     """One thing a rule can judge: its facts, what it is, and where it was read."""
 
     target: str
@@ -27,5 +27,5 @@ class Subject:
     resource: Resource
     document: Document | None
     # Where exemption annotations are read (the object's and its pod template's).
-    annotations: Mapping[str, str] = field(default_factory=dict)
+    annotations: Mapping[str, str] = msgspec.field(default_factory=dict)
     scope: str = "manifest"  # manifest | cluster

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+
+import msgspec
 
 _K8S_VAR = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)")
 _SHELL_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}|\$([A-Za-z_][A-Za-z0-9_]*)")
@@ -30,8 +31,7 @@ _SHELL_PIECE = re.compile(r"""([^'"\\]+)|"((?:[^"\\]|\\.)*)"|\\(.)|'([^']*)'""",
 _ESCAPED_IN_DOUBLE_QUOTES = re.compile(r'\\([\\"])')  # any other backslash stays
 
 
-@dataclass(frozen=True)
-class Token:
+class Token(msgspec.Struct, frozen=True):
     text: str
     field: str  # "command" or "args"
     index: int  # item of that list the token came from

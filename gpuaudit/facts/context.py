@@ -10,8 +10,9 @@ resources the workloads request).
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
+
+import msgspec
 
 from gpuaudit.facts import device_plugin as config_facts
 from gpuaudit.kube.quantity import QuantityError, parse_quantity
@@ -19,8 +20,7 @@ from gpuaudit.model import Document, Workload
 from gpuaudit.model.serving_runtimes import is_runtime
 
 
-@dataclass(frozen=True)
-class GpuClass:
+class GpuClass(msgspec.Struct, frozen=True):
     """A set of GPU products a site treats as interchangeable, and the node
     labels that select all of them."""
 
@@ -29,8 +29,7 @@ class GpuClass:
     products: tuple[str, ...]
 
 
-@dataclass(frozen=True)
-class Site:
+class Site(msgspec.Struct, frozen=True):
     platform: str | None = None
     gpu_taints: tuple[Mapping[str, str], ...] = ()
     gpu_classes: tuple[GpuClass, ...] = ()
@@ -61,8 +60,7 @@ class Site:
         )
 
 
-@dataclass(frozen=True)
-class Autoscaler:
+class Autoscaler(msgspec.Struct, frozen=True):
     """An HPA or KEDA ScaledObject aimed at a workload in the input."""
 
     kind: str
@@ -70,16 +68,15 @@ class Autoscaler:
     min_replicas: int
 
 
-@dataclass(frozen=True)
-class Context:
-    site: Site = field(default_factory=Site)
+class Context(msgspec.Struct, frozen=True):
+    site: Site = msgspec.field(default_factory=Site)
     # `.shared` resource names some config renames GPUs to; None when nothing
     # in the input or the site says (then a `.shared` request cannot be judged).
     shared_names: frozenset[str] | None = None
     # GPU resource name -> "Kind namespace/name" of the workloads requesting it.
-    requested: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    requested: Mapping[str, tuple[str, ...]] = msgspec.field(default_factory=dict)
     # (kind, namespace, name) of a scale target -> the autoscaler aiming at it.
-    autoscalers: Mapping[tuple[str, str, str], Autoscaler] = field(default_factory=dict)
+    autoscalers: Mapping[tuple[str, str, str], Autoscaler] = msgspec.field(default_factory=dict)
     # KServe ServingRuntime / ClusterServingRuntime objects of the input: an
     # InferenceService is judged as the runtime and its container merged.
     runtimes: tuple[Mapping[str, Any], ...] = ()

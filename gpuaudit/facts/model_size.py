@@ -14,9 +14,10 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from functools import cache, lru_cache
 from typing import Any
+
+import msgspec
 
 from gpuaudit.bundled import data_yaml
 from gpuaudit.facts.cmdline import Token, flag
@@ -53,8 +54,7 @@ _ACTIVE_ONLY = re.compile(r"\d+(?:\.\d+)?b-\d+e(?![a-z0-9])")
 _SCHEME = re.compile(r"^[a-z][a-z0-9+.-]*://")
 
 
-@dataclass(frozen=True)
-class Heuristic:
+class Heuristic(msgspec.Struct, frozen=True):
     headroom: float
     unknown_gpu_memory_gib: float
     bytes_per_param: Mapping[str, float]
@@ -74,8 +74,7 @@ def heuristic() -> Heuristic:
     )
 
 
-@dataclass(frozen=True)
-class ModelRef:
+class ModelRef(msgspec.Struct, frozen=True):
     name: str
     source: str  # args | env | storageUri | label
     pointer: str | None

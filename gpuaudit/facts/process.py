@@ -5,9 +5,10 @@ they load and its size, DataLoader workers. Read from command lines and env
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
+
+import msgspec
 
 from gpuaudit.facts.activity import container_activity
 from gpuaudit.facts.cmdline import Token, Words, flag, tokens
@@ -27,8 +28,7 @@ DATALOADER_FLAGS = (
 DATALOADER_ENV = ("DATALOADER_NUM_WORKERS", "NUM_WORKERS")
 
 
-@dataclass(frozen=True)
-class CommandLine:
+class CommandLine(msgspec.Struct, frozen=True):
     """What one container's command line and env say, read once for both
     the pod's facts and the container's."""
 

@@ -11,9 +11,10 @@ pod-template owner gpuaudit knows how to read, so it is not fetched.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
 from functools import cache
 from typing import Any
+
+import msgspec
 
 from gpuaudit.kube.podspecs import builtin_locators, group_of
 
@@ -53,8 +54,7 @@ def key_of(obj: Mapping[str, Any], group: str, kind: str) -> OwnerKey:
     return group, kind, str(meta.get("namespace") or ""), str(meta.get("name") or "")
 
 
-@dataclass
-class OwnerWalk:
+class OwnerWalk(msgspec.Struct):
     """The owner chains of some pods, over the objects read so far.
 
     ``add`` objects as they are listed, then ``walk``: every object a chain
@@ -63,7 +63,7 @@ class OwnerWalk:
     list if it knows the kind's plural."""
 
     pods: list[Mapping[str, Any]]
-    index: dict[OwnerKey, Mapping[str, Any]] = field(default_factory=dict)
+    index: dict[OwnerKey, Mapping[str, Any]] = msgspec.field(default_factory=dict)
 
     def add(self, objects: Iterable[Mapping[str, Any]], group: str, kind: str) -> None:
         for obj in objects:

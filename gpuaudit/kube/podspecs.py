@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from functools import cache
 from typing import Any
+
+import msgspec
 
 from gpuaudit.bundled import data_yaml
 
@@ -26,8 +27,7 @@ FRACTION_ANNOTATIONS = ("gpu-fraction",)
 MEMORY_SHARE_ANNOTATIONS = ("gpu-memory",)
 
 
-@dataclass(frozen=True)
-class Locator:
+class Locator(msgspec.Struct, frozen=True):
     at: str
     spec: str | None
     metadata: str | None
@@ -40,8 +40,7 @@ class Locator:
     merged_over: str | None = None  # see data/podspecs.yaml
 
 
-@dataclass(frozen=True)
-class KindLocator:
+class KindLocator(msgspec.Struct, frozen=True):
     kind: str
     groups: tuple[str, ...]
     workload_class: str

@@ -1,13 +1,13 @@
 """The model: plain data that every source produces and every later stage reads.
 
-Frozen dataclasses, no IO. Import the types from here; the submodules group
-them (objects, workload, cluster, findings), ``telemetry`` defines the
-normalized telemetry aggregate, and the two builders turn raw Kubernetes
-objects (``workload_builder``) and snapshots (``cluster_builder``) into them.
+Frozen records (``msgspec.Struct``), no IO. Import the types from here; the
+submodules group them (objects, workload, cluster, findings), ``telemetry``
+defines the normalized telemetry aggregate, and the two builders turn raw
+Kubernetes objects (``workload_builder``) and snapshots (``cluster_builder``)
+into them.
 """
 
-from typing import TYPE_CHECKING, Any
-
+from gpuaudit.model.cluster import STUCK_REASONS, ClusterState, Node, Owner, PodState
 from gpuaudit.model.findings import (
     CATEGORIES,
     SEVERITIES,
@@ -21,23 +21,6 @@ from gpuaudit.model.findings import (
 )
 from gpuaudit.model.objects import Document, InputError
 from gpuaudit.model.workload import Container, GpuRequest, PodTemplate, Workload
-
-if TYPE_CHECKING:
-    from gpuaudit.model.cluster import STUCK_REASONS, ClusterState, Node, Owner, PodState
-
-# The cluster's types are imported on first use: `gpuaudit check` (pre-commit,
-# on every commit) never models a cluster, and creating their dataclasses
-# would cost it 3%.
-_CLUSTER = ("STUCK_REASONS", "ClusterState", "Node", "Owner", "PodState")
-
-
-def __getattr__(name: str) -> Any:
-    if name in _CLUSTER:
-        from gpuaudit.model import cluster
-
-        return getattr(cluster, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
 
 __all__ = [
     "CATEGORIES",

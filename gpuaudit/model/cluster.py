@@ -7,9 +7,10 @@ Built from a snapshot by ``cluster_builder``.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
+
+import msgspec
 
 from gpuaudit import gpus
 from gpuaudit.model.objects import Document, InputError
@@ -28,8 +29,7 @@ STUCK_REASONS = (
 )
 
 
-@dataclass(frozen=True)
-class Node:
+class Node(msgspec.Struct, frozen=True):
     name: str
     labels: Mapping[str, str]
     taints: tuple[Mapping[str, Any], ...]
@@ -62,16 +62,14 @@ class Node:
         return whole / per + self.gpu_capacity.get("amd.com/gpu", 0.0)
 
 
-@dataclass(frozen=True)
-class Owner:
+class Owner(msgspec.Struct, frozen=True):
     api_version: str
     kind: str
     name: str
     workload_class: str
 
 
-@dataclass(frozen=True)
-class PodState:
+class PodState(msgspec.Struct, frozen=True):
     workload: Workload  # the pod as a Workload (kind Pod): templates, containers, GPU requests
     phase: str
     node: str | None
@@ -94,8 +92,7 @@ class PodState:
         return self.workload.namespace
 
 
-@dataclass(frozen=True)
-class ClusterState:
+class ClusterState(msgspec.Struct, frozen=True):
     collected_at: datetime
     nodes: tuple[Node, ...]
     pods: tuple[PodState, ...]  # pods that may use GPUs; the others are only counted
@@ -103,7 +100,7 @@ class ClusterState:
     claims: tuple[Mapping[str, Any], ...]
     kueue_workloads: tuple[Mapping[str, Any], ...]
     telemetry: Mapping[str, Any] | None
-    errors: tuple[InputError, ...] = field(default_factory=tuple)
+    errors: tuple[InputError, ...] = msgspec.field(default_factory=tuple)
     source: str = "cluster"
     pods_total: int = 0
     # Object lists the collector could not read (a 403 on pods): what depends
@@ -112,7 +109,7 @@ class ClusterState:
     # node -> (CPU cores, memory bytes) the pods bound to it request, every
     # pod that has not finished (CPU-only ones too): what the what-if must
     # leave room for when it moves pods.
-    node_requests: Mapping[str, tuple[float, float]] = field(default_factory=dict)
+    node_requests: Mapping[str, tuple[float, float]] = msgspec.field(default_factory=dict)
 
     @property
     def unknown_gpu_nodes(self) -> tuple[str, ...]:

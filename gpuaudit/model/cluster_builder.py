@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import marshal
 from collections.abc import Iterable, Mapping
-from dataclasses import replace
 from datetime import datetime, timezone
 from functools import cache
 from typing import Any
+
+from msgspec.structs import replace
 
 from gpuaudit import gpus
 from gpuaudit.kube.owners import controller_ref

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import fnmatch
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from datetime import date
 from typing import TYPE_CHECKING, Any, Literal
 
-from gpuaudit.model.objects import InputError
+import msgspec
+
+from gpuaudit.model.objects import InputError, same_fields
 
 if TYPE_CHECKING:  # types only: the model imports nothing above it
     from gpuaudit.engine.rules import Rule
@@ -21,8 +22,7 @@ SEVERITIES: tuple[Severity, ...] = ("critical", "high", "medium", "low", "info")
 CATEGORIES = ("allocation", "memory", "placement", "application", "sharing")
 
 
-@dataclass(frozen=True)
-class Resource:
+class Resource(msgspec.Struct, frozen=True):
     """What a finding is about."""
 
     api_version: str
@@ -50,8 +50,7 @@ class Resource:
         return text + (f" [{self.container}]" if self.container else "")
 
 
-@dataclass(frozen=True)
-class Location:
+class Location(msgspec.Struct, frozen=True):
     file: str
     line: int | None
     pointer: str
@@ -60,8 +59,7 @@ class Location:
         return {"file": self.file, "line": self.line, "pointer": self.pointer}
 
 
-@dataclass(frozen=True)
-class Finding:
+class Finding(msgspec.Struct, frozen=True):
     rule: str
     title: str
     severity: Severity
@@ -73,7 +71,10 @@ class Finding:
     remediation: Mapping[str, Any] | None
     # The judged Subject (facts, document), kept for `gpuaudit fix` to size its
     # patches from; never part of the output formats.
-    subject: Any = field(default=None, compare=False, repr=False)
+    subject: Any = None
+
+    def __eq__(self, other: object) -> Any:
+        return same_fields(self, other, but=("subject",))
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -89,8 +90,7 @@ class Finding:
         }
 
 
-@dataclass(frozen=True)
-class Skipped:
+class Skipped(msgspec.Struct, frozen=True):
     rule: str
     reason: str
 
@@ -98,8 +98,7 @@ class Skipped:
         return {"rule": self.rule, "reason": self.reason}
 
 
-@dataclass(frozen=True)
-class Exemption:
+class Exemption(msgspec.Struct, frozen=True):
     rule: str
     reason: str
     namespace: str = "*"
@@ -117,15 +116,14 @@ class Exemption:
         )
 
 
-@dataclass
-class AuditResult:
+class AuditResult(msgspec.Struct):
     """Everything one run found; every output format renders this."""
 
-    findings: list[Finding] = field(default_factory=list)
-    suppressed: list[tuple[Finding, str]] = field(default_factory=list)
-    skipped: list[Skipped] = field(default_factory=list)
-    errors: list[InputError] = field(default_factory=list)
-    rules: list[Rule] = field(default_factory=list)
+    findings: list[Finding] = msgspec.field(default_factory=list)
+    suppressed: list[tuple[Finding, str]] = msgspec.field(default_factory=list)
+    skipped: list[Skipped] = msgspec.field(default_factory=list)
+    errors: list[InputError] = msgspec.field(default_factory=list)
+    rules: list[Rule] = msgspec.field(default_factory=list)
     resources: int = 0
     gpu_workloads: int = 0
     # Telemetry coverage of a cluster audit (None for manifests): how many GPU
@@ -135,8 +133,11 @@ class AuditResult:
     cluster: dict | None = None
     # What a cluster audit judged (the ClusterState and its subjects), kept
     # for `gpuaudit report` so it need not build them again; never output.
-    state: Any = field(default=None, repr=False, compare=False)
-    subjects: list[Subject] = field(default_factory=list, repr=False, compare=False)
+    state: Any = None
+    subjects: list[Subject] = msgspec.field(default_factory=list)
+
+    def __eq__(self, other: object) -> Any:
+        return same_fields(self, other, but=("state", "subjects"))
 
     def exit_code(self, fail_on: str) -> int:
         """2 on input errors, else 1 when a finding is at or above ``fail_on``."""

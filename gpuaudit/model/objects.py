@@ -2,13 +2,22 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Collection, Mapping
 from typing import Any, Literal
 
+import msgspec
 
-@dataclass(frozen=True)
-class Document:
+
+def same_fields(a: msgspec.Struct, b: object, *, but: Collection[str]) -> Any:
+    """``a == b`` on every field except ``but``: for records that carry data
+    beside what they say (a finding's subject, a document's line map), which
+    equality leaves out. NotImplemented for another type, as ``==`` expects."""
+    if b.__class__ is not a.__class__:
+        return NotImplemented
+    return all(getattr(a, name) == getattr(b, name) for name in a.__struct_fields__ if name not in but)
+
+
+class Document(msgspec.Struct, frozen=True):
     """One Kubernetes object as read, with where it came from.
 
     ``lines`` maps JSON pointers (relative to the file's YAML document) to
@@ -19,8 +28,11 @@ class Document:
     obj: Mapping[str, Any]
     file: str
     line: int
-    lines: Mapping[str, int] = field(default_factory=dict, repr=False, compare=False)
+    lines: Mapping[str, int] = msgspec.field(default_factory=dict)
     base: str = ""
+
+    def __eq__(self, other: object) -> Any:
+        return same_fields(self, other, but=("lines",))
 
     def line_of(self, pointer: str) -> int:
         """Line of ``pointer`` (relative to this object), or of its nearest ancestor."""
@@ -55,8 +67,7 @@ class Document:
         return str(meta.get("namespace") or "") if isinstance(meta, dict) else ""
 
 
-@dataclass(frozen=True)
-class InputError:
+class InputError(msgspec.Struct, frozen=True):
     """A problem with the input. ``level='error'`` makes the run exit 2;
     ``'warning'`` is reported without changing the exit code."""
 

@@ -18,10 +18,11 @@ Pure: plain objects in, plain objects out; no IO.
 from __future__ import annotations
 
 import copy
-import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
+
+import msgspec
+import msgspec.structs
 
 from gpuaudit.kube.podspecs import KindLocator, group_of
 from gpuaudit.model.objects import Document
@@ -66,8 +67,7 @@ _PREDICTOR_ONLY = {
 }
 
 
-@dataclass(frozen=True)
-class Runtime:
+class Runtime(msgspec.Struct, frozen=True):
     kind: str  # ServingRuntime | ClusterServingRuntime
     namespace: str
     name: str
@@ -100,8 +100,7 @@ class Runtime:
         return (named or containers or [None])[0]
 
 
-@dataclass(frozen=True)
-class Resolution:
+class Resolution(msgspec.Struct, frozen=True):
     """How an InferenceService's predictor container is built: ``backed`` when
     a runtime supplies it; ``runtime`` the one that does (None when it is not
     among the objects read); ``reason`` why it is unknown."""
@@ -333,7 +332,7 @@ def effective_workloads(
             if resolution.runtime is not None:
                 rebuilt, _ = build_workloads([Document(obj, doc.file, doc.line, doc.lines, doc.base)], locators)
                 if len(rebuilt) == 1:
-                    w = dataclasses.replace(rebuilt[0], document=doc, templates=_merged(rebuilt[0].templates))
+                    w = msgspec.structs.replace(rebuilt[0], document=doc, templates=_merged(rebuilt[0].templates))
         out.append(w)
     return out
 
@@ -342,6 +341,6 @@ def _merged(templates: Sequence[PodTemplate]) -> tuple[PodTemplate, ...]:
     """Templates built from an effective spec: what the runtime gives is now in
     them, so nothing is left unknown for being merged over it."""
     return tuple(
-        dataclasses.replace(t, containers=tuple(dataclasses.replace(c, merged_over=None) for c in t.containers))
+        msgspec.structs.replace(t, containers=tuple(msgspec.structs.replace(c, merged_over=None) for c in t.containers))
         for t in templates
     )

@@ -7,14 +7,14 @@ Built from Documents by ``workload_builder``; raw objects stay available
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any, Literal
+
+import msgspec
 
 from gpuaudit.model.objects import Document
 
 
-@dataclass(frozen=True)
-class GpuRequest:
+class GpuRequest(msgspec.Struct, frozen=True):
     """One GPU-like resource a container asks for.
 
     ``mode``: ``whole`` (a device-plugin GPU such as nvidia.com/gpu),
@@ -40,8 +40,7 @@ class GpuRequest:
         return self.limit if self.limit is not None else self.request
 
 
-@dataclass(frozen=True)
-class Container:
+class Container(msgspec.Struct, frozen=True):
     name: str
     pointer: str
     init: bool
@@ -61,8 +60,7 @@ class Container:
     merged_over: str | None = None
 
 
-@dataclass(frozen=True)
-class PodTemplate:
+class PodTemplate(msgspec.Struct, frozen=True):
     """A pod shape inside a workload (a Deployment's template, a PyTorchJob's
     Worker, a Ray worker group...)."""
 
@@ -77,8 +75,7 @@ class PodTemplate:
     extra_gpus: tuple[GpuRequest, ...] = ()  # pod-level: DRA claims, fraction annotations
 
 
-@dataclass(frozen=True)
-class Workload:
+class Workload(msgspec.Struct, frozen=True):
     """Any object that carries pod templates, or a GPU config object."""
 
     document: Document

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
+
+import msgspec
 
 from gpuaudit.engine.evaluate import Evaluation, combine, evaluate, site_inputs
 from gpuaudit.engine.rules import Rule
@@ -71,8 +72,7 @@ def subject_groups(
 _MIN_FILES_PER_PROCESS = 64
 
 
-@dataclass
-class _JudgedShard:
+class _JudgedShard(msgspec.Struct):
     """What one shard of a manifest audit sends back: small, picklable."""
 
     read_errors: list[InputError]

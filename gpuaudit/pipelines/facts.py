@@ -7,10 +7,10 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import yaml
 
 from gpuaudit.facts import Subject
@@ -23,8 +23,7 @@ from gpuaudit.sources.inputs import gather_inputs
 from gpuaudit.sources.user_config import Config
 
 
-@dataclass(frozen=True)
-class FactsResult:
+class FactsResult(msgspec.Struct, frozen=True):
     documents: list[dict[str, Any]]  # one per subject: target, resource, location, facts
     errors: list[InputError]
 

@@ -8,9 +8,10 @@ import difflib
 import shutil
 import tempfile
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import msgspec
 
 from gpuaudit.engine.evaluate import evaluate, site_inputs
 from gpuaudit.engine.rules import Rule
@@ -80,19 +81,18 @@ def run_state(inputs: Inputs, config: Config, snapshot: Mapping[str, Any] | None
     return run
 
 
-@dataclass
-class Inputs:
+class Inputs(msgspec.Struct):
     """What the fix run read: findings with their source, every object as
     read (for --verify and --diff), and problems with the input."""
 
-    items: list[tuple[Finding, Source]] = field(default_factory=list)
-    findings: list[Finding] = field(default_factory=list)
-    originals: dict[ObjectId, dict[str, Any]] = field(default_factory=dict)
-    errors: list[InputError] = field(default_factory=list)
-    files: set[Path] = field(default_factory=set)  # every input file, resolved
-    labels: dict[int, str] = field(default_factory=dict)  # id(document) -> display name
-    documents: list[Document] = field(default_factory=list)  # every object read
-    bare: list[Document] = field(default_factory=list)  # non-Kubernetes YAML (bare configs)
+    items: list[tuple[Finding, Source]] = msgspec.field(default_factory=list)
+    findings: list[Finding] = msgspec.field(default_factory=list)
+    originals: dict[ObjectId, dict[str, Any]] = msgspec.field(default_factory=dict)
+    errors: list[InputError] = msgspec.field(default_factory=list)
+    files: set[Path] = msgspec.field(default_factory=set)  # every input file, resolved
+    labels: dict[int, str] = msgspec.field(default_factory=dict)  # id(document) -> display name
+    documents: list[Document] = msgspec.field(default_factory=list)  # every object read
+    bare: list[Document] = msgspec.field(default_factory=list)  # non-Kubernetes YAML (bare configs)
 
     live: bool = False  # read from a snapshot: the base is the cluster's objects
     snapshot: Mapping[str, Any] | None = None  # --snapshot FILE, read
@@ -253,15 +253,14 @@ def built_objects(directory: Path, plan: Plan) -> tuple[str, list[dict[str, Any]
     return text, [dict(d.obj) for d in read_paths(["-"], stdin_text=text).documents]
 
 
-@dataclass
-class OverlayCheck:
+class OverlayCheck(msgspec.Struct):
     """What `fix --verify` found: the overlay built (or why not), and what the
     rules say of the built objects."""
 
     problem: str | None = None  # the overlay does not build
     built: int = 0
     result: verify.Verification | None = None
-    live_only: list[str] = field(default_factory=list)  # fixed rules no manifest audit can show
+    live_only: list[str] = msgspec.field(default_factory=list)  # fixed rules no manifest audit can show
 
     @property
     def ok(self) -> bool:

@@ -5,10 +5,12 @@ status and server-managed fields). Pure: works on a snapshot already read."""
 from __future__ import annotations
 
 import copy
-import dataclasses
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+import msgspec
+import msgspec.structs
 
 from gpuaudit.engine.rules import Rule
 from gpuaudit.facts import cluster as cluster_facts
@@ -83,8 +85,7 @@ def _patchable(snapshot: Mapping[str, Any]) -> dict[ObjectKey, dict[str, Any]]:
     return found
 
 
-@dataclasses.dataclass(frozen=True)
-class _Base:
+class _Base(msgspec.Struct, frozen=True):
     """One cleaned object as the overlay's base file, read back with its lines."""
 
     document: Document
@@ -175,7 +176,7 @@ def live_items(
             items.append((finding, _unpatchable(label, problem)))
             continue
         found = bases[key]
-        finding = dataclasses.replace(finding, subject=dataclasses.replace(subject, document=found.document))
+        finding = msgspec.structs.replace(finding, subject=msgspec.structs.replace(subject, document=found.document))
         items.append((finding, found.source))
     return unique(items, finding_key)
 

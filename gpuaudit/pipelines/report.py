@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
+
+from msgspec.structs import replace
 
 from gpuaudit.files import inside
 from gpuaudit.model import AuditResult, InputError

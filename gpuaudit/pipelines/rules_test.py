@@ -11,9 +11,10 @@ built-in test suite and `gpuaudit rules test DIR` for a site's own rules.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import msgspec
 
 from gpuaudit.engine.evaluate import evaluate
 from gpuaudit.engine.policy_files import read_cases
@@ -26,16 +27,14 @@ from gpuaudit.sources.user_config import Config
 CaseRunner = Callable[[Rule, Mapping[str, Any]], list[Any]]
 
 
-@dataclass(frozen=True)
-class Case:
+class Case(msgspec.Struct, frozen=True):
     rule_file: Path
     name: str
     data: Mapping[str, Any]
     problem: str | None = None  # the cases file could not be read or is no list of cases
 
 
-@dataclass(frozen=True)
-class CaseResult:
+class CaseResult(msgspec.Struct, frozen=True):
     case: Case
     ok: bool
     detail: str
@@ -117,8 +116,7 @@ def run_case(case: Case, runners: Mapping[str, CaseRunner] | None = None) -> Cas
     return CaseResult(case, True, "ok")
 
 
-@dataclass(frozen=True)
-class RuleCases:
+class RuleCases(msgspec.Struct, frozen=True):
     rule_file: Path
     rule_id: str | None
     results: list[CaseResult]

@@ -26,10 +26,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
+import msgspec
 import yaml
 
 from gpuaudit import gpus
@@ -48,8 +48,7 @@ DEFAULT_SHM = 64 * 2**20  # the container runtime's /dev/shm without a volume
 LOWERABLE = frozenset({"cpu", "memory", "shm", "gpu", "pod-gpu"})
 
 
-@dataclass(frozen=True)
-class Setting:
+class Setting(msgspec.Struct, frozen=True):
     """What the check needs beyond the two objects: how to find pod specs,
     the serving runtimes of the inputs and snapshot, the site config, and
     what the snapshot's nodes advertise."""
@@ -58,7 +57,7 @@ class Setting:
     runtimes: tuple[Runtime, ...] = ()
     platform: str | None = None
     shared_resource: str | None = None  # the site says its nodes advertise it
-    node_resources: Mapping[str, str] = field(default_factory=dict)  # resource -> "node N (snapshot)"
+    node_resources: Mapping[str, str] = msgspec.field(default_factory=dict)  # resource -> "node N (snapshot)"
 
 
 def setting_for(
@@ -199,8 +198,7 @@ def why_unadvertised(resource: str, names: Mapping[str, str], setting: Setting) 
 # --- one object --------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class _Shape:
+class _Shape(msgspec.Struct, frozen=True):
     """What the check compares, per pod template and container."""
 
     templates: dict[str, PodTemplate]

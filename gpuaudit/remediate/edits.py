@@ -24,8 +24,9 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
 from typing import Any
+
+import msgspec
 
 from gpuaudit.kube import pointers
 
@@ -34,12 +35,11 @@ class EditError(ValueError):
     """An edit that cannot apply to the object (a template or planner bug)."""
 
 
-@dataclass(frozen=True)
-class Edit:
+class Edit(msgspec.Struct, frozen=True):
     at: str
-    merge: Mapping[str, Any] = field(default_factory=dict)
-    append: Mapping[str, list[Any]] = field(default_factory=dict)
-    remove: Mapping[str, list[Mapping[str, Any]]] = field(default_factory=dict)
+    merge: Mapping[str, Any] = msgspec.field(default_factory=dict)
+    append: Mapping[str, list[Any]] = msgspec.field(default_factory=dict)
+    remove: Mapping[str, list[Mapping[str, Any]]] = msgspec.field(default_factory=dict)
 
 
 def parse_edits(data: Any, source: str) -> list[Edit]:

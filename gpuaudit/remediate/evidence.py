@@ -5,8 +5,9 @@ GPU models of the nodes they ran on. Pure: built from the cluster facts."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from typing import Any
+
+import msgspec
 
 from gpuaudit import gpus
 from gpuaudit.facts import Subject
@@ -19,8 +20,7 @@ def owner_key(api_version: str, kind: str, namespace: str, name: str) -> OwnerKe
     return (group_of(api_version), kind, namespace or "default", name)
 
 
-@dataclass(frozen=True)
-class Evidence:
+class Evidence(msgspec.Struct, frozen=True):
     pods: tuple[str, ...]
     nodes: tuple[str, ...]
     telemetry: Mapping[str, Any]  # fb_used_max_mib: the peak over all its pods; compute_p95

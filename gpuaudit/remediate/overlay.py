@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import yaml
 
 from gpuaudit.kube.podspecs import group_of
@@ -27,13 +27,12 @@ _UNSAFE = re.compile(r"[^a-z0-9.-]+")
 _REGEX_SPECIAL = re.compile(r"([\\.+*?()|\[\]{}^$])")
 
 
-@dataclass
-class Overlay:
-    files: dict[str, str] = field(default_factory=dict)  # relative path -> text
-    copies: dict[str, Path] = field(default_factory=dict)  # relative path -> file to copy
-    patch_paths: dict[int, str] = field(default_factory=dict)  # change number -> path
-    resource_paths: dict[int, list[str]] = field(default_factory=dict)
-    resources: list[str] = field(default_factory=list)  # the kustomization's entries
+class Overlay(msgspec.Struct):
+    files: dict[str, str] = msgspec.field(default_factory=dict)  # relative path -> text
+    copies: dict[str, Path] = msgspec.field(default_factory=dict)  # relative path -> file to copy
+    patch_paths: dict[int, str] = msgspec.field(default_factory=dict)  # change number -> path
+    resource_paths: dict[int, list[str]] = msgspec.field(default_factory=dict)
+    resources: list[str] = msgspec.field(default_factory=list)  # the kustomization's entries
 
 
 def safe_name(text: str, limit: int = 48) -> str:

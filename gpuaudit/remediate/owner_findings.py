@@ -11,9 +11,11 @@ template -- is not carried over. Pure: works on a snapshot already read.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
+
+import msgspec
+import msgspec.structs
 
 from gpuaudit.engine.rules import Rule
 from gpuaudit.facts import Subject
@@ -27,8 +29,7 @@ from gpuaudit.model.workload_builder import build_workloads
 __all__ = ["OwnerIndex", "on_owner"]
 
 
-@dataclasses.dataclass(frozen=True)
-class _Top:
+class _Top(msgspec.Struct, frozen=True):
     key: OwnerKey | None  # the top of the pod's owner chain; None for a bare pod
     reason: str | None  # why it cannot be patched, when it cannot
 

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any, Literal
+
+import msgspec
 
 from gpuaudit.kube import pointers
 from gpuaudit.kube.podspecs import group_of
@@ -53,8 +54,7 @@ class NotExpressible(Exception):
     """This difference cannot be written as a strategic merge patch."""
 
 
-@dataclass(frozen=True)
-class Patch:
+class Patch(msgspec.Struct, frozen=True):
     format: Format
     document: Any  # a mapping (strategic merge) or a list of operations (JSON 6902)
 

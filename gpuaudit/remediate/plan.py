@@ -11,12 +11,12 @@ earlier changes left it, and kustomize applies them in the same order.
 from __future__ import annotations
 
 import copy
-import dataclasses
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+import msgspec
+import msgspec.structs
 import yaml
 
 from gpuaudit.kube.podspecs import KindLocator, group_of
@@ -29,8 +29,7 @@ from gpuaudit.remediate.planners import PLANNERS
 from gpuaudit.remediate.planners.common import REMEDIATED, TAKE_GPUS_AWAY, Context, Declined, Proposal, RunState
 
 
-@dataclass(frozen=True)
-class Source:
+class Source(msgspec.Struct, frozen=True):
     """Where objects came from, as the overlay will reference them: a
     manifest file, or a kustomize directory (whose built output was audited)."""
 
@@ -43,8 +42,7 @@ class Source:
     content: str | None = None  # for "generated": the base file's text (live objects)
 
 
-@dataclass
-class Change:
+class Change(msgspec.Struct):
     remediation: str
     variant: str | None
     findings: list[Finding]
@@ -56,26 +54,24 @@ class Change:
     after: dict[str, Any]
     number: int = 0
     patch: patches.Patch | None = None
-    new_objects: list[dict[str, Any]] = field(default_factory=list)
+    new_objects: list[dict[str, Any]] = msgspec.field(default_factory=list)
 
     @property
     def rules(self) -> list[str]:
         return sorted({f.rule for f in self.findings})
 
 
-@dataclass(frozen=True)
-class Skip:
+class Skip(msgspec.Struct, frozen=True):
     finding: Finding
     reason: str
 
 
-@dataclass
-class Plan:
-    changes: list[Change] = field(default_factory=list)
-    skipped: list[Skip] = field(default_factory=list)
-    sources: list[Source] = field(default_factory=list)
+class Plan(msgspec.Struct):
+    changes: list[Change] = msgspec.field(default_factory=list)
+    skipped: list[Skip] = msgspec.field(default_factory=list)
+    sources: list[Source] = msgspec.field(default_factory=list)
     # Every changed object: as read, and as the overlay must build it.
-    expected: dict[ObjectId, tuple[dict[str, Any], dict[str, Any]]] = field(default_factory=dict)
+    expected: dict[ObjectId, tuple[dict[str, Any], dict[str, Any]]] = msgspec.field(default_factory=dict)
 
     @property
     def fixed_findings(self) -> list[Finding]:
@@ -116,13 +112,12 @@ def ambiguous(a: ObjectId, b: ObjectId) -> bool:
     return group_of(a[0]) == group_of(b[0]) and a[1] == b[1] and a[3] == b[3] and (a[2] == b[2] or not a[2] or not b[2])
 
 
-@dataclass(frozen=True)
-class Settings:
+class Settings(msgspec.Struct, frozen=True):
     """Parameters beyond the rules': the site's (config `site:`) and the
     command line's (`--set NAME=VALUE`, `--set REMEDIATION.NAME=VALUE`)."""
 
-    site: Mapping[str, Any] = field(default_factory=dict)
-    overrides: Mapping[str, Any] = field(default_factory=dict)
+    site: Mapping[str, Any] = msgspec.field(default_factory=dict)
+    overrides: Mapping[str, Any] = msgspec.field(default_factory=dict)
 
     def params_for(self, remediation: str, finding_params: Mapping[str, Any]) -> dict[str, Any]:
         params = dict(templates.param_defaults().get(remediation, {}))
@@ -154,13 +149,13 @@ def plan_fixes(
     the same object, and the sharing config sized from the moves, follow)."""
     run = run or RunState()
     forced: dict[int, str] = {}
-    base = dataclasses.replace(run, sharers=[])
+    base = msgspec.structs.replace(run, sharers=[])
     if run.coherence is not None and not run.advertised:
         base.advertised = coherence.advertised(run.world, run.coherence, _world_labels(run.world, {}, []))
     plan = Plan()
     passes = 6
     for attempt_number in range(passes + 1):
-        attempt = dataclasses.replace(base, sharers=[])
+        attempt = msgspec.structs.replace(base, sharers=[])
         plan = _plan_once(items, locators, settings, attempt, still_found, forced)
         if run.coherence is None:
             break

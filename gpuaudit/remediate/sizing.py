@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+
+import msgspec
 
 from gpuaudit.gpus import GpuModel, mig_profile_memory_gib
 
@@ -18,8 +19,7 @@ GIB = 2**30
 MIB = 2**20
 
 
-@dataclass(frozen=True)
-class MigChoice:
+class MigChoice(msgspec.Struct, frozen=True):
     profile: str
     memory_mib: float
     whole_gpu: bool  # the profile is the entire GPU: no sharing gained

@@ -16,10 +16,10 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from functools import cache
 from typing import Any
 
+import msgspec
 import yaml
 
 from gpuaudit.bundled import remediations_dir
@@ -33,8 +33,7 @@ class TemplateError(ValueError):
     pass
 
 
-@dataclass(frozen=True)
-class Rendered:
+class Rendered(msgspec.Struct, frozen=True):
     """A rendered template: texts for REVIEW.md, edits to the finding's object,
     new objects for the overlay, and steps a patch cannot take."""
 
@@ -43,8 +42,8 @@ class Rendered:
     risk: str
     rollback: str
     edits: list[Edit]
-    resources: list[dict[str, Any]] = field(default_factory=list)
-    steps: list[str] = field(default_factory=list)
+    resources: list[dict[str, Any]] = msgspec.field(default_factory=list)
+    steps: list[str] = msgspec.field(default_factory=list)
 
 
 DEFAULT_TEMPLATE = "patch"  # remediations/<id>/patch.yaml.j2, hence no variant is named "patch"

@@ -6,8 +6,9 @@ caller builds the overlay and supplies the audit."""
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
+
+import msgspec
 
 from gpuaudit.kube import pointers
 from gpuaudit.kube.shapes import ObjectId, object_id
@@ -16,12 +17,11 @@ from gpuaudit.remediate import coherence, patches
 from gpuaudit.remediate.plan import Plan
 
 
-@dataclass
-class Verification:
-    fixed: list[Finding] = field(default_factory=list)  # targeted, gone after the build
-    remaining: list[Finding] = field(default_factory=list)  # targeted, still there
-    new: list[Finding] = field(default_factory=list)  # in the build, not before
-    differences: list[str] = field(default_factory=list)  # objects not as planned
+class Verification(msgspec.Struct):
+    fixed: list[Finding] = msgspec.field(default_factory=list)  # targeted, gone after the build
+    remaining: list[Finding] = msgspec.field(default_factory=list)  # targeted, still there
+    new: list[Finding] = msgspec.field(default_factory=list)  # in the build, not before
+    differences: list[str] = msgspec.field(default_factory=list)  # objects not as planned
 
     @property
     def ok(self) -> bool:

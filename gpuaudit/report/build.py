@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
+
+import msgspec
 
 from gpuaudit import __version__
 from gpuaudit.model import CATEGORIES, AuditResult, ClusterState
@@ -27,14 +28,13 @@ VERSION = 1
 GATE_RULE = "No large hardware purchase before the diagnostic flow has run."
 
 
-@dataclass(frozen=True)
-class ReportSettings:
-    prices: Prices = field(default_factory=Prices)
+class ReportSettings(msgspec.Struct, frozen=True):
+    prices: Prices = msgspec.field(default_factory=Prices)
     team_label: str | None = None
     pool_label: str | None = None
     cluster_name: str | None = None
     currency: str = "USD"
-    whatif: WhatIfSettings = field(default_factory=WhatIfSettings)
+    whatif: WhatIfSettings = msgspec.field(default_factory=WhatIfSettings)
 
 
 def settings_from_config(
@@ -66,8 +66,7 @@ def cluster_name(report: Mapping[str, Any], snapshot: Mapping[str, Any]) -> str:
     return str(report.get("cluster_name") or cluster.get("context") or cluster.get("server") or "snapshot")
 
 
-@dataclass(frozen=True)
-class Analysis:
+class Analysis(msgspec.Struct, frozen=True):
     """What one snapshot and its audit say; ``document`` is JSON-ready."""
 
     cluster: str

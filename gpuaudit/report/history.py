@@ -23,10 +23,11 @@ import sqlite3
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import closing, contextmanager
-from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
+
+import msgspec
 
 from gpuaudit.files import WriteError, check_folder, file_mode, make_folders
 
@@ -63,8 +64,7 @@ class HistoryError(Exception):
     pass
 
 
-@dataclass(frozen=True)
-class RunSummary:
+class RunSummary(msgspec.Struct, frozen=True):
     cluster: str
     collected_at: datetime
     command: str
@@ -75,7 +75,7 @@ class RunSummary:
     idle_cost_per_hour: float | None = None
     allocated_cost_per_hour: float | None = None
     findings: int = 0
-    detail: Mapping[str, Any] = field(default_factory=dict)  # e.g. findings by category
+    detail: Mapping[str, Any] = msgspec.field(default_factory=dict)  # e.g. findings by category
 
 
 def _iso(moment: datetime) -> str:

@@ -11,8 +11,9 @@ hardware, and leadership buys hardware.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from typing import Any
+
+import msgspec
 
 from gpuaudit.facts.capacity import physical_gpus
 from gpuaudit.kube.requests import pod_requests
@@ -24,8 +25,7 @@ ACTIVE, RESIDENT_IDLE, IDLE, NO_DATA = "active", "resident_idle", "idle", "no_da
 STATES = (ACTIVE, RESIDENT_IDLE, IDLE, NO_DATA)
 
 
-@dataclass(frozen=True)
-class Thresholds:
+class Thresholds(msgspec.Struct, frozen=True):
     """Where "actively computing" and "idle resident model" begin. Taken from
     the rules that judge the same thing (params overridable in config), so the
     first screen and the findings never disagree."""
@@ -50,8 +50,7 @@ class Thresholds:
         )
 
 
-@dataclass(frozen=True)
-class GpuNode:
+class GpuNode(msgspec.Struct, frozen=True):
     name: str
     model: str
     pool: str
@@ -65,8 +64,7 @@ class GpuNode:
     room: tuple[float, float] | None = None
 
 
-@dataclass(frozen=True)
-class Holder:
+class Holder(msgspec.Struct, frozen=True):
     """A pod bound to a node that holds GPUs."""
 
     namespace: str
@@ -85,8 +83,7 @@ class Holder:
     requests: tuple[float, float] = (0.0, 0.0)  # (CPU cores, memory bytes) the scheduler reserves for it
 
 
-@dataclass(frozen=True)
-class Waiting:
+class Waiting(msgspec.Struct, frozen=True):
     """A GPU pod that is not bound to a node."""
 
     namespace: str
@@ -109,8 +106,7 @@ class Waiting:
         return self.cause == "allocation" and bool(self.eligible)
 
 
-@dataclass(frozen=True)
-class Inventory:
+class Inventory(msgspec.Struct, frozen=True):
     nodes: tuple[GpuNode, ...]
     holders: tuple[Holder, ...]
     waiting: tuple[Waiting, ...]

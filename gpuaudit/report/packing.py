@@ -22,13 +22,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+
+import msgspec
 
 Vector = tuple[int, ...]
 
 
-@dataclass(frozen=True)
-class PoolPacking:
+class PoolPacking(msgspec.Struct, frozen=True):
     gpus: int  # GPUs opened for the items
     placed: int  # items packed
     unfit: int  # items larger than one GPU in some dimension (left out)
@@ -97,8 +97,7 @@ def pack_pool(demand: Mapping[Vector, int], capacity: Vector) -> PoolPacking:
 # --- online placement on real nodes ------------------------------------------------
 
 
-@dataclass(frozen=True)
-class NodeSpace:
+class NodeSpace(msgspec.Struct, frozen=True):
     name: str
     gpus: int
     cpu: float = math.inf
@@ -106,8 +105,7 @@ class NodeSpace:
     group: str = ""  # e.g. the GPU model; a pod with groups set only fits these
 
 
-@dataclass(frozen=True)
-class PodDemand:
+class PodDemand(msgspec.Struct, frozen=True):
     """``gpus`` whole GPUs, or (``gpus == 1``) ``share`` units of one GPU."""
 
     name: str
@@ -118,8 +116,7 @@ class PodDemand:
     groups: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True)
-class Placement:
+class Placement(msgspec.Struct, frozen=True):
     placed: int
     unplaced: tuple[str, ...]  # pod names, in arrival order
     gpus_used: int  # GPUs with anything on them

@@ -13,9 +13,10 @@ import itertools
 import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
+
+import msgspec
 
 from gpuaudit.report.history import COUNTS, RunSummary
 
@@ -23,8 +24,7 @@ _MONTH = re.compile(r"^(\d{4})-(\d{2})$")
 TREND_PERIODS = 12
 
 
-@dataclass(frozen=True)
-class Period:
+class Period(msgspec.Struct, frozen=True):
     name: str
     start: datetime
     end: datetime

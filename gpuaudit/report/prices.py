@@ -7,18 +7,18 @@ made up."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
 from typing import Any
+
+import msgspec
 
 
 class PriceError(ValueError):
     pass
 
 
-@dataclass(frozen=True)
-class Prices:
+class Prices(msgspec.Struct, frozen=True):
     default: float | None = None
-    per_model: Mapping[str, float] = field(default_factory=dict)
+    per_model: Mapping[str, float] = msgspec.field(default_factory=dict)
 
     def of(self, model: str) -> float | None:
         return self.per_model.get(model, self.default)

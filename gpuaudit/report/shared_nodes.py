@@ -30,7 +30,8 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
+
+import msgspec
 
 from gpuaudit.report.holders import Holder
 from gpuaudit.report.packing import Vector, size
@@ -42,8 +43,7 @@ MAX_DROPS = 16
 Requests = tuple[float, float]  # CPU cores, memory bytes
 
 
-@dataclass(frozen=True)
-class PoolNode:
+class PoolNode(msgspec.Struct, frozen=True):
     """A schedulable node of the GPU model whose GPUs may be shared."""
 
     name: str
@@ -53,14 +53,12 @@ class PoolNode:
     holders: tuple[Holder, ...]  # the pods bound to it that hold GPUs
 
 
-@dataclass(frozen=True)
-class Moved:
+class Moved(msgspec.Struct, frozen=True):
     holder: Holder
     need: Vector  # its share of one GPU, in the packing vector's units
 
 
-@dataclass(frozen=True)
-class _Side:
+class _Side(msgspec.Struct, frozen=True):
     """A node as the move leaves it: shared (``inside``) or not."""
 
     gpus: int

@@ -36,8 +36,9 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
+
+import msgspec
 
 from gpuaudit import gpus
 from gpuaudit.report.holders import NO_DATA, RESIDENT_IDLE, Holder, Inventory, Thresholds
@@ -48,14 +49,12 @@ MIB_PER_GB = 1000**3 / 2**20  # MIG profile names count decimal gigabytes
 UNITS = 40  # time-slicing: memory and compute in 2.5% steps, rounded up
 
 
-@dataclass(frozen=True)
-class WhatIfSettings:
+class WhatIfSettings(msgspec.Struct, frozen=True):
     time_slicing_replicas: int = 4
     vram_headroom: float = 0.2  # added to peak VRAM in the low estimate
 
 
-@dataclass(frozen=True)
-class Need:
+class Need(msgspec.Struct, frozen=True):
     """What one pod needs of one GPU, in the low and the high estimate."""
 
     vram_mib: tuple[float, float]  # (low estimate: peak + headroom, high: peak)
@@ -117,8 +116,7 @@ def _split(inventory: Inventory) -> tuple[list[Holder], dict[str, float]]:
 # --- (a) MIG -----------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class MigLayout:
+class MigLayout(msgspec.Struct, frozen=True):
     compute_slices: int
     memory_slices: int
     profiles: tuple[tuple[str, int, int, float], ...]  # (name, compute, memory slices, MiB)

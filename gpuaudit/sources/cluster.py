@@ -34,9 +34,11 @@ import json
 import os
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from typing import Any
+
+import msgspec
+from msgspec.structs import replace
 
 from gpuaudit.sources.snapshot import loads_json
 
@@ -75,8 +77,7 @@ class ClusterSourceError(Exception):
     """The cluster cannot be reached at all (bad or missing kubeconfig)."""
 
 
-@dataclass(frozen=True)
-class _Api:
+class _Api(msgspec.Struct, frozen=True):
     """One list endpoint: a snapshot key and where it lives in the API."""
 
     key: str
@@ -179,8 +180,7 @@ class _Failure(Exception):
         self.message = message
 
 
-@dataclass
-class _Collector:
+class _Collector(msgspec.Struct):
     """Pagination, retries and the deadline, shared by every resource."""
 
     apis: Any  # _Typed: the client's API objects
@@ -191,9 +191,9 @@ class _Collector:
     max_attempts: int
     backoff: float
     sleep: Callable[[float], None] = time.sleep
-    errors: list[dict[str, Any]] = field(default_factory=list)
-    absent: list[str] = field(default_factory=list)
-    forbidden: list[dict[str, Any]] = field(default_factory=list)
+    errors: list[dict[str, Any]] = msgspec.field(default_factory=list)
+    absent: list[str] = msgspec.field(default_factory=list)
+    forbidden: list[dict[str, Any]] = msgspec.field(default_factory=list)
 
     # -- one list, all pages ------------------------------------------------
 

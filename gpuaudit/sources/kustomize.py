@@ -28,10 +28,10 @@ import re
 import shutil
 import tempfile
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import msgspec
 import yaml
 
 from gpuaudit.model import Document, InputError
@@ -48,10 +48,9 @@ _REFUSED = re.compile(r"file '([^']*)' is not in or below '([^']*)'")
 _TIMEOUT = 120
 
 
-@dataclass
-class Rendered:
-    result: ReadResult = field(default_factory=ReadResult)
-    consumed: set[Path] = field(default_factory=set)  # source files the render read
+class Rendered(msgspec.Struct):
+    result: ReadResult = msgspec.field(default_factory=ReadResult)
+    consumed: set[Path] = msgspec.field(default_factory=set)  # source files the render read
 
 
 def kustomization_in(directory: Path) -> Path | None:

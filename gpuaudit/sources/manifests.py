@@ -11,10 +11,10 @@ import os
 import re
 import sys
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import yaml
 
 from gpuaudit.files import FileReadError, decode_text, read_bytes, too_big
@@ -52,14 +52,13 @@ def _helm_action(text: str) -> re.Match[str] | None:
     return None
 
 
-@dataclass
-class ReadResult:
-    documents: list[Document] = field(default_factory=list)
-    errors: list[InputError] = field(default_factory=list)
+class ReadResult(msgspec.Struct):
+    documents: list[Document] = msgspec.field(default_factory=list)
+    errors: list[InputError] = msgspec.field(default_factory=list)
     files: int = 0
     # Top-level mappings that are not Kubernetes objects (a bare device-plugin
     # or mig-parted config, a values file): kept for the facts that read them.
-    bare: list[Document] = field(default_factory=list)
+    bare: list[Document] = msgspec.field(default_factory=list)
 
 
 def read_paths(paths: Iterable[str], stdin_text: str | None = None) -> ReadResult:

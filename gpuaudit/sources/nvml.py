@@ -23,9 +23,10 @@ import re
 import socket
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
+
+import msgspec
 
 FORMAT_VERSION = 1
 # NVML reports PCIe throughput in KB/s; NVML counts memory in binary units
@@ -82,8 +83,7 @@ def _import_pynvml() -> Any:
     return pynvml
 
 
-@dataclass
-class _Device:
+class _Device(msgspec.Struct):
     """What does not change while sampling: identity, MIG layout, GPM support."""
 
     handle: Any
@@ -97,7 +97,7 @@ class _Device:
     gpm: bool = False
     memory_v2: bool = True
     gpm_sample: Any = None  # the previous GPM sample, for the next tick's delta
-    children: list[_Device] = field(default_factory=list)
+    children: list[_Device] = msgspec.field(default_factory=list)
 
 
 class _Sampler:

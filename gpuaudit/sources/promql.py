@@ -26,9 +26,10 @@ import copy
 import math
 import re
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote_plus
+
+import msgspec
 
 from gpuaudit.bundled import data_yaml
 from gpuaudit.model.telemetry import METRIC_KEYS
@@ -48,14 +49,12 @@ class QueryConfigError(ValueError):
     """The query definitions (built-in or a site's override) are invalid."""
 
 
-@dataclass(frozen=True)
-class Candidate:
+class Candidate(msgspec.Struct, frozen=True):
     metric: str
     divisor: float = 1.0
 
 
-@dataclass(frozen=True)
-class Field:
+class Field(msgspec.Struct, frozen=True):
     name: str
     signal: str
     promql: str
@@ -64,15 +63,13 @@ class Field:
     requires: frozenset[str]  # signals the template names
 
 
-@dataclass(frozen=True)
-class Signal:
+class Signal(msgspec.Struct, frozen=True):
     name: str
     candidates: tuple[Candidate, ...]
     fields: tuple[Field, ...]
 
 
-@dataclass(frozen=True)
-class QuerySpec:
+class QuerySpec(msgspec.Struct, frozen=True):
     params: Mapping[str, Any]
     keys: Mapping[str, tuple[str, ...]]
     shard_label: str

@@ -9,11 +9,11 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from datetime import date
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import yaml
 
 from gpuaudit.files import FileReadError, read_text
@@ -31,20 +31,19 @@ class ConfigError(ValueError):
     pass
 
 
-@dataclass(frozen=True)
-class Config:
+class Config(msgspec.Struct, frozen=True):
     path: Path | None = None
     rules: tuple[str, ...] = ()
     exclude_rules: tuple[str, ...] = ()
     fail_on: str | None = None
     policies: tuple[Path, ...] = ()
-    params: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
-    severity: Mapping[str, str] = field(default_factory=dict)
+    params: Mapping[str, Mapping[str, Any]] = msgspec.field(default_factory=dict)
+    severity: Mapping[str, str] = msgspec.field(default_factory=dict)
     exemptions: tuple[Exemption, ...] = ()
     podspecs: tuple[Mapping[str, Any], ...] = ()
-    site: Mapping[str, Any] = field(default_factory=dict)
-    telemetry: Mapping[str, Any] = field(default_factory=dict)
-    report: Mapping[str, Any] = field(default_factory=dict)
+    site: Mapping[str, Any] = msgspec.field(default_factory=dict)
+    telemetry: Mapping[str, Any] = msgspec.field(default_factory=dict)
+    report: Mapping[str, Any] = msgspec.field(default_factory=dict)
     warnings: tuple[InputError, ...] = ()
 
 

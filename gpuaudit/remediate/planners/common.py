@@ -9,8 +9,9 @@ category and register themselves with ``@planner``; the package imports them all
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from typing import Any, Literal
+
+import msgspec
 
 from gpuaudit import gpus
 from gpuaudit.model import Container, Document, Finding, PodTemplate
@@ -21,8 +22,7 @@ NVIDIA_GPU = "nvidia.com/gpu"
 Confidence = Literal["measured", "static", "needs confirmation"]
 
 
-@dataclass(frozen=True)
-class SharePlan:
+class SharePlan(msgspec.Struct, frozen=True):
     """A workload that a move-to-shared-gpu proposal puts on a share; the
     sharing planner sizes the device-plugin config from these."""
 
@@ -34,25 +34,24 @@ class SharePlan:
     compute: float | None = None  # p95 share of a GPU its busiest pod keeps busy
 
 
-@dataclass
-class RunState:
+class RunState(msgspec.Struct):
     """What planners learn from the whole input, and from each other."""
 
-    sharers: list[SharePlan] = field(default_factory=list)
+    sharers: list[SharePlan] = msgspec.field(default_factory=list)
     # `.shared` names the input's device-plugin configs (or the site) advertise;
     # None when nothing in the input or the site says.
     shared_names: frozenset[str] | None = None
     # Device-plugin ConfigMaps in the input that share GPUs: (namespace, name, key).
     sharing_configs: tuple[tuple[str, str, str], ...] = ()
     # Live evidence per workload (fix PATH... --snapshot FILE), and where it came from.
-    evidence: Mapping[Any, Any] = field(default_factory=dict)
+    evidence: Mapping[Any, Any] = msgspec.field(default_factory=dict)
     evidence_source: str = ""
     # The coherence check (remediate/coherence.py): its setting (None: no
     # check), every object of the inputs (what advertises resources), and
     # what the overlay planned so far advertises: resource -> by what.
     coherence: Any = None
     world: tuple[Mapping[str, Any], ...] = ()
-    advertised: Mapping[str, str] = field(default_factory=dict)
+    advertised: Mapping[str, str] = msgspec.field(default_factory=dict)
     platform: str | None = None
 
     def evidence_for(self, document: Document) -> Any:
@@ -62,8 +61,7 @@ class RunState:
         return self.evidence.get(key)
 
 
-@dataclass(frozen=True)
-class Context:
+class Context(msgspec.Struct, frozen=True):
     finding: Finding
     facts: Mapping[str, Any]
     document: Document
@@ -73,8 +71,7 @@ class Context:
     run: RunState
 
 
-@dataclass(frozen=True)
-class Proposal:
+class Proposal(msgspec.Struct, frozen=True):
     variant: str | None
     params: dict[str, Any]
     basis: str  # how the parameters were chosen, for REVIEW.md
@@ -86,8 +83,7 @@ class Proposal:
     lowers: frozenset[str] = frozenset()
 
 
-@dataclass(frozen=True)
-class Declined:
+class Declined(msgspec.Struct, frozen=True):
     reason: str
 
 
