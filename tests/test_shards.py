@@ -11,8 +11,11 @@ from datetime import date
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gpuaudit.model import AuditResult, Exemption
+from gpuaudit.pipelines import check as check_pipeline
 from gpuaudit.pipelines import shards
 from gpuaudit.pipelines.check import check_manifests
 from gpuaudit.pipelines.policy import load_policy
@@ -198,6 +201,30 @@ def test_small_inputs_and_threaded_callers_are_audited_here(tmp_path, two_cpus):
     assert shards.workers_for(1000, 64) == 2
     audit(repository(tmp_path, 100), keep_subjects=False)
     assert not two_cpus
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.lists(st.integers(0, 10_000), min_size=1, max_size=60), st.integers(1, 4))
+def test_shards_are_contiguous_and_about_equal_in_weight(weights, parts):
+    items = list(enumerate(weights))
+    cut = shards.contiguous_shards(items, parts, weight=lambda item: item[1])
+    assert [item for shard in cut for item in shard] == items
+    assert 1 <= len(cut) <= parts and all(cut)
+    # No shard is heavier than its share by more than the item that crossed it.
+    share = sum(weights) / parts
+    assert all(sum(w for _, w in shard) <= share + max(weights) for shard in cut)
+
+
+def test_a_few_large_files_are_a_shard_of_their_own(tmp_path):
+    large = [tmp_path / f"large-{i}.yaml" for i in range(10)]
+    small = [tmp_path / f"small-{i}.yaml" for i in range(90)]
+    for path in large:
+        path.write_text("a: b\n" * 20_000)
+    for path in small:
+        path.write_text("a: b\n")
+    first, second = shards.contiguous_shards([*large, *small], 2, weight=check_pipeline._work)
+    # By count, the first shard would hold all ten large files and forty small ones.
+    assert set(first) < set(large) and second[-len(small) :] == small
 
 
 # --- run_sharded on its own: failures cost time, never results ---------------

@@ -70,6 +70,22 @@ def subject_groups(
 
 # Files per process below which another process does not repay its fork.
 _MIN_FILES_PER_PROCESS = 64
+# What a file costs beyond its bytes (opening, decoding, its objects), and
+# what an object already read (stdin, a rendered kustomization) costs, in
+# bytes of YAML: about a manifest's size.
+_BYTES_PER_ITEM = 2048
+
+
+def _work(item: Item) -> float:
+    """What auditing an item costs, in bytes of YAML, for sharing the input
+    between processes: reading, modelling and judging grow with its bytes,
+    and each file and object costs some more."""
+    if isinstance(item, Path):
+        try:
+            return _BYTES_PER_ITEM + item.stat().st_size
+        except OSError:
+            return _BYTES_PER_ITEM
+    return _BYTES_PER_ITEM * len(item.documents)
 
 
 class _JudgedShard(msgspec.Struct):
@@ -172,7 +188,7 @@ def check_manifests(
         )
 
     processes = 1 if keep_subjects else workers_for(len(items), _MIN_FILES_PER_PROCESS)
-    shards = run_sharded(items, processes, model, partial(merge_contexts, site), judge)
+    shards = run_sharded(items, processes, model, partial(merge_contexts, site), judge, _work)
     groups = range(len(shards[0].evaluations))
     evaluation = combine([shard.evaluations[g] for g in groups for shard in shards])
     return AuditResult(

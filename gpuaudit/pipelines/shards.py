@@ -50,16 +50,42 @@ def workers_for(items: int, min_per_worker: int) -> int:
     return max(1, min(cpus, items // min_per_worker))
 
 
+def contiguous_shards(
+    items: Sequence[Any], parts: int, weight: Callable[[Any], float] | None = None
+) -> list[Sequence[Any]]:
+    """``items`` cut into at most ``parts`` contiguous, non-empty shards of
+    about equal total ``weight`` (the work an item costs; else 1 each)."""
+    if weight is None:
+        size = -(-len(items) // parts)
+        return [items[i : i + size] for i in range(0, len(items), size)]
+    weights = [max(0.0, weight(item)) for item in items]
+    total = sum(weights) or 1.0
+    shards: list[Sequence[Any]] = []
+    start, done = 0, 0.0
+    for i, w in enumerate(weights[:-1]):  # the last item always ends the last shard
+        done += w
+        if len(shards) < parts - 1 and done >= total * (len(shards) + 1) / parts:
+            shards.append(items[start : i + 1])
+            start = i + 1
+    shards.append(items[start:])
+    return shards
+
+
 def run_sharded(
-    items: Sequence[Any], processes: int, first: First, combine: Combine, second: Second
+    items: Sequence[Any],
+    processes: int,
+    first: First,
+    combine: Combine,
+    second: Second,
+    weight: Callable[[Any], float] | None = None,
 ) -> list[Any]:
     """``second``'s result for each of ``processes`` contiguous shards of
-    ``items``, in order (see the module's docstring)."""
+    ``items`` (of about equal ``weight``: contiguous_shards), in order (see
+    the module's docstring)."""
     if processes < 2 or len(items) < 2:
         state, part = first(items)
         return [second(state, combine([part]))]
-    size = -(-len(items) // processes)
-    shards = [items[i : i + size] for i in range(0, len(items), size)]
+    shards = contiguous_shards(items, processes, weight)
     workers = [None, *(_Worker.start(shard, first, second) for shard in shards[1:])]
     states: dict[int, Any] = {}  # of the shards whose first phase ran here
 
