@@ -35,19 +35,22 @@ _SEQUENCES = (
     r"|(?:\x1b\[|\x9b)[0-9;:?<=>]*[ -/]*[@-~]"  # CSI
     r"|\x1b[ -/]*[0-~]"  # other escape sequences (charset selection, ESC c, ...)
 )
-_CONTROL = re.compile(f"{_SEQUENCES}|[\\x00-\\x08\\x0b-\\x1f\\x7f-\\x9f{_BIDI}]")
-_ANY = re.compile(f"[\\x00-\\x08\\x0b-\\x1f\\x7f-\\x9f{_BIDI}\ud800-\udfff]")  # what either removes
-_SURROGATE = re.compile("[\ud800-\udfff]")
-_LINE_BREAK = re.compile("[\n\u2028\u2029]")
-_JSON_UNSAFE = re.compile(f"[\\x7f-\\x9f\u2028\u2029{_BIDI}\ud800-\udfff]")
+# Patterns, not compiled ones: most text is printable and never needs them,
+# and compiling these ranges cost a pre-commit run 1%. ``re`` compiles each
+# on first use and keeps it.
+_CONTROL = f"{_SEQUENCES}|[\\x00-\\x08\\x0b-\\x1f\\x7f-\\x9f{_BIDI}]"
+_ANY = f"[\\x00-\\x08\\x0b-\\x1f\\x7f-\\x9f{_BIDI}\ud800-\udfff]"  # what either removes
+_SURROGATE = "[\ud800-\udfff]"
+_LINE_BREAK = "[\n\u2028\u2029]"
+_JSON_UNSAFE = f"[\\x7f-\\x9f\u2028\u2029{_BIDI}\ud800-\udfff]"
 
 
 def clean(text: object) -> str:
     """``text`` without terminal controls or bidi overrides (newlines and tabs kept)."""
     text = str(text)
-    if text.isprintable() or not _ANY.search(text):  # most text: one quick look
+    if text.isprintable() or not re.search(_ANY, text):  # most text: one quick look
         return text
-    return _SURROGATE.sub("\ufffd", _CONTROL.sub("", text))
+    return re.sub(_SURROGATE, "\ufffd", re.sub(_CONTROL, "", text))
 
 
 def one_line(text: object) -> str:
@@ -55,7 +58,7 @@ def one_line(text: object) -> str:
     text = str(text)
     if text.isprintable():
         return text
-    return _LINE_BREAK.sub(" ", clean(text))
+    return re.sub(_LINE_BREAK, " ", clean(text))
 
 
 def clean_tree(value: Any) -> Any:
@@ -74,4 +77,4 @@ def escape_json(text: str) -> str:
     escapes (JSON escapes C0 itself), lone surrogates too (no UTF-8 stream
     takes them raw). Only for JSON: there these characters can stand inside
     strings only, so the escaped text means the same."""
-    return _JSON_UNSAFE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+    return re.sub(_JSON_UNSAFE, lambda m: f"\\u{ord(m.group()):04x}", text)
