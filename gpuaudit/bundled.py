@@ -9,13 +9,23 @@ ones, and importing it costs a pre-commit run more than reading the files.
 
 from __future__ import annotations
 
+import json
 from functools import cache
 from pathlib import Path
 from typing import Any
 
 from gpuaudit.kube.yaml_lines import load_yaml_with_lines
 
+try:  # the builtin hash, without loading OpenSSL (as engine/rule_cache.py)
+    from _blake2 import blake2b
+except ImportError:  # pragma: no cover - a Python built without it
+    from hashlib import blake2b
+
 PACKAGE = Path(__file__).resolve().parent
+# The YAML files of gpuaudit/data, parsed ahead: parsing them took 7% of a
+# pre-commit run. Written by scripts/gen_parsed_data.py; tests/test_docs.py
+# fails when it is stale, and a file whose hash differs is parsed instead.
+PARSED = "parsed.json"
 
 
 def _top_level(name: str) -> Path:
@@ -43,6 +53,29 @@ def data_text(name: str) -> str:
 
 
 def data_yaml(name: str) -> Any:
-    """A YAML file of gpuaudit/data, as plain values: read as rule and config
-    files are (kube/yaml_lines.py), which is faster than PyYAML's constructor."""
-    return load_yaml_with_lines(data_text(name))[0]
+    """A YAML file of gpuaudit/data, as plain values (new ones on each call):
+    from PARSED when it holds this file as it is, else read as rule and
+    config files are (kube/yaml_lines.py)."""
+    raw = (PACKAGE / "data" / name).read_bytes()
+    try:
+        entry = json.loads(data_text(PARSED)).get(name)
+    except (OSError, ValueError):
+        entry = None
+    if isinstance(entry, dict) and entry.get("blake2b") == _digest(raw):
+        return entry.get("value")
+    return load_yaml_with_lines(raw.decode("utf-8"))[0]
+
+
+def parsed_data() -> str:
+    """What PARSED holds: each YAML file of gpuaudit/data with its hash and
+    its values, as JSON (their values are JSON: tests/test_docs.py)."""
+    files = sorted(p for p in (PACKAGE / "data").glob("*.yaml"))
+    parsed = {
+        path.name: {"blake2b": _digest(path.read_bytes()), "value": load_yaml_with_lines(path.read_text("utf-8"))[0]}
+        for path in files
+    }
+    return json.dumps(parsed, indent=1, sort_keys=True) + "\n"
+
+
+def _digest(raw: bytes) -> str:
+    return blake2b(raw, digest_size=32).hexdigest()
