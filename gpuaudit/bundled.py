@@ -23,7 +23,7 @@ except ImportError:  # pragma: no cover - a Python built without it
 
 PACKAGE = Path(__file__).resolve().parent
 # The YAML files of gpuaudit/data, parsed ahead: parsing them took 7% of a
-# pre-commit run. Written by scripts/gen_parsed_data.py; tests/test_docs.py
+# pre-commit run. Written by scripts/gen_parsed_data.py; tests/test_bundled_data.py
 # fails when it is stale, and a file whose hash differs is parsed instead.
 PARSED = "parsed.json"
 
@@ -58,9 +58,10 @@ def data_yaml(name: str) -> Any:
     config files are (kube/yaml_lines.py)."""
     raw = (PACKAGE / "data" / name).read_bytes()
     try:
-        entry = json.loads(data_text(PARSED)).get(name)
+        parsed = json.loads(data_text(PARSED))
     except (OSError, ValueError):
-        entry = None
+        parsed = None
+    entry = parsed.get(name) if isinstance(parsed, dict) else None
     if isinstance(entry, dict) and entry.get("blake2b") == _digest(raw):
         return entry.get("value")
     return load_yaml_with_lines(raw.decode("utf-8"))[0]
@@ -68,7 +69,7 @@ def data_yaml(name: str) -> Any:
 
 def parsed_data() -> str:
     """What PARSED holds: each YAML file of gpuaudit/data with its hash and
-    its values, as JSON (their values are JSON: tests/test_docs.py)."""
+    its values, as JSON (JSON holds them exactly: tests/test_bundled_data.py)."""
     files = sorted(p for p in (PACKAGE / "data").glob("*.yaml"))
     parsed = {
         path.name: {"blake2b": _digest(path.read_bytes()), "value": load_yaml_with_lines(path.read_text("utf-8"))[0]}

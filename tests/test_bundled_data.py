@@ -35,5 +35,6 @@ def test_a_changed_file_is_parsed_not_read_from_the_stale_entry(tmp_path, monkey
     path = tmp_path / "data" / "models.yaml"
     path.write_text(path.read_text(encoding="utf-8") + "\nchanged_after_generation: true\n", encoding="utf-8")
     assert bundled.data_yaml("models.yaml")["changed_after_generation"] is True
-    (tmp_path / "data" / bundled.PARSED).write_text("{not json", encoding="utf-8")
-    assert bundled.data_yaml("gpus.yaml") == load_yaml_with_lines(bundled.data_text("gpus.yaml"))[0]
+    for damaged in ("{not json", "[]"):
+        (tmp_path / "data" / bundled.PARSED).write_text(damaged, encoding="utf-8")
+        assert bundled.data_yaml("gpus.yaml") == load_yaml_with_lines(bundled.data_text("gpus.yaml"))[0]

@@ -43,7 +43,7 @@ class RuleError(ValueError):
         self.rule_id = rule_id  # when the file named one: the rule exists, but cannot load
 
 
-class Rule(msgspec.Struct, frozen=True, dict=True):
+class Rule(msgspec.Struct, frozen=True, dict=True):  # dict: for its cached_property validators
     id: str
     title: str
     category: str
