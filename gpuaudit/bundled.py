@@ -14,12 +14,8 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from gpuaudit.files import content_hash
 from gpuaudit.kube.yaml_lines import load_yaml_with_lines
-
-try:  # the builtin hash, without loading OpenSSL (as engine/rule_cache.py)
-    from _blake2 import blake2b
-except ImportError:  # pragma: no cover - a Python built without it
-    from hashlib import blake2b
 
 PACKAGE = Path(__file__).resolve().parent
 # The YAML files of gpuaudit/data, parsed ahead: parsing them took 7% of a
@@ -62,7 +58,7 @@ def data_yaml(name: str) -> Any:
     except (OSError, ValueError):
         parsed = None
     entry = parsed.get(name) if isinstance(parsed, dict) else None
-    if isinstance(entry, dict) and entry.get("blake2b") == _digest(raw):
+    if isinstance(entry, dict) and entry.get("blake2b") == content_hash(raw):
         return entry.get("value")
     return load_yaml_with_lines(raw.decode("utf-8"))[0]
 
@@ -70,13 +66,8 @@ def data_yaml(name: str) -> Any:
 def parsed_data() -> str:
     """What PARSED holds: each YAML file of gpuaudit/data with its hash and
     its values, as JSON (JSON holds them exactly: tests/test_bundled_data.py)."""
-    files = sorted(p for p in (PACKAGE / "data").glob("*.yaml"))
-    parsed = {
-        path.name: {"blake2b": _digest(path.read_bytes()), "value": load_yaml_with_lines(path.read_text("utf-8"))[0]}
-        for path in files
-    }
+    parsed = {}
+    for path in sorted((PACKAGE / "data").glob("*.yaml")):
+        raw = path.read_bytes()
+        parsed[path.name] = {"blake2b": content_hash(raw), "value": load_yaml_with_lines(raw.decode("utf-8"))[0]}
     return json.dumps(parsed, indent=1, sort_keys=True) + "\n"
-
-
-def _digest(raw: bytes) -> str:
-    return blake2b(raw, digest_size=32).hexdigest()

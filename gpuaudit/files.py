@@ -35,6 +35,14 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
 
+# Content hashes (the rule pack's cache key and entries, parsed bundled data):
+# 256-bit BLAKE2b, the builtin one. It hashes three times as fast as the
+# builtin SHA-256, and hashlib would load OpenSSL (2% of a pre-commit run).
+try:
+    from _blake2 import blake2b
+except ImportError:  # pragma: no cover - a Python built without it
+    from hashlib import blake2b
+
 _GZIP_MAGIC = b"\x1f\x8b"
 _CHUNK = 1 << 20  # bytes inflated per step: bounds what a gzip bomb makes before it is seen
 
@@ -258,3 +266,8 @@ def inside(directory: Path, relative: str) -> Path:
     if target != root and root not in target.parents:
         raise UnsafePathError(f"{relative!r} would be written outside {directory}")
     return target
+
+
+def content_hash(data: bytes) -> str:
+    """``data``'s 256-bit BLAKE2b, as hex."""
+    return blake2b(data, digest_size=32).hexdigest()

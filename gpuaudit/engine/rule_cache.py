@@ -50,17 +50,10 @@ from importlib.util import find_spec
 from pathlib import Path
 from typing import Any
 
-# The key and each entry's checksum: 256-bit BLAKE2b, the builtin one. It
-# hashes three times as fast as the builtin SHA-256 (the key reads some 300
-# KB on every run), and hashlib would load OpenSSL (2% of a pre-commit run).
-try:
-    from _blake2 import blake2b
-except ImportError:  # pragma: no cover - a Python built without it
-    from hashlib import blake2b
-
 from gpuaudit.engine import fact_schema
 from gpuaudit.engine import rules as rules_module
 from gpuaudit.engine.rules import MAX_RULE_BYTES, Rule, RuleError, load_rules
+from gpuaudit.files import blake2b, content_hash  # the key reads some 300 KB on every run
 
 _MAGIC = b"gpuaudit-rules 2\n"
 _DIGEST = 64  # hex characters of a 256-bit hash
@@ -202,7 +195,7 @@ def _compile_rule(rule: Rule) -> dict[str, bytes] | None:
 
 def checksum(payload: bytes) -> bytes:
     """What an entry carries to show its payload is whole (hex, ``_DIGEST`` bytes)."""
-    return blake2b(payload, digest_size=32).hexdigest().encode()
+    return content_hash(payload).encode()
 
 
 def _entry_path(folder: Path, key: str) -> Path:

@@ -55,10 +55,7 @@ def contiguous_shards(
 ) -> list[Sequence[Any]]:
     """``items`` cut into at most ``parts`` contiguous, non-empty shards of
     about equal total ``weight`` (the work an item costs; else 1 each)."""
-    if weight is None:
-        size = -(-len(items) // parts)
-        return [items[i : i + size] for i in range(0, len(items), size)]
-    weights = [max(0.0, weight(item)) for item in items]
+    weights = [max(0.0, weight(item)) if weight else 1.0 for item in items]
     total = sum(weights) or 1.0
     shards: list[Sequence[Any]] = []
     start, done = 0, 0.0
