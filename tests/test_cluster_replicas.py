@@ -9,9 +9,6 @@ and two pods that differ in any value the model reads must never be merged.
 from __future__ import annotations
 
 import copy
-import gzip
-import json
-from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -20,7 +17,6 @@ import pytest
 from gpuaudit.facts import cluster as cluster_facts
 from gpuaudit.model.cluster_builder import build_cluster_state
 from gpuaudit.model.workload_builder import build_workloads
-from gpuaudit.sources.snapshot import read_snapshot
 
 NODE_LABELS = {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB"}
 
@@ -166,37 +162,3 @@ def test_shared_template_facts_equal_the_facts_of_each_pod_modelled_alone():
     assert shared["e"]["placement"]["eligible_gpu_nodes"] == 1
     assert shared["e"]["pending"]["untolerated_taints"] == []
     assert shared["b"]["placement"]["eligible_gpu_nodes"] == 2
-
-
-def test_a_snapshot_shares_its_repeated_strings_and_reads_as_written(tmp_path: Path):
-    snapshot = {
-        "version": 1,
-        "kind": "gpuaudit-snapshot",
-        "collected_at": "2026-01-01T00:00:00Z",
-        "cluster": {"server": None, "context": None},
-        "objects": {
-            key: []
-            for key in (
-                "nodes",
-                "events",
-                "replicasets",
-                "jobs",
-                "configmaps",
-                "clusterpolicies",
-                "resourceclaims",
-                "resourceslices",
-                "kueueworkloads",
-            )
-        }
-        | {"pods": [_pod("a"), _pod("b")]},
-        "absent": [],
-        "errors": [],
-        "telemetry": None,
-    }
-    path = tmp_path / "snapshot.json.gz"
-    path.write_bytes(gzip.compress(json.dumps(snapshot).encode()))
-    read = read_snapshot(path)
-    assert read == snapshot
-    a, b = read["objects"]["pods"]
-    assert a["metadata"]["namespace"] is b["metadata"]["namespace"]
-    assert a["spec"]["containers"][0]["image"] is b["spec"]["containers"][0]["image"]

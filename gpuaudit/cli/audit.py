@@ -20,6 +20,7 @@ from gpuaudit.cli.options import (
 )
 from gpuaudit.cli.progress import Status
 from gpuaudit.cli.source_options import cluster_options, read_cluster, scope_options, telemetry_options
+from gpuaudit.model.cluster_builder import kept_for_audit
 from gpuaudit.pipelines.audit import audit_cluster
 from gpuaudit.pipelines.policy import load_policy
 from gpuaudit.pipelines.record import record_audit
@@ -65,7 +66,8 @@ def audit(
     output_targets([*output_formats, *formats] or ["text"], output_file)  # usage errors before the run
     config = read_config(config_path)
     rules, rule_errors = load_policy(config, policy_dirs, split_names(include), split_names(exclude))
-    snapshot, problem = read_cluster(config, sources)
+    # A snapshot to save keeps every object whole.
+    snapshot, problem = read_cluster(config, sources, each=None if save_snapshot else kept_for_audit)
     if save_snapshot is not None:
         try:
             write_snapshot(snapshot, save_snapshot)

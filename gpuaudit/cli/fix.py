@@ -22,6 +22,7 @@ from gpuaudit.cli.options import (
 from gpuaudit.cli.source_options import load_snapshot, load_telemetry, telemetry_options
 from gpuaudit.files import UnsafePathError
 from gpuaudit.model import InputError
+from gpuaudit.model.cluster_builder import kept_for_audit
 from gpuaudit.pipelines.fix import DiffError, OverlayCheck, plan_fix, rendered_diff, verify_overlay, write_overlay
 from gpuaudit.pipelines.policy import load_policy
 from gpuaudit.remediate import overlay, review
@@ -114,6 +115,7 @@ def fix(
             in_cluster=False,
             request_timeout=30.0,
             deadline=300.0,
+            each=kept_for_audit,
         )
         problem = load_telemetry(snapshot, config, **telemetry)
         if problem:

@@ -12,6 +12,7 @@ from gpuaudit.cli.options import input_errors_code, policy_options, read_config,
 from gpuaudit.cli.progress import Status
 from gpuaudit.cli.source_options import cluster_options, read_cluster, snapshot_files, telemetry_options
 from gpuaudit.files import UnsafePathError, WriteError
+from gpuaudit.model.cluster_builder import kept_for_audit
 from gpuaudit.pipelines.audit import audit_cluster
 from gpuaudit.pipelines.policy import load_policy
 from gpuaudit.pipelines.report import history_database, write_fleet_review, write_review
@@ -81,7 +82,7 @@ def report(
     files = snapshot_files(sources)
     if len(files) > 1:
         return _fleet(files, config, rules, rule_errors, settings, out_dir, history_path, no_record, chosen, sources)
-    snapshot, problem = read_cluster(config, sources)
+    snapshot, problem = read_cluster(config, sources, each=kept_for_audit)
     status = Status()
     status(f"judging {len(snapshot['objects'].get('pods') or []):,} pods")
     result = audit_cluster(snapshot, config, rules, telemetry_problem=problem)
@@ -137,7 +138,7 @@ def _fleet(
     clusters = []
     errors = list(rule_errors)
     for path in files:
-        snapshot, problem = read_cluster(config, sources, snapshot_path=path)
+        snapshot, problem = read_cluster(config, sources, snapshot_path=path, each=kept_for_audit)
         status(f"judging {path.name}")
         result = audit_cluster(snapshot, config, rules, telemetry_problem=problem)
         errors += result.errors

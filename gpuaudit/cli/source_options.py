@@ -244,12 +244,16 @@ def snapshot_files(options: dict[str, Any]) -> list[Path]:
 
 
 def read_cluster(
-    config: Config, options: dict[str, Any], snapshot_path: Path | None = None
+    config: Config,
+    options: dict[str, Any],
+    snapshot_path: Path | None = None,
+    each: Callable[[str, Any], Any] | None = None,
 ) -> tuple[dict[str, Any], str | None]:
     """The snapshot that cluster_options and telemetry_options ask for (narrowed
     by scope_options when given), with its telemetry; and why telemetry could
     not be read, if it could not. ``snapshot_path``: one of several --snapshot
-    files (a fleet); otherwise the one --snapshot, or the live cluster."""
+    files (a fleet); otherwise the one --snapshot, or the live cluster.
+    ``each``: what to keep of each object read (load_snapshot)."""
     if snapshot_path is None:
         files = snapshot_files(options)
         if len(files) > 1:
@@ -261,6 +265,7 @@ def read_cluster(
         label_matcher(pod_selector)  # a usage error before any request
     snapshot = load_snapshot(
         snapshot_path=snapshot_path,
+        each=each,
         **{k: options[k] for k in CLUSTER_PARAMS if k in options},
         **({"pod_selector": pod_selector} if pod_selector else {}),
     )
@@ -291,13 +296,17 @@ def load_snapshot(
     deadline: float,
     page_size: int = 500,
     pod_selector: str | None = None,
+    each: Callable[[str, Any], Any] | None = None,
 ) -> dict[str, Any]:
-    """A snapshot from a file, or collected now from the cluster (read-only)."""
+    """A snapshot from a file, or collected now from the cluster (read-only).
+    ``each(key, obj)``: what to keep of each object of the list ``key``, as
+    it is read (an audit's ``cluster_builder.kept_for_audit``); None keeps
+    them whole, as a snapshot written from them must."""
     if snapshot_path is not None:
         from gpuaudit.sources.snapshot import SnapshotError, read_snapshot
 
         try:
-            return read_snapshot(snapshot_path)
+            return read_snapshot(snapshot_path, each=each)
         except SnapshotError as exc:
             stop(str(exc))
     from gpuaudit.sources.cluster import ClusterSourceError, collect
@@ -311,6 +320,7 @@ def load_snapshot(
             deadline=deadline,
             page_size=page_size,
             progress=_progress if sys.stderr.isatty() else None,
+            each=each,
             **({"pod_selector": pod_selector} if pod_selector else {}),
         )
     except ClusterSourceError as exc:

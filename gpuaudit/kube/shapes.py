@@ -16,6 +16,8 @@ def as_map(value: Any) -> Mapping[Any, Any]:
     """``value`` when it is a mapping, else an empty one."""
     if value.__class__ is dict:  # nearly always: the ABC check below is the slow path
         return value
+    if value is None:  # an absent field, the next most common
+        return {}
     return value if isinstance(value, Mapping) else {}
 
 

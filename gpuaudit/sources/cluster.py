@@ -191,6 +191,9 @@ class _Collector(msgspec.Struct):
     max_attempts: int
     backoff: float
     sleep: Callable[[float], None] = time.sleep
+    # What to keep of each object read, given its key in the snapshot's
+    # objects (load_snapshot); None keeps it whole.
+    each: Callable[[str, Any], Any] | None = None
     errors: list[dict[str, Any]] = msgspec.field(default_factory=list)
     absent: list[str] = msgspec.field(default_factory=list)
     forbidden: list[dict[str, Any]] = msgspec.field(default_factory=list)
@@ -231,7 +234,7 @@ class _Collector(msgspec.Struct):
                 return None
             for item in page["items"]:
                 _drop_managed_fields(item)
-                items.append(item)
+                items.append(item if self.each is None else self.each(api.key, item))
             if self.progress is not None and not metadata_only:
                 self.progress(api.key, len(items))
             token = page["continue"]
@@ -250,7 +253,7 @@ class _Collector(msgspec.Struct):
             self.record(key, path, _Failure(None, "response is not a JSON object"))
             return None
         _drop_managed_fields(obj)
-        return obj
+        return obj if self.each is None else self.each(key, obj)
 
     def record(self, key: str, endpoint: str, failure: _Failure, read: int = 0) -> None:
         message = failure.message
@@ -404,6 +407,7 @@ def collect(
     max_attempts: int = _MAX_ATTEMPTS,
     backoff: float = _BACKOFF,
     pod_selector: str | None = None,
+    each: Callable[[str, Any], Any] | None = None,
 ) -> dict[str, Any]:
     """Collect the objects gpuaudit audits into a version-1 snapshot dict.
 
@@ -414,7 +418,9 @@ def collect(
     is called as ``progress(resource, objects_so_far)`` after every page.
     ``max_attempts`` and ``backoff`` tune the retries of 429/5xx answers.
     ``pod_selector``: a label selector for the pod list (the server filters;
-    nodes and everything else are read whole).
+    nodes and everything else are read whole). ``each(key, obj)``: what to
+    keep of each object as it is read (``key``: its list in the snapshot's
+    objects); None keeps them whole.
 
     Raises :class:`ClusterSourceError` only when no client can be configured.
     """
@@ -439,6 +445,7 @@ def collect(
             progress=progress,
             max_attempts=max(1, max_attempts),
             backoff=backoff,
+            each=each,
         )
         objects = _collect_objects(collector, typed, pod_selector)
     finally:
@@ -700,13 +707,9 @@ def _configure(
 
 
 def _parse_list(body: bytes) -> dict[str, Any]:
-    """``{"items": [...], "continue": str}`` from a List body, or _Failure.
-
-    The items' strings are shared (``loads_json``), as when a snapshot file
-    is read: a cluster repeats its values from pod to pod, and the list of
-    every pod is held to the end of the run."""
+    """``{"items": [...], "continue": str}`` from a List body, or _Failure."""
     try:
-        data = loads_json(body, shared_strings=True)
+        data = loads_json(body)
     except ValueError as exc:
         raise _Failure(None, f"invalid JSON in response ({len(body)} bytes): {exc}") from exc
     if not isinstance(data, dict):
