@@ -8,6 +8,7 @@ import click
 
 from gpuaudit.cli.options import input_errors_code, policy_options, read_config, split_names, stop
 from gpuaudit.engine.policy_files import validate_paths
+from gpuaudit.jsontext import indented
 from gpuaudit.model import CATEGORIES
 from gpuaudit.pipelines.policy import load_policy
 from gpuaudit.pipelines.rules_test import run_site_cases
@@ -31,8 +32,6 @@ def rules_list(config_path: Path | None, policy_dirs: tuple[Path, ...], include:
 
     loaded.sort(key=lambda r: (CATEGORIES.index(r.category), r.id))
     if fmt == "json":
-        import json
-
         rows = [
             {
                 "id": r.id,
@@ -47,7 +46,7 @@ def rules_list(config_path: Path | None, policy_dirs: tuple[Path, ...], include:
             }
             for r in loaded
         ]
-        click.echo(json.dumps(rows, indent=2))
+        click.echo(indented(rows))
     else:
         for r in loaded:
             needs = f"  (needs {', '.join(r.requires)})" if r.requires else ""

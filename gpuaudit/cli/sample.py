@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
-import json
 import sys
 from pathlib import Path
 
@@ -12,6 +11,7 @@ import click
 
 from gpuaudit.cli.options import stop
 from gpuaudit.durations import parse_duration
+from gpuaudit.jsontext import indented
 from gpuaudit.model.telemetry import TelemetryUnavailable
 from gpuaudit.sources import nvml
 from gpuaudit.sources.samples import aggregate_samples, load_pods_json
@@ -67,7 +67,7 @@ def sample(
         pods = load_pods_json(pods_file) if pods_file else None
         if aggregate_files:
             result = aggregate_samples(list(aggregate_files), pods_by_uid=pods)
-            click.echo(json.dumps(result, indent=2, allow_nan=False))
+            click.echo(indented(result, allow_nan=False))
             return 0
         seconds, every = parse_duration(duration), parse_duration(interval)
         if not _has_pynvml():

@@ -24,6 +24,7 @@ import msgspec
 
 from gpuaudit import __version__
 from gpuaudit.files import FileReadError, read_bytes
+from gpuaudit.jsontext import indented
 from gpuaudit.model import Finding
 
 VERSION = 1
@@ -82,7 +83,7 @@ def build(findings: Iterable[Finding], cwd: Path | None = None) -> dict[str, Any
 
 
 def dumps(baseline: Mapping[str, Any]) -> str:
-    return json.dumps(baseline, indent=2, sort_keys=False) + "\n"
+    return indented(baseline) + "\n"
 
 
 def load(path: Path) -> dict[Fingerprint, int]:

@@ -12,9 +12,9 @@ findings never share one (GitLab shows only the first of equal fingerprints).
 from __future__ import annotations
 
 import hashlib
-import json
 from typing import Any
 
+from gpuaudit.jsontext import indented
 from gpuaudit.model import AuditResult, Finding, InputError
 from gpuaudit.safetext import escape_json
 
@@ -69,4 +69,4 @@ def _problem(e: InputError) -> dict[str, Any]:
 def render(result: AuditResult, **_: Any) -> str:
     issues = [*(_issue(f) for f in result.findings), *(_problem(e) for e in result.errors)]
     # Text stays as written; the characters a terminal would act on are \u escapes.
-    return escape_json(json.dumps(issues, indent=2, ensure_ascii=False)) + "\n"
+    return escape_json(indented(issues, ensure_ascii=False)) + "\n"

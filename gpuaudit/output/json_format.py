@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from typing import Any
 
 from gpuaudit import __version__
+from gpuaudit.jsontext import indented
 from gpuaudit.model import CATEGORIES, SEVERITIES, AuditResult
 
 VERSION = 1
@@ -36,4 +36,4 @@ def as_dict(result: AuditResult) -> dict[str, Any]:
 
 
 def render(result: AuditResult, **_: Any) -> str:
-    return json.dumps(as_dict(result), indent=2, sort_keys=False, allow_nan=False) + "\n"
+    return indented(as_dict(result), allow_nan=False) + "\n"

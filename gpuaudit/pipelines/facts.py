@@ -4,7 +4,6 @@ subjects), so a site rule's author sees exactly what the rule will see."""
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
@@ -15,6 +14,7 @@ import yaml
 
 from gpuaudit.facts import Subject
 from gpuaudit.facts.context import Site
+from gpuaudit.jsontext import indented
 from gpuaudit.model import InputError
 from gpuaudit.model.serving_runtimes import effective_workloads
 from gpuaudit.pipelines.check import manifest_subjects, model_items
@@ -97,4 +97,4 @@ def dumps(documents: Sequence[Mapping[str, Any]], fmt: str) -> str:
         # one takes seconds on a large repository's facts.
         dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
         return yaml.dump(list(documents), Dumper=dumper, sort_keys=False, default_flow_style=False)
-    return json.dumps(list(documents), indent=2, allow_nan=False) + "\n"
+    return indented(list(documents), allow_nan=False) + "\n"

@@ -12,7 +12,6 @@ string (gpuaudit/safetext.py); the format's own escaping follows, once.
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from collections.abc import Mapping
@@ -25,6 +24,7 @@ import jinja2
 import markupsafe
 
 from gpuaudit.files import UnsafePathError, check_folder, inside, write_atomic
+from gpuaudit.jsontext import indented
 from gpuaudit.report import charts
 from gpuaudit.safetext import clean_tree
 
@@ -159,7 +159,7 @@ def render_markdown(report: Mapping[str, Any]) -> str:
 
 
 def render_json(report: Mapping[str, Any]) -> str:
-    return json.dumps(clean_tree(report), indent=2, ensure_ascii=False, allow_nan=False) + "\n"
+    return indented(clean_tree(report), ensure_ascii=False, allow_nan=False) + "\n"
 
 
 def report_paths(out: Path) -> dict[str, Path]:
