@@ -14,6 +14,8 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from gpuaudit.files import content_hash
 from gpuaudit.kube.yaml_lines import load_yaml_with_lines
 
@@ -48,18 +50,32 @@ def data_text(name: str) -> str:
     return (PACKAGE / "data" / name).read_text(encoding="utf-8")
 
 
+class _Parsed(msgspec.Struct):
+    """One file's entry in PARSED: its hash, and its values still as JSON."""
+
+    blake2b: str
+    value: msgspec.Raw
+
+
+@cache
+def _parsed(folder: Path) -> dict[str, _Parsed]:
+    """PARSED's entries, read once per run (a check asks for four files);
+    empty when it is absent or damaged, and every file is then parsed."""
+    try:
+        return msgspec.json.decode((folder / PARSED).read_bytes(), type=dict[str, _Parsed])
+    except (OSError, msgspec.DecodeError):
+        return {}
+
+
 def data_yaml(name: str) -> Any:
     """A YAML file of gpuaudit/data, as plain values (new ones on each call):
     from PARSED when it holds this file as it is, else read as rule and
     config files are (kube/yaml_lines.py)."""
-    raw = (PACKAGE / "data" / name).read_bytes()
-    try:
-        parsed = json.loads(data_text(PARSED))
-    except (OSError, ValueError):
-        parsed = None
-    entry = parsed.get(name) if isinstance(parsed, dict) else None
-    if isinstance(entry, dict) and entry.get("blake2b") == content_hash(raw):
-        return entry.get("value")
+    folder = PACKAGE / "data"
+    raw = (folder / name).read_bytes()
+    entry = _parsed(folder).get(name)
+    if entry is not None and entry.blake2b == content_hash(raw):
+        return msgspec.json.decode(entry.value)
     return load_yaml_with_lines(raw.decode("utf-8"))[0]
 
 

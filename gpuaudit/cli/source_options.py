@@ -11,7 +11,7 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -19,6 +19,9 @@ from gpuaudit.cli.options import option_group, stop
 from gpuaudit.durations import parse_duration
 from gpuaudit.files import FileReadError, read_bytes, read_text
 from gpuaudit.sources.user_config import Config
+
+if TYPE_CHECKING:
+    from gpuaudit.sources.snapshot import Transform
 
 # A bearer token (a service-account JWT) is 1-2 KiB; a CA bundle (the whole
 # Mozilla set) about 220 KiB.
@@ -247,7 +250,7 @@ def read_cluster(
     config: Config,
     options: dict[str, Any],
     snapshot_path: Path | None = None,
-    each: Callable[[str, Any], Any] | None = None,
+    each: Transform | None = None,
 ) -> tuple[dict[str, Any], str | None]:
     """The snapshot that cluster_options and telemetry_options ask for (narrowed
     by scope_options when given), with its telemetry; and why telemetry could
@@ -296,7 +299,7 @@ def load_snapshot(
     deadline: float,
     page_size: int = 500,
     pod_selector: str | None = None,
-    each: Callable[[str, Any], Any] | None = None,
+    each: Transform | None = None,
 ) -> dict[str, Any]:
     """A snapshot from a file, or collected now from the cluster (read-only).
     ``each(key, obj)``: what to keep of each object of the list ``key``, as

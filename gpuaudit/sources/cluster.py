@@ -40,7 +40,7 @@ from typing import Any
 import msgspec
 from msgspec.structs import replace
 
-from gpuaudit.sources.snapshot import loads_json
+from gpuaudit.sources.snapshot import Transform, loads_json
 
 __all__ = ["OBJECT_KEYS", "ClusterSourceError", "collect"]
 
@@ -193,7 +193,7 @@ class _Collector(msgspec.Struct):
     sleep: Callable[[float], None] = time.sleep
     # What to keep of each object read, given its key in the snapshot's
     # objects (load_snapshot); None keeps it whole.
-    each: Callable[[str, Any], Any] | None = None
+    each: Transform | None = None
     errors: list[dict[str, Any]] = msgspec.field(default_factory=list)
     absent: list[str] = msgspec.field(default_factory=list)
     forbidden: list[dict[str, Any]] = msgspec.field(default_factory=list)
@@ -407,7 +407,7 @@ def collect(
     max_attempts: int = _MAX_ATTEMPTS,
     backoff: float = _BACKOFF,
     pod_selector: str | None = None,
-    each: Callable[[str, Any], Any] | None = None,
+    each: Transform | None = None,
 ) -> dict[str, Any]:
     """Collect the objects gpuaudit audits into a version-1 snapshot dict.
 
