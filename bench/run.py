@@ -163,9 +163,11 @@ def manifest_case(
     check_args: tuple[str, ...] = (),
     variants: bool = True,
     input_errors: bool = False,
+    preload: Path | None = None,
 ) -> dict[str, Measurement]:
     """``paths``: one directory (``directory``) or files; several directories
-    are given to checkov as one ``-d`` each."""
+    are given to checkov as one ``-d`` each. ``preload``: the modules of a
+    second floor, ``floor-deps``, that imports them first (floor.py --preload)."""
     files = [str(p) for p in paths]
     commands = {
         "floor": Command((PYTHON, str(BENCH / "floor.py"), *files), out / "floor.out"),
@@ -175,6 +177,9 @@ def manifest_case(
     }
     if COMPARE:
         commands["check-compare"] = Command((COMPARE[1], "check", *check_args, *files), out / "check-compare.txt")
+    if preload is not None:
+        argv = (PYTHON, str(BENCH / "floor.py"), "--preload", str(preload), *files)
+        commands["floor-deps"] = Command(argv, out / "floor-deps.out")
     if directory and variants:
         # What CI runs: SARIF to a file.
         # (--format NAME=FILE: the spelling every version of the CLI takes)
@@ -318,7 +323,8 @@ def precommit(args: argparse.Namespace, work: Path, checkov: str | None) -> Resu
     commit = _fresh(work / "precommit")
     gen_manifests.generate(commit, 3, args.seed + 1)
     three = sorted(p for p in commit.rglob("*") if p.is_file())
-    m = manifest_case("pre-commit", three, work / "precommit-out", checkov, args.repeat, False)
+    imports = _check_imports(three, work / "precommit-out" / "check-imports.txt")
+    m = manifest_case("pre-commit", three, work / "precommit-out", checkov, args.repeat, False, preload=imports)
     peer = m.get("checkov")
     note = "interpreter start included; rule-pack cache warm; " + compared(m["check"], m["floor"], peer)
     rows.append(row("pre-commit", "gpuaudit check", "3 files", m["check"], note=note))
@@ -338,11 +344,44 @@ def precommit(args: argparse.Namespace, work: Path, checkov: str | None) -> Resu
         row("pre-commit", "gpuaudit check, cold cache", "3 files", cold, note="a new, empty cache folder each run")
     )
     rows.append(row("pre-commit", "floor: PyYAML CSafeLoader", "3 files", m["floor"]))
+    modules = len(imports.read_text().split())
+    own = (m["check"].wall_s - m["floor-deps"].wall_s) * 1000
+    note = f"the floor after importing the {modules} modules check imports but its own; check {own:+.0f} ms"
+    rows.append(row("pre-commit", "floor + check's dependencies", "3 files", m["floor-deps"], note=note))
     if peer is not None:
         rows.append(row("pre-commit", "peer: checkov -f", "3 files", peer))
     wall = m["check"].wall_s
     targets = [Target(f"check on 3 files in at most {MAX_PRECOMMIT_S} s", f"{wall:.3f} s", wall <= MAX_PRECOMMIT_S)]
     return Results(rows, targets)
+
+
+# Run as `gpuaudit check FILES`; at exit, lists the modules it imported that
+# are not gpuaudit's, in the order they were first imported.
+_LIST_IMPORTS = """
+import atexit, sys
+def _list():
+    names = [n for n, m in sys.modules.items() if m is not None and n != "__main__" and n.split(".")[0] != "gpuaudit"]
+    with open(listing, "w", encoding="utf-8") as out:
+        out.write("\\n".join(names) + "\\n")
+atexit.register(_list)
+listing, sys.argv = sys.argv[1], ["gpuaudit", "check", *sys.argv[2:]]
+from gpuaudit.cli.main import main
+main()
+"""
+
+
+def _check_imports(files: list[Path], listing: Path) -> Path:
+    """The modules ``gpuaudit check FILES`` imports, gpuaudit's own excepted
+    (with the rule pack's cache warm: the second of two runs)."""
+    listing.parent.mkdir(parents=True, exist_ok=True)
+    listing.unlink(missing_ok=True)  # never an earlier run's list
+    for _ in range(2):
+        argv = [PYTHON, "-c", _LIST_IMPORTS, str(listing), *map(str, files)]
+        quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
+        subprocess.run(argv, cwd=ROOT, env=child_env(), check=False, **quiet)
+    if not listing.exists():
+        raise SystemExit(f"could not list the modules gpuaudit check imports ({listing})")
+    return listing
 
 
 _NO_CHECKOV = "not available: run bench/setup-peers.sh"
