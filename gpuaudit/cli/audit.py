@@ -25,7 +25,7 @@ from gpuaudit.pipelines.audit import audit_cluster
 from gpuaudit.pipelines.policy import load_policy
 from gpuaudit.pipelines.record import record_audit
 from gpuaudit.report.history import HistoryError
-from gpuaudit.sources.snapshot import SnapshotError, write_snapshot
+from gpuaudit.sources.snapshot import SnapshotError, keep_objects, write_snapshot
 
 
 @click.command()
@@ -75,8 +75,7 @@ def audit(
             write_snapshot(snapshot, save_snapshot)
         except SnapshotError as exc:
             stop(str(exc))
-        for key, items in snapshot["objects"].items():
-            items[:] = [kept_for_audit(key, obj) for obj in items]
+        keep_objects(snapshot, kept_for_audit)
     status = Status()
     status(f"judging {len(snapshot['objects'].get('pods') or []):,} pods")
     result = audit_cluster(snapshot, config, rules, telemetry_problem=problem)

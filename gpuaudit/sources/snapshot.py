@@ -24,7 +24,7 @@ import msgspec
 from gpuaudit.bundled import data_text
 from gpuaudit.files import FileReadError, file_mode, read_bytes
 
-__all__ = ["SNAPSHOT_VERSION", "SnapshotError", "read_snapshot", "write_snapshot"]
+__all__ = ["SNAPSHOT_VERSION", "SnapshotError", "keep_objects", "read_snapshot", "write_snapshot"]
 
 SNAPSHOT_VERSION = 1
 # The most JSON a snapshot may hold, compressed or not: checked before the file
@@ -106,12 +106,9 @@ def _dump(snapshot: dict[str, Any], stream: BinaryIO) -> None:
     a fifth of a big snapshot.
     """
 
-    def encode(value: Any) -> bytes:
-        return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode("utf-8")
-
     def write_list(value: Any) -> None:
         if not isinstance(value, list):
-            stream.write(encode(value))
+            stream.write(_json_bytes(value))
             return
         batch, size = [b"["], 0
         for index, item in enumerate(value):
@@ -128,15 +125,15 @@ def _dump(snapshot: dict[str, Any], stream: BinaryIO) -> None:
     objects = snapshot.get("objects")
     stream.write(b"{")
     for index, (key, value) in enumerate(snapshot.items()):
-        stream.write((b"," if index else b"") + encode(str(key)) + b":")
+        stream.write((b"," if index else b"") + _json_bytes(str(key)) + b":")
         if key == "objects" and isinstance(objects, dict):
             stream.write(b"{")
             for position, (name, items) in enumerate(objects.items()):
-                stream.write((b"," if position else b"") + encode(str(name)) + b":")
+                stream.write((b"," if position else b"") + _json_bytes(str(name)) + b":")
                 write_list(items)
             stream.write(b"}")
         else:
-            stream.write(encode(value))
+            stream.write(_json_bytes(value))
     stream.write(b"}")
 
 
@@ -148,7 +145,11 @@ def _encode_object(value: Any) -> bytes:
     try:
         return _OBJECT_ENCODER.encode(value)
     except TypeError:  # a key that is not a string or number (True, None): json writes it as text
-        return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode("utf-8")
+        return _json_bytes(value)
+
+
+def _json_bytes(value: Any) -> bytes:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode("utf-8")
 
 
 # What to keep of one object of the list ``objects[key]``: each(key, obj).
@@ -197,8 +198,9 @@ def _decode(raw: bytes, each: Transform | None) -> Any:
 
     The lists' objects are decoded one at a time from their slices of
     ``raw`` (``msgspec.Raw``: no copy), each then given to ``each``. A file
-    of another shape, or that msgspec refuses, is decoded whole: the schema,
-    or json.loads with the error's place, then says what is wrong.
+    of another shape, or that msgspec refuses, is decoded whole (and its
+    objects then passed through ``each``): the schema, or json.loads with the
+    error's place, then says what is wrong.
     """
     if each is None:
         return loads_json(raw)
@@ -208,7 +210,9 @@ def _decode(raw: bytes, each: Transform | None) -> Any:
     except ValueError:
         lists = None
     if lists is None:
-        return loads_json(raw)
+        data = loads_json(raw)
+        keep_objects(data, each)
+        return data
     rest = {key: loads_json(value) for key, value in top.items() if key != "objects"}
     objects: dict[str, list[Any]] = {}
     for key, items in lists.items():
@@ -220,6 +224,17 @@ def _decode(raw: bytes, each: Transform | None) -> Any:
                 return loads_json(raw)
             kept.append(each(key, obj))
     return {key: objects if key == "objects" else rest[key] for key in top}
+
+
+def keep_objects(snapshot: Any, each: Transform) -> None:
+    """Pass every object of ``snapshot``'s lists through ``each``, in place:
+    what read_snapshot and collect do as they read, for a snapshot held whole
+    (one written before it is audited, a file read whole)."""
+    objects = snapshot.get("objects") if isinstance(snapshot, dict) else None
+    if isinstance(objects, dict):
+        for key, items in objects.items():
+            if isinstance(items, list):
+                items[:] = [each(key, obj) for obj in items]
 
 
 def snapshot_limit(path: Path | str = "<snapshot>") -> int:
