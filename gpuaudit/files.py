@@ -22,6 +22,29 @@ is a :class:`FileReadError` whose ``problem`` says what is wrong (and
 error (ConfigError, RuleError, SnapshotError, ...). The limits are the
 callers': each kind of file has its own, far above any real file of that
 kind.
+
+Where a file may lead. A repository is untrusted: a pull request can add a
+rule file that is a symlink to the runner's ``~/.git-credentials``, or set
+``policies: [/etc]`` in its ``.gpuaudit.yaml``. Every file a repository can
+name (rule and cases files, the config, a baseline, Helm values files and
+chart files, kustomize inputs) is therefore read under one rule,
+:func:`confined`: the path, with every symlink along it followed, must stay
+inside one of its *roots*, else :class:`OutsideRootError` says so (naming the
+path, never its content). The roots are:
+
+- **the repository** (:func:`repository_root`): the nearest folder at or
+  above the working directory that holds ``.git`` (a folder, or the file a
+  worktree or submodule has), else the working directory itself. The
+  repository chooses nothing above its checkout, and the working directory
+  is chosen by whoever runs gpuaudit;
+- **a folder named on the command line** outside that repository
+  (:func:`command_line_roots`): the user chose it, so what lies inside it is
+  theirs; a link in it may still not lead out of it.
+
+A path a repository's config names (``policies:``) is checked against the
+config's roots, so an absolute path or a ``..`` that leaves the repository
+is refused; only the command line reaches outside. No error message quotes
+more of a file's content than :func:`excerpt` gives: a short, escaped piece.
 """
 
 from __future__ import annotations
@@ -31,7 +54,7 @@ import errno
 import os
 import stat
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import BinaryIO
 
@@ -59,6 +82,101 @@ class FileReadError(ValueError):
         self.path = str(path)
         self.problem = problem
         self.line = line
+
+
+class OutsideRootError(FileReadError):
+    """A path that leads (through a symlink, ``..`` or as an absolute path)
+    outside the folders it may be read from: never read."""
+
+
+# --- where a file may lead ------------------------------------------------------
+
+
+def repository_root(cwd: Path | None = None) -> Path:
+    """The repository gpuaudit runs in, resolved: the nearest folder at or
+    above the working directory (``cwd``) holding ``.git`` (a folder, or the
+    file of a worktree or submodule), else the working directory itself."""
+    start = Path(os.path.abspath(cwd if cwd is not None else os.getcwd()))
+    for folder in (start, *start.parents):
+        if os.path.lexists(folder / ".git"):
+            return folder.resolve()
+    return start.resolve()
+
+
+def _lexically_inside(path: Path, root: Path) -> bool:
+    return path == root or root in path.parents
+
+
+def command_line_roots(named: Path, *, cwd: Path | None = None) -> tuple[Path, ...]:
+    """Where files found through ``named``, a path the user gave on the
+    command line (a folder of rules, a config, a baseline, a values file),
+    may lead: the repository (:func:`repository_root`) when ``named`` lies in
+    it as written (its links not followed: a link the repository planted
+    does not make its target the user's choice); otherwise the folder the
+    user named (a file's folder), which is theirs."""
+    repo = repository_root(cwd)
+    base = Path(os.path.realpath(cwd if cwd is not None else os.getcwd()))
+    written = Path(os.path.normpath(base / named))
+    if _lexically_inside(written, repo):
+        return (repo,)
+    folder = written if os.path.isdir(written) else written.parent
+    return (folder.resolve(),)
+
+
+def confined(path: Path, roots: Sequence[Path], *, what: str) -> Path:
+    """``path`` resolved (every symlink along it followed, ``..`` folded) when
+    that stays inside one of ``roots`` (each resolved too); otherwise an
+    :class:`OutsideRootError` naming ``path`` as given and saying it leads
+    outside. ``what`` names the kind of file in the message ("rule file",
+    "values file"). Nothing is opened: a path that does not exist is
+    resolved as far as it can be (the reader then says it is missing)."""
+    try:
+        target = Path(os.path.realpath(path))
+        resolved = [Path(os.path.realpath(root)) for root in roots]
+    except (OSError, ValueError) as exc:  # a link loop; a NUL byte
+        raise OutsideRootError(path, f"{what} cannot be resolved ({exc}); not read") from None
+    if any(_lexically_inside(target, root) for root in resolved):
+        return target
+    where = " or ".join(str(root) for root in resolved) or "the folders allowed"
+    raise OutsideRootError(
+        path,
+        f"{what} leads outside {where} (to {target}); not read: a repository may name only "
+        "files inside it; a file elsewhere must be named on the command line",
+    )
+
+
+EXCERPT_CHARS = 60
+
+
+def excerpt(value: object, limit: int = EXCERPT_CHARS) -> str:
+    """A short, escaped piece of a value read from a file, for an error
+    message: its ``repr`` (control characters, bidi overrides and newlines
+    escaped) cut to about ``limit`` characters, with how much was left out.
+    An error must never quote a file whole: the file may not be what it says
+    (a secret behind a link), and the message goes to logs and code scanning."""
+    text = repr(value)
+    if len(text) <= limit:
+        return text
+    return f"{text[: limit - 1]}\u2026 ({len(text):,} characters)"
+
+
+_QUOTED = r"'(?:[^'\\\n]|\\.){%d,}'|\"(?:[^\"\\\n]|\\.){%d,}\""
+
+
+def bounded_quotes(message: str, limit: int = EXCERPT_CHARS, total: int = 400) -> str:
+    """``message`` (a library's error, such as jsonschema's ``'…' is not of
+    type 'object'``) with every quoted literal longer than ``limit`` cut as
+    :func:`excerpt` cuts it, and the whole at most ``total`` characters."""
+    import re  # a message to bound is an error: rare
+
+    def cut(match: re.Match[str]) -> str:
+        text = match.group(0)
+        return f"{text[: limit - 1]}\u2026{text[-1]} ({len(text):,} characters)"
+
+    message = re.sub(_QUOTED % (limit, limit), cut, message[: total * 50])
+    if len(message) > total:
+        message = f"{message[: total - 1]}\u2026"
+    return message
 
 
 def too_big(path: Path | str, size: str, limit: int, what: str = "file", hint: str = "") -> FileReadError:
