@@ -140,8 +140,8 @@ def confined(path: Path, roots: Sequence[Path], *, what: str) -> Path:
     where = " or ".join(str(root) for root in resolved) or "the folders allowed"
     raise OutsideRootError(
         path,
-        f"{what} leads outside {where} (to {target}); not read: a repository may name only "
-        "files inside it; a file elsewhere must be named on the command line",
+        f"{what} leads outside {where} (to {target}); not read (a repository names only its own "
+        "files; one elsewhere can be named on the command line)",
     )
 
 

@@ -4,7 +4,7 @@ their cases (`gpuaudit rules test DIR`) exactly as the built-in ones are."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +12,7 @@ import msgspec
 import yaml
 
 from gpuaudit.engine.rules import Rule, RuleError, load_rule, load_rules
-from gpuaudit.files import FileReadError, read_text
+from gpuaudit.files import FileReadError, command_line_roots, confined, excerpt, read_text
 from gpuaudit.kube.yaml_lines import YamlLimitError, load_yaml_with_lines
 
 CASES_SUFFIXES = (".cases.yaml", ".cases.yml")
@@ -42,13 +42,19 @@ def validate_paths(paths: Iterable[Path]) -> Validation:
 
     for path in paths:
         if path.is_dir():
+            roots = command_line_roots(path)
+            try:
+                confined(path, roots, what="rule folder")
+            except FileReadError as exc:
+                out.errors.append(RuleError(str(path), None, exc.problem))
+                continue
             rules, errors = load_rules([path])
             out.errors.extend(errors)
             for rule in rules:
                 add(rule)
             for case_path in sorted(path.rglob("*.cases.y*ml")):
                 out.cases_files += 1
-                out.errors.extend(check_cases_file(case_path))
+                out.errors.extend(check_cases_file(case_path, roots))
         elif path.name.endswith(CASES_SUFFIXES):
             out.cases_files += 1
             out.errors.extend(check_cases_file(path))
@@ -60,11 +66,14 @@ def validate_paths(paths: Iterable[Path]) -> Validation:
     return out
 
 
-def read_cases(path: Path) -> Any:
+def read_cases(path: Path, roots: Sequence[Path] | None = None) -> Any:
     """The parsed cases file ``path`` (read as rule files are: bounded, regular
-    files only, libyaml with the nesting and alias limits of kube/yaml_lines),
-    or a RuleError naming the file and, where known, the line."""
+    files only, libyaml with the nesting and alias limits of kube/yaml_lines,
+    never through a link that leads outside ``roots``, by default its
+    repository: ``files.command_line_roots``), or a RuleError naming the
+    file and, where known, the line."""
     try:
+        confined(path, command_line_roots(path) if roots is None else roots, what="cases file")
         data, _ = load_yaml_with_lines(read_text(path, limit=MAX_CASES_BYTES, what="cases file"))
     except FileReadError as exc:
         raise RuleError(str(path), exc.line, exc.problem) from None
@@ -77,10 +86,10 @@ def read_cases(path: Path) -> Any:
     return data
 
 
-def check_cases_file(path: Path) -> list[RuleError]:
+def check_cases_file(path: Path, roots: Sequence[Path] | None = None) -> list[RuleError]:
     """The shape of a cases file: a list of {name, expect: pass|fail, manifest|facts}."""
     try:
-        data = read_cases(path)
+        data = read_cases(path, roots)
     except RuleError as exc:
         return [exc]
     if not isinstance(data, list):
@@ -97,7 +106,7 @@ def _case_problem(case: Any) -> str | None:
     if not isinstance(case, dict):
         return "not a mapping"
     if case.get("expect") not in ("pass", "fail"):
-        return f"expect must be pass or fail, not {case.get('expect')!r}"
+        return f"expect must be pass or fail, not {excerpt(case.get('expect'))}"
     if not any(k in case for k in CASE_INPUTS):
         return f"needs one of {', '.join(CASE_INPUTS)}"
     return None

@@ -138,12 +138,12 @@ def cache_key(dirs: Sequence[Path], params: Mapping[str, Mapping[str, Any]], sev
         add(fragment.name, _read(fragment))
     for directory in dirs:
         add("dir", str(directory).encode())
-        if not directory.is_dir():
-            add("missing", b"")
-            continue
-        for path in sorted(directory.rglob("*.y*ml")):  # the files load_rules reads
-            if path.name.endswith((".cases.yaml", ".cases.yml")):
-                continue
+        # The files load_rules reads; one it refuses (a link out of the
+        # repository) is never read here either: its refusal is the key.
+        paths, refused = rules_module.rule_files(directory)
+        for error in refused:
+            add("refused", str(error).encode())
+        for path in paths:
             add(str(path), _read(path))
     return digest.hexdigest()
 

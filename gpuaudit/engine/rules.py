@@ -21,8 +21,9 @@ import msgspec
 import yaml
 from msgspec.structs import replace
 
+from gpuaudit.bundled import policies_dir
 from gpuaudit.engine.fact_schema import assemble, read_fragments
-from gpuaudit.files import FileReadError, read_text
+from gpuaudit.files import FileReadError, bounded_quotes, command_line_roots, confined, excerpt, read_text
 from gpuaudit.kube.yaml_lines import YamlLimitError, load_yaml_with_lines
 from gpuaudit.model.objects import same_fields
 from gpuaudit.schemas import SchemaError, validate
@@ -35,9 +36,12 @@ _SINGLE = ("not", "if", "then", "else")
 
 
 class RuleError(ValueError):
-    """A rule file that cannot be used: where, and what is wrong (naming the key)."""
+    """A rule file that cannot be used: where, and what is wrong (naming the key).
+    The message quotes no more of the file than short excerpts
+    (``files.bounded_quotes``): a rule file may be a token behind a link."""
 
     def __init__(self, file: str, line: int | None, message: str, rule_id: str | None = None) -> None:
+        message = bounded_quotes(message)
         super().__init__(f"{file}:{line}: {message}" if line else f"{file}: {message}")
         self.file, self.line, self.message = file, line, message
         self.rule_id = rule_id  # when the file named one: the rule exists, but cannot load
@@ -231,6 +235,39 @@ def fact_schema() -> Mapping[str, Any]:
 # --- loading ------------------------------------------------------------------
 
 
+def rule_files(directory: Path, roots: Sequence[Path] | None = None) -> tuple[list[Path], list[RuleError]]:
+    """The rule files under ``directory`` (cases files aside), in name order,
+    and the errors of those it may not read: a file (or the folder itself)
+    whose links lead outside ``roots`` (default: ``files.command_line_roots``
+    of the folder: its repository, or the folder the user named) is named and
+    never read. The one list of files ``load_rules`` reads and the rule
+    cache hashes."""
+    if not directory.is_dir():
+        return [], [RuleError(str(directory), None, "not a directory of rules")]
+    if directory == policies_dir():  # the installed rules: gpuaudit's own
+        roots = None
+    elif roots is None:
+        roots = command_line_roots(directory)
+    files: list[Path] = []
+    errors: list[RuleError] = []
+    try:
+        if roots is not None:
+            confined(directory, roots, what="rule folder")
+    except FileReadError as exc:
+        return [], [RuleError(str(directory), None, exc.problem)]
+    for path in sorted(directory.rglob("*.y*ml")):
+        if path.name.endswith((".cases.yaml", ".cases.yml")):
+            continue
+        try:
+            if roots is not None:
+                confined(path, roots, what="rule file")
+        except FileReadError as exc:
+            errors.append(RuleError(str(path), None, exc.problem))
+            continue
+        files.append(path)
+    return files, errors
+
+
 def load_rules(
     dirs: Sequence[Path],
     params: Mapping[str, Mapping[str, Any]] | None = None,
@@ -238,18 +275,16 @@ def load_rules(
 ) -> tuple[list[Rule], list[RuleError]]:
     """Every rule under ``dirs`` (later dirs may not reuse an id), with config
     overrides of params and severities applied. Bad files are returned as
-    errors; the good ones still load."""
+    errors; the good ones still load. No file is read through a link that
+    leads outside its folder's repository (``rule_files``)."""
     rules: dict[str, Rule] = {}
     errors: list[RuleError] = []
     for directory in dirs:
-        if not directory.is_dir():
-            errors.append(RuleError(str(directory), None, "not a directory of rules"))
-            continue
-        for path in sorted(directory.rglob("*.y*ml")):
-            if path.name.endswith((".cases.yaml", ".cases.yml")):
-                continue
+        paths, refused = rule_files(directory)
+        errors += refused
+        for path in paths:
             try:
-                rule = load_rule(path, params or {}, severities or {})
+                rule = _load_rule(path, params or {}, severities or {})
             except RuleError as exc:
                 errors.append(exc)
                 continue
@@ -265,6 +300,21 @@ def load_rule(
     params: Mapping[str, Mapping[str, Any]] | None = None,
     severities: Mapping[str, str] | None = None,
 ) -> Rule:
+    """The rule in the file ``path``, named on its own (``rules validate FILE``,
+    a rule's cases): refused, unread, when a link takes it outside its
+    repository (``files.command_line_roots``)."""
+    try:
+        confined(path, command_line_roots(path), what="rule file")
+    except FileReadError as exc:
+        raise RuleError(str(path), None, exc.problem) from None
+    return _load_rule(path, params or {}, severities or {})
+
+
+def _load_rule(
+    path: Path,
+    params: Mapping[str, Mapping[str, Any]],
+    severities: Mapping[str, str],
+) -> Rule:
     try:
         data, lines = load_yaml_with_lines(read_text(path, limit=MAX_RULE_BYTES, what="rule file"))
     except FileReadError as exc:
@@ -275,7 +325,7 @@ def load_rule(
         mark = getattr(exc, "problem_mark", None)
         line = mark.line + 1 if mark is not None else None
         raise RuleError(str(path), line, f"invalid YAML: {getattr(exc, 'problem', exc)}") from None
-    return rule_from_data(data, lines, str(path), params or {}, severities or {})
+    return rule_from_data(data, lines, str(path), params, severities)
 
 
 def rule_from_data(
@@ -285,12 +335,15 @@ def rule_from_data(
     params_by_rule: Mapping[str, Mapping[str, Any]],
     severities: Mapping[str, str],
 ) -> Rule:
+    if not isinstance(data, dict):
+        # One text value (a token behind a link), a list, nothing: said without quoting it.
+        raise RuleError(source, None, f"{excerpt(data, 24)} is not of type 'object': a rule file holds one mapping")
     try:
         validate(data, "rule.schema.json")
     except SchemaError as exc:
         pointer = "/" + exc.path.replace(".", "/") if exc.path else ""
         line = _nearest_line(lines, pointer)
-        key = f" (at {exc.path})" if exc.path else ""
+        key = f" (at {exc.path if len(exc.path) <= 80 else exc.path[:79] + '…'})" if exc.path else ""
         raise RuleError(source, line, f"{exc}{key}") from None
 
     declared = data.get("params") or {}
@@ -406,7 +459,7 @@ def _param_problem(value: Any, default: Any) -> str | None:
     else:
         ok = isinstance(value, type(default))
         wanted = {str: "text", list: "a list", dict: "a mapping"}.get(type(default), "like its default")
-    return None if ok else f"must be {wanted} (default {default!r}), not {value!r}"
+    return None if ok else f"must be {wanted} (default {excerpt(default)}), not {excerpt(value)}"
 
 
 def _splice_params(schema: Any, params: Mapping[str, Any]) -> Any:

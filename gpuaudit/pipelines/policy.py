@@ -25,7 +25,8 @@ def load_policy(
     are unchanged (engine/rule_cache.py)."""
     dirs = [policies_dir(), *config.policies, *extra_dirs]
     rules, rule_errors = load_rules_cached(dirs, config.params, config.severity)
-    errors = [InputError(e.file, e.line, e.message) for e in rule_errors]
+    errors = [*_refused_folders(config, extra_dirs)]
+    errors += [InputError(e.file, e.line, e.message) for e in rule_errors]
     known = {r.id for r in rules} | {e.rule_id for e in rule_errors if e.rule_id}
     for rule_id in sorted(set(config.params) | set(config.severity)):
         if rule_id not in known:
@@ -42,6 +43,14 @@ def load_policy(
     selected = select(rules, include, exclude)
     errors += selection_problems(rules, selected, include, exclude, where)
     return selected, errors
+
+
+def _refused_folders(config: Config, extra_dirs: Sequence[Path]) -> list[InputError]:
+    """The config's ``policies:`` folders refused for leading outside its
+    repository (sources/user_config.py): each is an error, unless the command
+    line names it too (``--policies``), which loads it."""
+    named = [folder.resolve() for folder in extra_dirs]
+    return [error for folder, error in config.refused_policies if folder.resolve() not in named]
 
 
 def selection_problems(

@@ -2,13 +2,22 @@
 
 Validated against data/config.schema.json; keys the schema does not know are
 warned about (a typo should not silently do nothing), not rejected.
+
+A repository's config is untrusted (a pull request can change it): the file
+is never read through a link that leads outside its repository
+(``files.command_line_roots``: the repository when the config lies in it,
+else the config's own folder), and each ``policies:`` entry must stay inside
+those roots too: an absolute path, a ``..`` out of the repository or a link
+to a folder outside it is refused (``Config.refused_policies``, reported by
+pipelines/policy.py), as only the command line (``--policies``) may name a
+folder outside. No error quotes more than a short excerpt of the file.
 """
 
 from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import date
 from pathlib import Path
 from typing import Any
@@ -16,7 +25,7 @@ from typing import Any
 import msgspec
 import yaml
 
-from gpuaudit.files import FileReadError, read_text
+from gpuaudit.files import FileReadError, bounded_quotes, command_line_roots, confined, excerpt, read_text
 from gpuaudit.kube.yaml_lines import YamlLimitError, load_yaml_with_lines
 from gpuaudit.model import Exemption, InputError
 from gpuaudit.schemas import SchemaError, load_schema, validate
@@ -45,6 +54,11 @@ class Config(msgspec.Struct, frozen=True):
     telemetry: Mapping[str, Any] = msgspec.field(default_factory=dict)
     report: Mapping[str, Any] = msgspec.field(default_factory=dict)
     warnings: tuple[InputError, ...] = ()
+    # `policies:` entries that lead outside the config's repository: each
+    # folder as named (resolved against the config's folder) and the error
+    # that says so. Not in ``policies``: never read unless the command line
+    # names the folder too.
+    refused_policies: tuple[tuple[Path, InputError], ...] = ()
 
 
 def find_config(start: Path) -> Path | None:
@@ -63,7 +77,9 @@ def load_config(explicit: Path | None = None, cwd: Path | None = None) -> Config
     path = explicit or find_config((cwd or Path.cwd()).resolve())
     if path is None:
         return Config()
+    roots = command_line_roots(path, cwd=cwd)
     try:
+        confined(path, roots, what="config file")
         data, lines = load_yaml_with_lines(read_text(path, limit=MAX_CONFIG_BYTES, what="config file"))
     except FileReadError as exc:
         raise ConfigError(str(exc)) from None
@@ -80,7 +96,8 @@ def load_config(explicit: Path | None = None, cwd: Path | None = None) -> Config
         validate(data, "config.schema.json")
     except SchemaError as exc:
         line = lines.get("/" + exc.path.replace(".", "/"), 1)
-        raise ConfigError(f"{path}:{line}: {exc} (at {exc.path or 'top level'})") from None
+        where = exc.path if len(exc.path) <= 80 else exc.path[:79] + "\u2026"
+        raise ConfigError(f"{path}:{line}: {bounded_quotes(str(exc))} (at {where or 'top level'})") from None
     problems = _telemetry_problems(data.get("telemetry") or {})
     if problems:
         key, problem = problems[0]
@@ -89,18 +106,19 @@ def load_config(explicit: Path | None = None, cwd: Path | None = None) -> Config
     known = set(load_schema("config.schema.json")["properties"])
     warnings = tuple(
         InputError(
-            str(path), lines.get(f"/{key}"), f"unknown config key {key!r} is ignored", "warning"
+            str(path), lines.get(f"/{key}"), f"unknown config key {excerpt(key)} is ignored", "warning"
         )
         for key in data
         if key not in known
     )
-    base = path.parent
+    policies, refused = _policy_folders(path, data.get("policies") or (), lines, roots)
     return Config(
         path=path,
         rules=tuple(data.get("rules") or ()),
         exclude_rules=tuple(data.get("exclude_rules") or ()),
         fail_on=data.get("fail_on"),
-        policies=tuple(base / p for p in data.get("policies") or ()),
+        policies=policies,
+        refused_policies=refused,
         params=data.get("params") or {},
         severity=data.get("severity") or {},
         exemptions=tuple(
@@ -122,6 +140,25 @@ def load_config(explicit: Path | None = None, cwd: Path | None = None) -> Config
     )
 
 
+def _policy_folders(
+    path: Path, entries: Sequence[str], lines: Mapping[str, int], roots: Sequence[Path]
+) -> tuple[tuple[Path, ...], tuple[tuple[Path, InputError], ...]]:
+    """The config's ``policies:`` folders (relative to the config's folder)
+    that stay inside ``roots``, and those that do not, each with its error."""
+    kept: list[Path] = []
+    refused: list[tuple[Path, InputError]] = []
+    for i, entry in enumerate(entries):
+        folder = path.parent / entry
+        try:
+            confined(folder, roots, what="rule folder")
+        except FileReadError as exc:
+            message = f"policies entry {excerpt(entry)}: {exc.problem}"
+            refused.append((folder, InputError(str(path), lines.get(f"/policies/{i}"), message)))
+            continue
+        kept.append(folder)
+    return tuple(kept), tuple(refused)
+
+
 def _telemetry_problems(telemetry: Mapping[str, Any]) -> list[tuple[str, str]]:
     """What the schema cannot say about `telemetry:`: its regexes must
     compile and its numbers be finite (YAML's .nan and .inf pass a schema's
@@ -133,7 +170,7 @@ def _telemetry_problems(telemetry: Mapping[str, Any]) -> list[tuple[str, str]]:
             try:
                 re.compile(value)
             except re.error as exc:
-                problems.append((key, f"{value!r} is not a valid regular expression: {exc}"))
+                problems.append((key, f"{excerpt(value)} is not a valid regular expression: {exc}"))
         elif isinstance(value, float) and not math.isfinite(value):
             problems.append((key, f"{value!r} is not a finite number"))
     return problems
@@ -148,4 +185,4 @@ def _expiry(value: str | None, path: Path, line: int | None) -> date | None:
     try:
         return date.fromisoformat(value)
     except ValueError as exc:
-        raise ConfigError(f"{path}:{line or 1}: expires {value!r} is not a date: {exc}") from None
+        raise ConfigError(f"{path}:{line or 1}: expires {excerpt(value)} is not a date: {exc}") from None
