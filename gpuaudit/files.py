@@ -389,3 +389,17 @@ def inside(directory: Path, relative: str) -> Path:
 def content_hash(data: bytes) -> str:
     """``data``'s 256-bit BLAKE2b, as hex."""
     return blake2b(data, digest_size=32).hexdigest()
+
+
+def cache_dir() -> Path | None:
+    """``$XDG_CACHE_HOME/gpuaudit`` (an absolute XDG_CACHE_HOME only, as the
+    XDG spec says), else ``~/.cache/gpuaudit``; None when there is no home.
+    The rule pack (engine/rule_cache.py) and renders (sources/render_cache.py)
+    are kept there."""
+    base = os.environ.get("XDG_CACHE_HOME", "")
+    if not os.path.isabs(base):
+        home = os.path.expanduser("~")
+        if not os.path.isabs(home):
+            return None
+        base = os.path.join(home, ".cache")
+    return Path(base, "gpuaudit")

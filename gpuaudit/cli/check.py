@@ -15,6 +15,7 @@ from gpuaudit.cli.options import (
     emit,
     exit_code,
     input_errors_code,
+    input_options,
     manifest_options,
     option_group,
     output_options,
@@ -27,16 +28,15 @@ from gpuaudit.cli.options import (
 from gpuaudit.files import write_atomic
 from gpuaudit.pipelines.check import check_manifests
 from gpuaudit.pipelines.policy import load_policy
-from gpuaudit.sources.inputs import enclosing_packages
 
-input_options = option_group(
+check_input_options = option_group(
     manifest_options,
     click.option(
         "--changed-files",
         is_flag=True,
-        help="PATHS are changed files (as pre-commit passes them): a file inside a kustomize package "
-        "(a kustomization in its folder or one above, up to the repository root) is audited as the "
-        "rendered package, not as a fragment.",
+        help="PATHS are changed files (as pre-commit passes them): each is audited as part of the units "
+        "it belongs to in its repository (a base: every kustomize root that uses it; a template or values "
+        "file: its chart; a plain manifest: its folder's unit), only those units rendered.",
     ),
     click.option(
         "--baseline",
@@ -56,7 +56,7 @@ input_options = option_group(
 @click.argument("paths", nargs=-1)
 @policy_options
 @output_options
-@input_options
+@check_input_options
 def check(
     paths: tuple[str, ...],
     config_path: Path | None,
@@ -73,6 +73,9 @@ def check(
     helm_values: tuple[Path, ...],
     no_kustomize: bool,
     kustomize_load_restrictor: str,
+    plain_files: str | None,
+    render_errors: str | None,
+    allow_remote_bases: bool,
     changed_files: bool,
     baseline_path: Path | None,
     write_baseline: Path | None,
@@ -84,19 +87,25 @@ def check(
     if helm_values and not helm_charts:
         raise click.UsageError("--values applies to --helm-chart")
     output_targets([*output_formats, *formats] or ["text"], output_file)  # usage errors before the run
-    if changed_files and not no_kustomize:
-        paths = tuple(enclosing_packages(paths))
     config = read_config(config_path)
+    options = input_options(
+        config,
+        helm_charts=helm_charts,
+        helm_values=helm_values,
+        no_kustomize=no_kustomize,
+        kustomize_load_restrictor=kustomize_load_restrictor,
+        plain_files=plain_files,
+        render_errors=render_errors,
+        allow_remote_bases=allow_remote_bases,
+        changed_files=changed_files,
+    )
     rules, rule_errors = load_policy(config, policy_dirs, split_names(include), split_names(exclude))
     result = check_manifests(
         paths,
         config,
         rules,
-        render_kustomize=not no_kustomize,
-        helm_charts=helm_charts,
-        helm_values=helm_values,
+        options=options,
         keep_subjects=False,  # no output needs them: lets a large input use all cores
-        kustomize_load_anywhere=kustomize_load_restrictor == "none",
     )
     result.errors[:0] = [*config.warnings, *rule_errors]
     unwritten = False  # the baseline could not be written: the output still goes out, then exit 2

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import click
 
-from gpuaudit.cli.options import input_errors_code, manifest_options, read_config, stop
+from gpuaudit.cli.options import input_errors_code, input_options, manifest_options, read_config, stop
 from gpuaudit.facts import TARGETS
 from gpuaudit.files import write_atomic
 from gpuaudit.pipelines.facts import dumps, manifest_facts
@@ -53,6 +53,9 @@ def facts(
     helm_values: tuple[Path, ...],
     no_kustomize: bool,
     kustomize_load_restrictor: str,
+    plain_files: str | None,
+    render_errors: str | None,
+    allow_remote_bases: bool,
 ) -> int:
     """The fact documents of manifests (files, directories, '-' for stdin,
     --helm-chart), one per subject: its target, the object, where it was read
@@ -67,10 +70,16 @@ def facts(
         paths,
         config,
         targets=targets,
-        render_kustomize=not no_kustomize,
-        helm_charts=helm_charts,
-        helm_values=helm_values,
-        kustomize_load_anywhere=kustomize_load_restrictor == "none",
+        options=input_options(
+            config,
+            helm_charts=helm_charts,
+            helm_values=helm_values,
+            no_kustomize=no_kustomize,
+            kustomize_load_restrictor=kustomize_load_restrictor,
+            plain_files=plain_files,
+            render_errors=render_errors,
+            allow_remote_bases=allow_remote_bases,
+        ),
     )
     problems = [*config.warnings, *result.errors]
     for e in problems:

@@ -12,9 +12,11 @@ from typing import Any, NoReturn
 import click
 import msgspec
 
-from gpuaudit.files import WriteError, write_atomic
+from gpuaudit import files
+from gpuaudit.files import OutsideRootError, WriteError, confined, write_atomic
 from gpuaudit.model import SEVERITIES, AuditResult
 from gpuaudit.output import FORMATS, formatter
+from gpuaudit.sources.inputs import InputOptions
 from gpuaudit.sources.user_config import Config, ConfigError, load_config
 
 
@@ -158,7 +160,68 @@ manifest_options = option_group(
         help="Read directories with a kustomization as plain files instead of rendering them.",
     ),
     kustomize_restrictor_option,
+    click.option(
+        "--plain-files",
+        type=click.Choice(["folder", "file", "tree"]),
+        default=None,
+        help="Manifests outside kustomizations and charts: one unit per folder, per file, or one unit for "
+        "the tree [default: config repository.plain_files, else folder].",
+    ),
+    click.option(
+        "--render-errors",
+        type=click.Choice(["fail", "warn"]),
+        default=None,
+        help="A kustomization or chart that cannot be rendered: an error, exit 2 (fail), or a warning, its "
+        "plain resource files judged as files (warn) [default: config repository.render_errors, else fail].",
+    ),
+    click.option(
+        "--allow-remote-bases",
+        is_flag=True,
+        help="Let kustomize fetch remote resources (https://, github.com/...). Off by default: a pull "
+        "request could make the run call any host, and a CI without network waits on them.",
+    ),
 )
+
+
+def input_options(
+    config: Config,
+    *,
+    helm_charts: tuple[Path, ...] = (),
+    helm_values: tuple[Path, ...] = (),
+    no_kustomize: bool = False,
+    kustomize_load_restrictor: str = "rootonly",
+    plain_files: str | None = None,
+    render_errors: str | None = None,
+    allow_remote_bases: bool = False,
+    changed_files: bool = False,
+) -> InputOptions:
+    """How to read the input: the command line's manifest options, then the
+    config's ``repository:``. Chart values files the config names must lie
+    inside the repository (the config is the repository's, not the user's)."""
+    repository = config.repository or {}
+    chart_values: dict[Path, tuple[tuple[Path, ...], ...]] = {}
+    if config.path is not None and repository.get("charts"):
+        base = config.path.parent
+        roots = (files.repository_root(base),)
+        for chart, lists in repository["charts"].items():
+            try:
+                folder = confined(base / chart, roots, what="chart folder")
+                chart_values[folder] = tuple(
+                    tuple(confined(base / v, roots, what="values file") for v in values) for values in lists
+                )
+            except OutsideRootError as exc:
+                stop(f"{config.path}: repository.charts: {exc}")
+    return InputOptions(
+        render=not no_kustomize,
+        helm_charts=helm_charts,
+        helm_values=helm_values,
+        load_anywhere=kustomize_load_restrictor == "none",
+        allow_remote=allow_remote_bases,
+        plain_files=plain_files or repository.get("plain_files") or "folder",  # type: ignore[arg-type]
+        render_errors=render_errors or repository.get("render_errors") or "fail",
+        chart_values=chart_values,
+        changed_files=changed_files,
+    )
 
 
 def split_names(value: str) -> tuple[str, ...]:

@@ -197,7 +197,8 @@ def make_finding(
         pointer = facts.get("pointer") if isinstance(facts.get("pointer"), str) else ""
     doc = subject.document
     if doc is not None:
-        location = Location(doc.file, doc.line_of(pointer), doc.base + pointer)
+        file, line = doc.place_of(pointer)
+        location = Location(file, line, doc.base + pointer)
     else:
         location = Location("", None, pointer)
     evidence: dict[str, Any] = {path: lookup(facts, path) for path in rule.evidence}

@@ -53,7 +53,7 @@ from typing import Any
 from gpuaudit.engine import fact_schema
 from gpuaudit.engine import rules as rules_module
 from gpuaudit.engine.rules import MAX_RULE_BYTES, Rule, RuleError, load_rules
-from gpuaudit.files import blake2b, content_hash  # the key reads some 300 KB on every run
+from gpuaudit.files import blake2b, cache_dir, content_hash  # the key reads some 300 KB on every run
 
 _MAGIC = b"gpuaudit-rules 2\n"
 _DIGEST = 64  # hex characters of a 256-bit hash
@@ -61,18 +61,6 @@ _DIGEST = 64  # hex characters of a 256-bit hash
 # config and version in use (a test suite's temporary rule folders make many).
 _KEEP = 32
 _RULE_FIELDS = tuple(f for f in Rule.__struct_fields__ if f != "compiled")
-
-
-def cache_dir() -> Path | None:
-    """``$XDG_CACHE_HOME/gpuaudit`` (an absolute XDG_CACHE_HOME only, as the
-    XDG spec says), else ``~/.cache/gpuaudit``; None when there is no home."""
-    base = os.environ.get("XDG_CACHE_HOME", "")
-    if not os.path.isabs(base):
-        home = os.path.expanduser("~")
-        if not os.path.isabs(home):
-            return None
-        base = os.path.join(home, ".cache")
-    return Path(base, "gpuaudit")
 
 
 def load_rules_cached(

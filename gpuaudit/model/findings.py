@@ -72,6 +72,9 @@ class Finding(msgspec.Struct, frozen=True):
     # The judged Subject (facts, document), kept for `gpuaudit fix` to size its
     # patches from; never part of the output formats.
     subject: Any = None
+    # The deployable units of a manifest check that hold it (sources/units.py):
+    # a base used by several kustomize roots is one finding naming them all.
+    units: tuple[str, ...] = ()
 
     def __eq__(self, other: object) -> Any:
         return same_fields(self, other, but=("subject",))
@@ -87,6 +90,7 @@ class Finding(msgspec.Struct, frozen=True):
             "location": self.location.as_dict(),
             "evidence": dict(self.evidence),
             "remediation": dict(self.remediation) if self.remediation is not None else None,
+            **({"units": list(self.units)} if self.units else {}),
         }
 
 

@@ -30,9 +30,33 @@ class Document(msgspec.Struct, frozen=True):
     line: int
     lines: Mapping[str, int] = msgspec.field(default_factory=dict)
     base: str = ""
+    # Fields a kustomize patch set, relative to this object: pointer ->
+    # (the patch's file, its line, whether the patch sets a value there
+    # rather than only leading to one). See ``place_of``.
+    patched: Mapping[str, tuple[str, int, bool]] = msgspec.field(default_factory=dict)
 
     def __eq__(self, other: object) -> Any:
-        return same_fields(self, other, but=("lines",))
+        return same_fields(self, other, but=("lines", "patched"))
+
+    def place_of(self, pointer: str) -> tuple[str, int]:
+        """(file, line) that set ``pointer``: the patch that sets it or, going
+        up, the nearest field a patch sets or the source file holds; a patch
+        only leading to a field the source holds (a container it merges into)
+        gives way to the source."""
+        if not self.patched:
+            return self.file, self.line_of(pointer)
+        here = pointer
+        while here:
+            by_patch = self.patched.get(here)
+            if by_patch is not None and by_patch[2]:
+                return by_patch[0], by_patch[1]
+            in_source = self.lines.get(self.base + here)
+            if in_source is not None:
+                return self.file, in_source
+            if by_patch is not None:
+                return by_patch[0], by_patch[1]
+            here = here.rpartition("/")[0]
+        return self.file, self.lines.get(self.base, self.line)
 
     def line_of(self, pointer: str) -> int:
         """Line of ``pointer`` (relative to this object), or of its nearest ancestor."""

@@ -1,11 +1,16 @@
-"""The manifest check: files, folders, kustomize packages and Helm charts ->
-documents -> workloads -> facts -> findings, on all cores when it pays."""
+"""The manifest check: files, folders, kustomize roots and Helm charts, cut
+into deployable units (sources/units.py) -> documents -> workloads -> facts
+-> findings, on all cores when it pays.
+
+Each unit is judged in its own context: duplicates and cross-object facts
+(a Service and its Deployment, a device-plugin config and the pods that use
+it) never join objects of two units. A finding the same in several units
+(a base used by several roots, a template in several chart variants) is one
+finding naming them all."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from functools import partial
 from pathlib import Path
 
 import msgspec
@@ -18,12 +23,12 @@ from gpuaudit.facts import device_plugin as config_facts
 from gpuaudit.facts import workload as workload_facts
 from gpuaudit.facts.context import Context, Site, build_context, merge_contexts
 from gpuaudit.kube.podspecs import KindLocator, group_of
-from gpuaudit.model import AuditResult, Document, InputError, Workload
+from gpuaudit.model import AuditResult, Document, Finding, InputError, Workload
 from gpuaudit.model.serving_runtimes import effective_workloads
 from gpuaudit.model.workload_builder import build_workloads
 from gpuaudit.pipelines.policy import locators_for
 from gpuaudit.pipelines.shards import run_sharded, workers_for
-from gpuaudit.sources.inputs import Item, gather_inputs, read_items
+from gpuaudit.sources.inputs import InputOptions, Item, gather_units, read_items
 from gpuaudit.sources.manifests import ReadResult
 from gpuaudit.sources.user_config import Config
 
@@ -76,10 +81,11 @@ _MIN_FILES_PER_PROCESS = 64
 _BYTES_PER_ITEM = 2048
 
 
-def _work(item: Item) -> float:
+def _work(unit_item: tuple[str, Item]) -> float:
     """What auditing an item costs, in bytes of YAML, for sharing the input
     between processes: reading, modelling and judging grow with its bytes,
     and each file and object costs some more."""
+    item = unit_item[1]
     if isinstance(item, Path):
         try:
             return _BYTES_PER_ITEM + item.stat().st_size
@@ -88,8 +94,8 @@ def _work(item: Item) -> float:
     return _BYTES_PER_ITEM * len(item.documents)
 
 
-class _JudgedShard(msgspec.Struct):
-    """What one shard of a manifest audit sends back: small, picklable."""
+class _JudgedUnit(msgspec.Struct):
+    """What one shard of a manifest audit sends back for one unit: small, picklable."""
 
     read_errors: list[InputError]
     field_errors: list[InputError]
@@ -112,15 +118,14 @@ def _identities(documents: Sequence[Document]) -> list[tuple[str, str, str, str,
 
 
 def duplicate_objects(identities: Iterable[tuple[str, str, str, str, str, str, int]]) -> list[InputError]:
-    """A warning for each object defined again in the same folder (what
-    `kubectl apply -f DIR` applies together): a cluster keeps one of them,
-    whichever is applied last, so the audit of the others may not hold. The
-    same name in other folders is the usual one-folder-per-environment
-    layout, not a mistake."""
-    first: dict[tuple[str, str, str, str, str], tuple[str, int]] = {}
+    """A warning for each object defined again in one unit (what one
+    `kubectl apply` sends): a cluster keeps one of them, whichever is applied
+    last, so the audit of the others may not hold. The same name in other
+    units is the usual one-folder-per-environment layout, not a mistake."""
+    first: dict[tuple[str, str, str, str], tuple[str, int]] = {}
     warnings = []
     for group, kind, namespace, name, api_version, file, line in identities:
-        place = (os.path.dirname(file), group, kind, namespace, name)
+        place = (group, kind, namespace, name)
         if place not in first:
             first[place] = (file, line)
             continue
@@ -143,36 +148,41 @@ def check_manifests(
     rules: Sequence[Rule],
     stdin_text: str | None = None,
     *,
-    render_kustomize: bool = True,
-    helm_charts: Sequence[Path] = (),
-    helm_values: Sequence[Path] = (),
+    options: InputOptions | None = None,
     keep_subjects: bool = True,
-    kustomize_load_anywhere: bool = False,
 ) -> AuditResult:
-    """Directories with a kustomization are rendered (``render_kustomize``;
-    reading files outside their folder only with ``kustomize_load_anywhere``);
-    ``helm_charts`` are rendered with ``helm template`` and ``helm_values``.
+    """Audit ``paths`` read as ``options`` say (sources/inputs.py).
 
     Findings keep the Subject they judged (fixes need it) unless
     ``keep_subjects`` is False; then a large input is audited on all cores
     (pipelines/shards.py), since subjects are too big to send between them.
     Either way the findings, errors and their order are the same."""
-    items = gather_inputs(
-        paths,
-        stdin_text,
-        render_kustomize=render_kustomize,
-        helm_charts=helm_charts,
-        helm_values=helm_values,
-        kustomize_load_anywhere=kustomize_load_anywhere,
-    )
+    units = gather_units(paths, stdin_text, options)
+    # Nothing to read still judges once: the rules skipped are reported.
+    items = [(unit.name, item) for unit in units for item in unit.items] or [("", ReadResult())]
+    order = list(dict.fromkeys(name for name, _ in items))
     site = Site.from_config(config.site)
     locators = locators_for(config)
 
-    def model(shard: Sequence[Item]) -> tuple[tuple, Context]:
-        read, workloads, field_errors, context = model_items(shard, site, locators)
-        return (read, workloads, field_errors), context
+    def model(shard: Sequence[tuple[str, Item]]) -> tuple[dict[str, tuple], dict[str, Context]]:
+        states: dict[str, tuple] = {}
+        contexts: dict[str, Context] = {}
+        for name, unit_items in _by_unit(shard).items():
+            read, workloads, field_errors, context = model_items(unit_items, site, locators)
+            states[name], contexts[name] = (read, workloads, field_errors), context
+        return states, contexts
 
-    def judge(modelled: tuple, context: Context) -> _JudgedShard:
+    def combine_contexts(parts: list[dict[str, Context]]) -> dict[str, Context]:
+        per_unit: dict[str, list[Context]] = {}
+        for part in parts:
+            for name, context in part.items():
+                per_unit.setdefault(name, []).append(context)
+        return {name: merge_contexts(site, contexts) for name, contexts in per_unit.items()}
+
+    def judge(states: dict[str, tuple], contexts: dict[str, Context]) -> dict[str, _JudgedUnit]:
+        return {name: judge_unit(state, contexts[name]) for name, state in states.items()}
+
+    def judge_unit(modelled: tuple, context: Context) -> _JudgedUnit:
         read, workloads, field_errors = modelled
         # The runtime may sit in another shard than its InferenceService: the
         # merged context has them all.
@@ -183,25 +193,77 @@ def check_manifests(
             for group in subject_groups(read.documents, workloads, context, read.bare)
         ]
         gpu_workloads = sum(1 for w in workloads if w.requests_gpus)
-        return _JudgedShard(
+        return _JudgedUnit(
             read.errors, field_errors, evaluations, len(read.documents), gpu_workloads, _identities(read.documents)
         )
 
     processes = 1 if keep_subjects else workers_for(len(items), _MIN_FILES_PER_PROCESS)
-    shards = run_sharded(items, processes, model, partial(merge_contexts, site), judge, _work)
-    groups = range(len(shards[0].evaluations))
-    evaluation = combine([shard.evaluations[g] for g in groups for shard in shards])
+    shards = run_sharded(items, processes, model, combine_contexts, judge, _work)
+    judged = [[shard[name] for shard in shards if name in shard] for name in order]
+    groups = range(len(next((j[0].evaluations for j in judged if j), [])))
+    named = len([name for name in order if name]) > 1  # one unit (a file, stdin): nothing to name
+    evaluation = combine(
+        [
+            _in_unit(part.evaluations[g], name if named else None)
+            for g in groups
+            for name, parts in zip(order, judged, strict=True)
+            for part in parts
+        ]
+    )
     return AuditResult(
-        findings=evaluation.findings,
+        findings=_once(evaluation.findings),
         suppressed=evaluation.suppressed,
         skipped=evaluation.skipped,
         errors=[
-            *(e for shard in shards for e in shard.read_errors),
-            *(e for shard in shards for e in shard.field_errors),
-            *duplicate_objects(i for shard in shards for i in shard.identities),
+            *(e for parts in judged for part in parts for e in part.read_errors),
+            *(e for parts in judged for part in parts for e in part.field_errors),
+            *(w for parts in judged for w in duplicate_objects(i for part in parts for i in part.identities)),
             *evaluation.warnings,
         ],
         rules=list(rules),
-        resources=sum(shard.resources for shard in shards),
-        gpu_workloads=sum(shard.gpu_workloads for shard in shards),
+        resources=sum(part.resources for parts in judged for part in parts),
+        gpu_workloads=sum(part.gpu_workloads for parts in judged for part in parts),
     )
+
+
+def _by_unit(shard: Sequence[tuple[str, Item]]) -> dict[str, list[Item]]:
+    out: dict[str, list[Item]] = {}
+    for name, item in shard:
+        out.setdefault(name, []).append(item)
+    return out
+
+
+def _in_unit(evaluation: Evaluation, unit: str | None) -> Evaluation:
+    if not unit:
+        return evaluation
+    return msgspec.structs.replace(
+        evaluation, findings=[msgspec.structs.replace(f, units=(unit,)) for f in evaluation.findings]
+    )
+
+
+def _once(findings: Sequence[Finding]) -> list[Finding]:
+    """Findings the same in several units (a base under several roots, a
+    template in several chart variants: the same rule at the same line,
+    judging the same evidence) as one finding naming every unit; the first
+    keeps its place, names and message."""
+    if not any(f.units for f in findings):
+        return list(findings)
+    first: dict[tuple, int] = {}
+    out: list[Finding] = []
+    for f in findings:
+        key = (
+            f.rule,
+            f.location.file,
+            f.location.line,
+            f.location.pointer,
+            f.resource.kind,
+            f.resource.container,
+            msgspec.json.encode(f.evidence, order="sorted"),
+        )
+        at = first.get(key)
+        if at is None:
+            first[key] = len(out)
+            out.append(f)
+        elif not set(f.units) <= set(out[at].units):
+            out[at] = msgspec.structs.replace(out[at], units=(*out[at].units, *f.units))
+    return out

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Collection, Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -19,7 +18,7 @@ from gpuaudit.model import InputError
 from gpuaudit.model.serving_runtimes import effective_workloads
 from gpuaudit.pipelines.check import manifest_subjects, model_items
 from gpuaudit.pipelines.policy import locators_for
-from gpuaudit.sources.inputs import gather_inputs
+from gpuaudit.sources.inputs import InputOptions, gather_units
 from gpuaudit.sources.user_config import Config
 
 
@@ -34,30 +33,24 @@ def manifest_facts(
     stdin_text: str | None = None,
     *,
     targets: Collection[str] = (),
-    render_kustomize: bool = True,
-    helm_charts: Sequence[Path] = (),
-    helm_values: Sequence[Path] = (),
-    kustomize_load_anywhere: bool = False,
+    options: InputOptions | None = None,
 ) -> FactsResult:
     """The subjects of the input (only those of ``targets`` when given), in
-    the order the check judges them, as plain JSON-shaped documents."""
-    items = gather_inputs(
-        paths,
-        stdin_text,
-        render_kustomize=render_kustomize,
-        helm_charts=helm_charts,
-        helm_values=helm_values,
-        kustomize_load_anywhere=kustomize_load_anywhere,
-    )
+    the order the check judges them, each unit in its own context, as plain
+    JSON-shaped documents."""
     locators = locators_for(config)
-    read, workloads, field_errors, context = model_items(items, Site.from_config(config.site), locators)
-    workloads = effective_workloads(workloads, context.runtimes, locators)  # as the check judges them
-    documents = [
-        subject_document(s)
-        for s in manifest_subjects(read.documents, workloads, context, read.bare)
-        if not targets or s.target in targets
-    ]
-    return FactsResult(documents, [*read.errors, *field_errors])
+    documents: list[dict[str, Any]] = []
+    errors: list[InputError] = []
+    for unit in gather_units(paths, stdin_text, options):
+        read, workloads, field_errors, context = model_items(unit.items, Site.from_config(config.site), locators)
+        workloads = effective_workloads(workloads, context.runtimes, locators)  # as the check judges them
+        documents += [
+            subject_document(s)
+            for s in manifest_subjects(read.documents, workloads, context, read.bare)
+            if not targets or s.target in targets
+        ]
+        errors += [*read.errors, *field_errors]
+    return FactsResult(documents, errors)
 
 
 def subject_document(subject: Subject) -> dict[str, Any]:
@@ -65,9 +58,10 @@ def subject_document(subject: Subject) -> dict[str, Any]:
     facts = subject.facts
     pointer = facts.get("pointer") if isinstance(facts.get("pointer"), str) else ""
     doc = subject.document
+    file, line = doc.place_of(pointer) if doc is not None else (None, None)
     location = {
-        "file": doc.file if doc is not None else None,
-        "line": doc.line_of(pointer) if doc is not None else None,
+        "file": file,
+        "line": line,
         "pointer": (doc.base if doc is not None else "") + pointer,
     }
     return {

@@ -30,6 +30,7 @@ from gpuaudit.remediate.planners.common import RunState
 from gpuaudit.remediate.planners.sharing import sharing_configs
 from gpuaudit.safetext import one_line
 from gpuaudit.sources import kustomize
+from gpuaudit.sources.inputs import InputOptions
 from gpuaudit.sources.manifests import read_paths
 from gpuaudit.sources.user_config import Config
 
@@ -118,7 +119,7 @@ def read_fix_inputs(
         read = read_paths(plain)
         inputs.documents.extend(read.documents)
         inputs.bare.extend(read.bare)
-        result = check_manifests(plain, config, rules, kustomize_load_anywhere=kustomize_load_anywhere)
+        result = check_manifests(plain, config, rules, options=InputOptions(load_anywhere=kustomize_load_anywhere))
         inputs.errors.extend(result.errors)
         sources: dict[str, Source] = {}
         for finding in result.findings:

@@ -1,59 +1,96 @@
-"""Everything `gpuaudit check` reads: files, directories, stdin, kustomize
-directories (rendered) and Helm charts (rendered).
+"""Everything `gpuaudit check` reads, cut into deployable units
+(sources/units.py): files, folders, stdin, kustomize roots and Helm charts
+(rendered, in parallel, from the render cache when nothing changed).
 
-A directory holding a kustomization is rendered as a unit when kubectl or
-kustomize is on PATH; the files it consumed (its own, and bases it reaches
-outside itself) are then not read again as plain manifests — a patch file
-is not an object. Without either tool it says so and reads the files as
-they are. A kustomization that reads a file outside its folder is refused
-unless the user allows it (``kustomize_load_anywhere``; sources/kustomize.py).
+A unit that cannot be rendered is reported once, with the reason, as an
+error (``render_errors="fail"``, the default: an audit that skipped a unit
+is partial, exit 2) or as a warning (``"warn"``), when the unit's own
+resource files that parse are judged as plain files instead.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+import msgspec
+
 from gpuaudit.model import InputError
-from gpuaudit.sources.manifests import ReadResult, iter_manifest_files, read_file, read_paths
+from gpuaudit.sources.manifests import ReadResult, read_file, read_paths
+from gpuaudit.sources.units import PlainFiles, Repository, Unit, discover, display, plain_units, units_for_changed
 
 # One thing to audit: a file still to read, or what was read already.
 Item = Path | ReadResult
 
-# sources/kustomize.py (and the shutil and tempfile modules it needs) is
-# imported by the functions below only when a folder may hold a
-# kustomization or a chart is rendered: pre-commit's plain files never need it.
+# sources/kustomize.py and sources/helm.py (and subprocess, shutil and
+# tempfile) are imported only when a unit is rendered: pre-commit's plain
+# files never need them.
 
 
-def gather_inputs(
-    paths: Sequence[str],
-    stdin_text: str | None = None,
-    *,
-    render_kustomize: bool = True,
-    helm_charts: Sequence[Path] = (),
-    helm_values: Sequence[Path] = (),
-    kustomize_load_anywhere: bool = False,
-) -> list[Item]:
-    """Everything to audit, in order. Files are left to read where they are
+class InputOptions(msgspec.Struct, frozen=True):
+    """How the input is read: the command line's choices, then the config's."""
+
+    render: bool = True  # render kustomize roots and charts (--no-kustomize: read them as files)
+    helm_charts: tuple[Path, ...] = ()  # --helm-chart: rendered with helm_values
+    helm_values: tuple[Path, ...] = ()
+    load_anywhere: bool = False  # kustomize may read files outside a kustomization's folder
+    allow_remote: bool = False  # kustomize may fetch remote bases
+    plain_files: PlainFiles = "folder"
+    render_errors: str = "fail"  # fail | warn
+    chart_values: Mapping[Path, tuple[tuple[Path, ...], ...]] = msgspec.field(default_factory=dict)
+    changed_files: bool = False  # the paths are changed files: audit the units they touch
+
+
+class UnitInput(msgspec.Struct):
+    """One unit's input: what to read, in order."""
+
+    name: str
+    items: list[Item]
+
+
+def gather_units(
+    paths: Sequence[str], stdin_text: str | None = None, options: InputOptions | None = None
+) -> list[UnitInput]:
+    """Every unit to audit, in order: files are left to read where they are
     audited (perhaps another core: pipelines/shards.py); stdin, rendered
-    kustomizations and charts, and problems come read already."""
-    items: list[Item] = []
-    directories: list[str] = []
+    units and problems come read already (a unit named "" holds problems
+    that belong to no unit)."""
+    options = options or InputOptions()
+    units: list[UnitInput] = []
+    problems = ReadResult()
+    loose: list[Path] = []
     for path in paths:
-        if path == "-" or not Path(path).exists():
-            items.append(read_paths([path], stdin_text=stdin_text))  # stdin, or the error
+        if path == "-":
+            units.append(UnitInput("<stdin>", [read_paths([path], stdin_text=stdin_text)]))
+        elif not os.path.lexists(path):
+            problems.errors.append(InputError(path, None, "no such file or directory"))
+        elif options.changed_files and options.render and Path(path).is_file():
+            loose.append(Path(path))
         elif Path(path).is_dir():
-            directories.append(path)
+            repository = discover(
+                Path(path),
+                path,
+                plain_files=options.plain_files,
+                chart_values=options.chart_values,
+                allow_remote=options.allow_remote,
+                render=options.render,
+            )
+            units += _render_all(repository.units, options)
+            problems.errors += _template_warnings(repository, path)
         else:
-            items.append(Path(path))
-    for directory in directories:
-        items += _gather_directory(Path(directory), directory, render_kustomize, kustomize_load_anywhere)
-    if helm_charts:
-        from gpuaudit.sources.kustomize import render_helm_chart
+            units += _plain(Path(path), path, options)
+    if loose:
+        units += _changed(loose, options, problems)
+    if options.helm_charts:
+        from gpuaudit.sources.helm import render_helm_chart
 
-        items += (render_helm_chart(chart, helm_values) for chart in helm_charts)
-    return items
+        for chart in options.helm_charts:
+            name = str(chart)
+            units.append(UnitInput(name, [render_helm_chart(chart, options.helm_values, label=name)]))
+    if problems.errors:
+        units.insert(0, UnitInput("", [problems]))
+    return units
 
 
 def read_items(items: Sequence[Item], result: ReadResult) -> None:
@@ -67,91 +104,137 @@ def read_items(items: Sequence[Item], result: ReadResult) -> None:
             result.files += item.files
 
 
-def _gather_directory(root: Path, shown: str, render: bool, load_anywhere: bool = False) -> list[Item]:
-    roots = _kustomization_dirs(root) if render else []
-    consumed: set[Path] = set()
-    items: list[Item] = []
-    if roots:
-        from gpuaudit.sources import kustomize
+def _plain(file: Path, shown: str, options: InputOptions) -> list[UnitInput]:
+    """A file named on the command line: a files unit of its own folder (or itself)."""
+    [unit] = plain_units([Path(os.path.abspath(file))], shown, Path.cwd(), options.plain_files)
+    return [UnitInput(shown if options.plain_files == "file" else unit.name, [file])]
 
-        command = kustomize.kustomize_command()
-        if command is None:
-            problem = InputError(
-                str(kustomize.kustomization_in(roots[0]) or roots[0]),
-                None,
-                f"{len(roots)} kustomization(s) under {shown} not rendered: neither kubectl "
-                "nor kustomize is on PATH; their files are audited as plain manifests",
-                level="warning",
-            )
-            items.append(ReadResult(errors=[problem]))
+
+def _changed(files: Sequence[Path], options: InputOptions, problems: ReadResult) -> list[UnitInput]:
+    """The units the changed ``files`` touch, found in the repository they lie in."""
+    from gpuaudit.files import repository_root
+
+    top = repository_root()
+    shown = os.path.relpath(top)
+    repository = discover(
+        top,
+        shown,
+        plain_files=options.plain_files,
+        chart_values=options.chart_values,
+        allow_remote=options.allow_remote,
+        render=options.render,
+    )
+    touched, alone = units_for_changed(repository, files)
+    out = _render_all(touched, options)
+    templates = {t.resolve() for t in repository.templates}
+    for file in alone:
+        if file.resolve() in templates or not file.name.endswith((".yaml", ".yml", ".json")):
+            continue  # another tool's template, or not a manifest: no unit reads it
+        if any(file.resolve() == Path(os.path.abspath(f)).resolve() for u in touched for f in u.reads):
+            continue
+        out += _plain(file, os.path.relpath(file), options)
+    return out
+
+
+def _render_all(units: Sequence[Unit], options: InputOptions) -> list[UnitInput]:
+    """Each unit's input; renders run side by side (each is a subprocess)."""
+    to_render = [u for u in units if u.kind != "files" and u.problem is None]
+    rendered: dict[str, ReadResult] = {}
+    if to_render:
+        workers = min(len(to_render), max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1))
+        if workers == 1:
+            rendered = {u.name: _render(u, options) for u in to_render}
         else:
-            for directory in roots:
-                rendered = kustomize.render_kustomization(directory, command, shown, load_anywhere=load_anywhere)
-                items.append(rendered.result)
-                consumed |= rendered.consumed
-                # A directory that failed to build is not read file by file either:
-                # its patches are fragments, not objects.
-                consumed |= {p.resolve() for p in iter_manifest_files(directory)}
-    items += (f for f in iter_manifest_files(root) if not (consumed and f.resolve() in consumed))
-    return items
+            from concurrent.futures import ThreadPoolExecutor
+
+            with ThreadPoolExecutor(max_workers=workers) as pool:
+                results = pool.map(lambda u: _render(u, options), to_render)
+                rendered = {u.name: r for u, r in zip(to_render, results, strict=True)}
+    out: list[UnitInput] = []
+    for unit in units:
+        if unit.kind == "files":  # each file named in the style the user named the tree
+            relative = not os.path.isabs(unit.name)
+            out.append(UnitInput(unit.name, [Path(os.path.relpath(f)) if relative else f for f in unit.files]))
+        elif unit.problem is not None:
+            out.append(_unrendered(unit, unit.problem, options))
+        else:
+            result = rendered[unit.name]
+            failed = [e for e in result.errors if e.level == "error" and e.message.startswith(_NOT_RENDERED)]
+            if failed and not result.documents:
+                out.append(_unrendered(unit, failed[0].message.removeprefix(_NOT_RENDERED), options, result))
+            else:
+                out.append(UnitInput(unit.name, [result]))
+    return out
 
 
-def _kustomization_dirs(root: Path) -> list[Path]:
-    from gpuaudit.sources.kustomize import kustomization_in
-
-    found = []
-    for dirpath, dirnames, _ in os.walk(root):
-        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
-        here = Path(dirpath)
-        if kustomization_in(here) is not None:
-            found.append(here)
-    return found
+_NOT_RENDERED = "not rendered: "
 
 
-def enclosing_packages(paths: Sequence[str]) -> list[str]:
-    """``paths`` as pre-commit passes them (changed files), with each file that
-    lies in a kustomize package replaced by the package's folder: the nearest
-    folder holding a kustomization, the file's own or one above it, up to the
-    repository root (the nearest folder above holding ``.git``; outside a
-    repository, the working directory). A patch is then audited as part of
-    what it renders to, not as a fragment. A package comes once, and a file
-    or package inside another one on the list is left to it. Directories,
-    '-' and paths that do not exist pass unchanged."""
-    out: list[str] = []
-    packages: list[Path] = []  # absolute, for containment
-    for path in paths:
-        package = _package_of(Path(path)) if path != "-" and Path(path).is_file() else None
-        if package is None:
-            out.append(path)
-        elif package not in packages:
-            packages.append(package)
-            out.append(str(package) if Path(path).is_absolute() else os.path.relpath(package))
+def _render(unit: Unit, options: InputOptions) -> ReadResult:
+    """The unit rendered; a render that fails gives a ReadResult whose
+    error starts with _NOT_RENDERED."""
+    if unit.kind == "helm":
+        from gpuaudit.sources.helm import render_helm_chart
 
-    def inside_another(item: str) -> bool:
-        full = Path(os.path.abspath(item))
-        return any(full != p and full.is_relative_to(p) for p in packages)
+        result = render_helm_chart(unit.root, unit.values, label=unit.name)
+        return _marked(result)
+    from gpuaudit.sources import kustomize
 
-    return [item for item in out if item == "-" or not inside_another(item)]
+    command = kustomize.kustomize_command()
+    if command is None:
+        problem = _NOT_RENDERED + "neither kubectl nor kustomize is on PATH"
+        return ReadResult(errors=[InputError(unit.name, None, problem)])
+    rendered = kustomize.render_kustomization(
+        unit.root, command, unit.name, load_anywhere=options.load_anywhere, reads=unit.reads
+    )
+    return _marked(rendered.result)
 
 
-def _package_of(file: Path) -> Path | None:
-    """The absolute folder of the kustomize package ``file`` belongs to, or None."""
-    from gpuaudit.sources.kustomize import kustomization_in
-
-    folder = Path(os.path.abspath(file)).parent
-    top = _repository_root(folder) or Path(os.path.abspath(Path.cwd()))
-    if not folder.is_relative_to(top):
-        top = folder
-    while True:
-        if kustomization_in(folder) is not None:
-            return folder
-        if folder == top or folder.parent == folder:
-            return None
-        folder = folder.parent
+def _marked(result: ReadResult) -> ReadResult:
+    """A render with no object and an error: mark the error as the reason it was not rendered."""
+    if result.documents or not result.errors:
+        return result
+    first = result.errors[0]
+    if first.message.startswith(_NOT_RENDERED):
+        return result
+    errors = [InputError(first.file, first.line, _NOT_RENDERED + first.message, first.level), *result.errors[1:]]
+    return ReadResult(errors=errors, files=result.files)
 
 
-def _repository_root(start: Path) -> Path | None:
-    for folder in (start, *start.parents):
-        if (folder / ".git").exists():
-            return folder
-    return None
+def _unrendered(unit: Unit, reason: str, options: InputOptions, result: ReadResult | None = None) -> UnitInput:
+    """A unit that could not be rendered: an error (fail), or a warning and its
+    plain resource files judged as files (warn)."""
+    reason = reason.removeprefix(_NOT_RENDERED)
+    others = result.errors[1:] if result is not None else []
+    if options.render_errors == "warn":
+        relative = not os.path.isabs(unit.name)
+        manifests = [f for f in unit.resources if f.suffix in (".yaml", ".yml", ".json")]
+        files = [Path(os.path.relpath(f)) if relative else f for f in manifests]
+        also = (
+            f"; its {len(files)} resource file(s) are judged as plain files, without its patches"
+            if files
+            else "; it has no plain resource file to judge"
+        )
+        problem = InputError(unit.name, None, f"{unit.kind} unit not rendered: {reason}{also}", "warning")
+        return UnitInput(unit.name, [ReadResult(errors=[problem, *others]), *files])
+    problem = InputError(
+        unit.name,
+        None,
+        f"{unit.kind} unit not rendered, not audited: {reason} (--render-errors warn judges its plain files instead)",
+    )
+    return UnitInput(unit.name, [ReadResult(errors=[problem, *others])])
+
+
+def _template_warnings(repository: Repository, shown: str) -> list[InputError]:
+    if not repository.templates:
+        return []
+    first = display(repository.templates[0], shown, repository.root)
+    return [
+        InputError(
+            first,
+            None,
+            f"{len(repository.templates)} file(s) under {shown} are templates for another tool "
+            "(Terraform's .tftpl, .tpl/.tmpl/.template/.j2 files): not objects until rendered, skipped",
+            "warning",
+        )
+    ]

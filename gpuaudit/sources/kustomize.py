@@ -16,9 +16,7 @@ of the machine it runs on into an object, and from there into logs and
 reports, so only the user asks for it (``load_anywhere``:
 `--kustomize-load-restrictor none`), never a file in the repository.
 
-Helm: `helm template`; each object points at the template named in the
-`# Source:` comment Helm writes, at the line of a field's key where that key
-occurs once in the template (else its nearest such ancestor, else line 1).
+Helm charts are rendered by sources/helm.py.
 """
 
 from __future__ import annotations
@@ -29,23 +27,22 @@ import shutil
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import msgspec
 import yaml
 
 from gpuaudit.model import Document, InputError
 from gpuaudit.sources.manifests import ReadResult, read_file, read_text
-
-if TYPE_CHECKING:
-    import subprocess
+from gpuaudit.sources.patch_origins import patch_origins
+from gpuaudit.sources.render_cache import cached, render_key
+from gpuaudit.sources.tools import TIMEOUT, first_line, run_tool
 
 KUSTOMIZATION_FILES = ("kustomization.yaml", "kustomization.yml", "Kustomization")
 ORIGIN = "config.kubernetes.io/origin"
+TRANSFORMATIONS = "alpha.config.kubernetes.io/transformations"
 _LOAD_ANYWHERE = ("--load-restrictor", "LoadRestrictionsNone")
 # kustomize's refusal: "security; file '/x/secret' is not in or below '/x/app'".
 _REFUSED = re.compile(r"file '([^']*)' is not in or below '([^']*)'")
-_TIMEOUT = 120
 
 
 class Rendered(msgspec.Struct):
@@ -72,11 +69,18 @@ def kustomize_command() -> list[str] | None:
 
 
 def render_kustomization(
-    directory: Path, command: Sequence[str], shown: str, *, load_anywhere: bool = False
+    directory: Path,
+    command: Sequence[str],
+    shown: str,
+    *,
+    load_anywhere: bool = False,
+    reads: Sequence[Path] = (),
 ) -> Rendered:
     """Build ``directory``; ``shown`` is how the user named it (paths in
     findings keep the same style, relative or absolute). ``load_anywhere``:
-    the user allows files outside the kustomization's folder."""
+    the user allows files outside the kustomization's folder. ``reads``: the
+    files the build reads (sources/units.py), which key its render in the
+    cache (sources/render_cache.py); none: no cache."""
     rendered = Rendered()
     kustomization = kustomization_in(directory) or directory / "kustomization.yaml"
     label = _display(kustomization, shown, directory)
@@ -85,9 +89,12 @@ def render_kustomization(
         (wrapper / "kustomization.yaml").write_text(
             "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n"
             f"resources:\n- {os.path.relpath(directory.resolve(), wrapper)}\n"
-            "buildMetadata: [originAnnotations]\n"
+            "buildMetadata: [originAnnotations, transformerAnnotations]\n"
         )
-        text, problem = _build(command, wrapper, load_anywhere)
+        # The output names files relative to the wrapper: its folder's depth is in the key.
+        flags = ["kustomize", str(directory.resolve()), os.path.dirname(tmp), str(load_anywhere)]
+        key = render_key(command, flags, directory, reads) if reads else None
+        text, problem = _build(command, wrapper, load_anywhere, key)
         wrapper_used = text is not None
         if text is None and not isinstance(problem, OutsideFileError):
             # the wrapper itself may be refused: build the directory plainly
@@ -97,7 +104,7 @@ def render_kustomization(
                 shown_file, shown_root = (_display(Path(p), shown, directory) for p in (problem.file, problem.root))
                 message = str(OutsideFileError(shown_file, shown_root))
             else:
-                message = f"kustomize build failed, not audited: {_first_line(str(problem))}"
+                message = f"not rendered: kustomize build failed: {first_line(str(problem))}"
             rendered.result.errors.append(InputError(label, None, message))
             return rendered
         raw = ReadResult()
@@ -105,12 +112,18 @@ def render_kustomization(
     rendered.result.errors.extend(raw.errors)
     rendered.consumed.add(kustomization.resolve())
     sources: dict[Path, ReadResult] = {}
+    patches: dict[Path, list] = {}
     for doc in raw.documents:
         origin = _origin(doc) if wrapper_used else None
         source = (wrapper / origin).resolve() if origin else None
         if source is not None and source.is_file():
             rendered.consumed.add(source)
             mapped = _map_to_source(doc, source, _display(source, shown, directory), sources)
+            transformed_by = [(wrapper / k).resolve() for k in _transformations(doc)] if wrapper_used else []
+            if transformed_by:
+                name = _source_name(mapped, sources.get(source))
+                traced = patch_origins(doc.obj, name, transformed_by, lambda p: _display(p, shown, directory), patches)
+                mapped = msgspec.structs.replace(mapped, patched=traced)
             rendered.result.documents.append(mapped)
         else:
             rendered.result.documents.append(_without_origin(doc, label, lines={}, line=1))
@@ -128,7 +141,7 @@ class OutsideFileError(KustomizeError):
 
     def __init__(self, file: str, root: str) -> None:
         super().__init__(
-            f"not audited: it reads {file}, outside its folder {root}; kustomize refuses files outside "
+            f"it reads {file}, outside its folder {root}; kustomize refuses files outside "
             "a kustomization's folder unless you allow them (--kustomize-load-restrictor none)"
         )
         self.file = file
@@ -139,18 +152,6 @@ def is_package(path: Path) -> bool:
     return path.is_dir() and kustomization_in(path) is not None
 
 
-def _run(args: Sequence[str]) -> subprocess.CompletedProcess[str]:
-    """Run a renderer and capture its output; TimeoutError after _TIMEOUT s.
-    subprocess is imported here: most `gpuaudit check` runs render nothing,
-    and their start-up should not pay for it."""
-    import subprocess
-
-    try:
-        return subprocess.run(list(args), capture_output=True, text=True, timeout=_TIMEOUT, check=False)
-    except subprocess.TimeoutExpired as exc:
-        raise TimeoutError(str(exc)) from None
-
-
 def build(directory: Path, *, load_restrictor_none: bool = False, command: Sequence[str] | None = None) -> str:
     """The YAML kustomize builds from ``directory``."""
     base = command or kustomize_command()
@@ -158,9 +159,9 @@ def build(directory: Path, *, load_restrictor_none: bool = False, command: Seque
         raise KustomizeError("needs kubectl or kustomize on PATH")
     args = [*base, str(directory), *(_LOAD_ANYWHERE if load_restrictor_none else ())]
     try:
-        proc = _run(args)
+        proc = run_tool(args)
     except TimeoutError:
-        raise KustomizeError(f"kustomize build of {directory} took over {_TIMEOUT}s") from None
+        raise KustomizeError(f"kustomize build of {directory} took over {TIMEOUT}s") from None
     except OSError as exc:
         raise KustomizeError(f"cannot run {args[0]}: {exc}") from None
     if proc.returncode != 0:
@@ -187,9 +188,11 @@ def build_package(
     return build(directory, load_restrictor_none=True, command=command), True
 
 
-def _build(command: Sequence[str], directory: Path, load_anywhere: bool) -> tuple[str | None, KustomizeError | None]:
+def _build(
+    command: Sequence[str], directory: Path, load_anywhere: bool, key: str | None = None
+) -> tuple[str | None, KustomizeError | None]:
     try:
-        return build_package(directory, command, load_anywhere=load_anywhere)[0], None
+        return cached(key, lambda: build_package(directory, command, load_anywhere=load_anywhere)[0]), None
     except KustomizeError as exc:
         return None, exc
 
@@ -207,6 +210,37 @@ def _origin(doc: Document) -> str | None:
     if not isinstance(origin, dict) or origin.get("repo") or not origin.get("path"):
         return None  # remote resources have no local file to point at
     return str(origin["path"])
+
+
+def _transformations(doc: Document) -> list[str]:
+    """The kustomization files whose patches changed ``doc``, in the order
+    they ran (kustomize's transformerAnnotations), each once."""
+    meta = doc.obj.get("metadata")
+    annotations = meta.get("annotations") if isinstance(meta, dict) else None
+    text = annotations.get(TRANSFORMATIONS) if isinstance(annotations, dict) else None
+    if not isinstance(text, str):
+        return []
+    try:
+        entries = yaml.safe_load(text)
+    except yaml.YAMLError:
+        return []
+    out: list[str] = []
+    for entry in entries if isinstance(entries, list) else []:
+        if not isinstance(entry, dict) or not isinstance(entry.get("configuredIn"), str):
+            continue
+        by = entry.get("configuredBy") if isinstance(entry.get("configuredBy"), dict) else {}
+        if str(by.get("kind", "")).startswith("Patch") and entry["configuredIn"] not in out:
+            out.append(entry["configuredIn"])
+    return out
+
+
+def _source_name(mapped: Document, source: ReadResult | None) -> str:
+    """The name the object has in its source file (before a prefix or suffix)."""
+    if source is not None:
+        for d in source.documents:
+            if d.line == mapped.line and d.kind == mapped.kind:
+                return d.name
+    return mapped.name
 
 
 def _map_to_source(doc: Document, source: Path, shown: str, cache: dict[Path, ReadResult]) -> Document:
@@ -227,7 +261,7 @@ def _map_to_source(doc: Document, source: Path, shown: str, cache: dict[Path, Re
 def _without_origin(doc: Document, file: str, lines: dict[str, int] | object, line: int, base: str = "") -> Document:
     obj = dict(doc.obj)
     meta = dict(obj.get("metadata") or {})
-    annotations = {k: v for k, v in (meta.get("annotations") or {}).items() if k != ORIGIN}
+    annotations = {k: v for k, v in (meta.get("annotations") or {}).items() if k not in (ORIGIN, TRANSFORMATIONS)}
     if annotations:
         meta["annotations"] = annotations
     else:
@@ -242,99 +276,3 @@ def _display(path: Path, shown: str, directory: Path) -> str:
     if Path(shown).is_absolute():
         return str(path.resolve())
     return os.path.relpath(path.resolve(), Path.cwd())
-
-
-def _first_line(text: str) -> str:
-    return next((line.strip() for line in text.splitlines() if line.strip()), "")
-
-
-# --- Helm -------------------------------------------------------------------------
-
-
-def render_helm_chart(chart: Path, values: Sequence[Path]) -> ReadResult:
-    result = ReadResult()
-    helm = shutil.which("helm")
-    if helm is None:
-        result.errors.append(InputError(str(chart), None, "--helm-chart needs `helm` on PATH to render the chart"))
-        return result
-    outside = _links_outside(chart)
-    if outside:  # helm reads what a link points at: `.Files.Get` would carry it into the output
-        result.errors.append(
-            InputError(
-                str(outside),
-                None,
-                f"not rendered: this link in chart {chart} leads outside the chart's folder "
-                f"(to {os.path.realpath(outside)}); helm would read that file",
-            )
-        )
-        return result
-    command = [helm, "template", chart.resolve().name or "release", str(chart)]
-    for v in values:
-        command += ["--values", str(v)]
-    try:
-        proc = _run(command)
-    except OSError as exc:  # TimeoutError included
-        result.errors.append(InputError(str(chart), None, f"helm template failed: {exc}"))
-        return result
-    if proc.returncode != 0:
-        problem = _first_line(proc.stderr) or f"exit status {proc.returncode}"
-        result.errors.append(InputError(str(chart), None, f"helm template failed: {problem}"))
-        return result
-    result.files += 1
-    for source, text in _helm_documents(proc.stdout):
-        file = chart / source.split("/", 1)[1] if "/" in source else chart
-        part = ReadResult()
-        read_text(text, str(file), part)
-        result.errors.extend(part.errors)
-        result.bare.extend(part.bare)
-        single = len(part.documents) == 1
-        for d in part.documents:
-            lines = _template_lines(file, d) if single else {}
-            result.documents.append(Document(obj=d.obj, file=d.file, line=1, lines=lines))
-    return result
-
-
-def _links_outside(chart: Path) -> Path | None:
-    """The first symbolic link under ``chart`` that resolves outside it (a
-    chart from a pull request could otherwise pull a runner's file into an
-    object name with `.Files.Get`, as a kustomize configMapGenerator could)."""
-    root = os.path.realpath(chart)
-    for dirpath, dirnames, filenames in os.walk(chart):
-        for name in [*dirnames, *filenames]:
-            path = os.path.join(dirpath, name)
-            if os.path.islink(path):
-                target = os.path.realpath(path)
-                if target != root and not target.startswith(root + os.sep):
-                    return Path(path)
-    return None
-
-
-def _template_lines(template: Path, doc: Document) -> dict[str, int]:
-    """Lines in the template for fields whose key occurs exactly once in it:
-    the rendered object's lines say nothing about the template's. Fields
-    written by helpers or loops fall back to the nearest such ancestor, or 1."""
-    try:
-        text = template.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError):
-        return {}
-    rows = text.splitlines()
-    lines: dict[str, int] = {}
-    for pointer in doc.lines:
-        key = pointer.rsplit("/", 1)[-1].replace("~1", "/").replace("~0", "~")
-        if not key or key.isdigit():
-            continue
-        hits = [i for i, row in enumerate(rows, 1) if f"{key}:" in row]
-        if len(hits) == 1:
-            lines[pointer] = hits[0]
-    return lines
-
-
-def _helm_documents(stream: str) -> list[tuple[str, str]]:
-    """(template path, YAML text) per `# Source:` block of `helm template` output."""
-    blocks: list[tuple[str, list[str]]] = []
-    for line in stream.splitlines():
-        if line.startswith("# Source: "):
-            blocks.append((line[len("# Source: ") :].strip(), []))
-        elif blocks:
-            blocks[-1][1].append(line)
-    return [(source, "\n".join(lines)) for source, lines in blocks]

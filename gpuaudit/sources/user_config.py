@@ -53,6 +53,8 @@ class Config(msgspec.Struct, frozen=True):
     site: Mapping[str, Any] = msgspec.field(default_factory=dict)
     telemetry: Mapping[str, Any] = msgspec.field(default_factory=dict)
     report: Mapping[str, Any] = msgspec.field(default_factory=dict)
+    # How a repository is cut into deployable units (sources/units.py).
+    repository: Mapping[str, Any] = msgspec.field(default_factory=dict)
     warnings: tuple[InputError, ...] = ()
     # `policies:` entries that lead outside the config's repository: each
     # folder as named (resolved against the config's folder) and the error
@@ -136,6 +138,7 @@ def load_config(explicit: Path | None = None, cwd: Path | None = None) -> Config
         site=data.get("site") or {},
         telemetry=data.get("telemetry") or {},
         report=data.get("report") or {},
+        repository=data.get("repository") or {},
         warnings=warnings,
     )
 

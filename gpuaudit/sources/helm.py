@@ -1,0 +1,231 @@
+"""Helm charts, rendered offline by `helm template`, then read like any
+manifest.
+
+Each object points at the template named in the `# Source:` comment Helm
+writes, at the line of a field's key where that key occurs once in the
+template (else its nearest such ancestor, else line 1).
+
+A chart from a pull request is untrusted: a link in its folder that leads
+outside it, or a values file that leads outside the folders it may be read
+from (``files.confined``), is refused before helm runs, since helm would
+read what the link points at into an object (``.Files.Get``, a value
+rendered into a name) and from there into every output.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from gpuaudit import files
+from gpuaudit.files import FileReadError, OutsideRootError, command_line_roots, confined
+from gpuaudit.kube.yaml_lines import YamlLimitError, load_yaml_with_lines
+from gpuaudit.model import Document, InputError
+from gpuaudit.sources.manifests import ReadResult, read_text
+from gpuaudit.sources.render_cache import cached, render_key
+from gpuaudit.sources.tools import first_line, run_tool
+
+_MAX_CHART_YAML = 4 * 1024 * 1024
+
+
+class HelmError(RuntimeError):
+    """helm could not render the chart; the message says why."""
+
+
+def render_helm_chart(chart: Path, values: Sequence[Path], *, label: str | None = None) -> ReadResult:
+    """``helm template`` of ``chart`` with ``values`` (after the chart's own
+    values.yaml); ``label`` names the chart in errors. A values file may
+    lead only where ``files.command_line_roots`` allows: inside the
+    repository it lies in as written, or in the folder the user named."""
+    result = ReadResult()
+    name = label or str(chart)
+    helm = shutil.which("helm")
+    if helm is None:
+        result.errors.append(InputError(name, None, "not rendered: a Helm chart needs `helm` on PATH"))
+        return result
+    outside = _links_outside(chart)
+    if outside:  # helm reads what a link points at: `.Files.Get` would carry it into the output
+        result.errors.append(
+            InputError(
+                str(outside),
+                None,
+                f"not rendered: this link in chart {chart} leads outside the chart's folder "
+                f"(to {os.path.realpath(outside)}); helm would read that file",
+            )
+        )
+        return result
+    for v in values:
+        try:
+            confined(v, command_line_roots(v), what="values file")
+        except OutsideRootError as exc:
+            result.errors.append(InputError(str(v), None, f"not rendered: {exc.problem}"))
+            return result
+    inputs = _chart_files(chart)
+    command = [helm, "template", chart.resolve().name or "release", str(chart)]
+    for v in values:
+        command += ["--values", str(v)]
+    key = render_key([helm], ["helm", *command[2:]], chart, [*inputs, *values])
+    try:
+        text = cached(key, lambda: _template(chart, command, values))
+    except HelmError as exc:
+        result.errors.append(InputError(name, None, f"not rendered: {exc}"))
+        return result
+    result.files += 1
+    for source, block in _helm_documents(text):
+        file = chart / source.split("/", 1)[1] if "/" in source else chart
+        part = ReadResult()
+        read_text(block, str(file), part)
+        result.errors.extend(part.errors)
+        result.bare.extend(part.bare)
+        single = len(part.documents) == 1
+        for d in part.documents:
+            lines = _template_lines(file, d) if single else {}
+            result.documents.append(Document(obj=d.obj, file=d.file, line=1, lines=lines))
+    return result
+
+
+def _template(chart: Path, command: Sequence[str], values: Sequence[Path]) -> str:
+    """`helm template`'s output. A dependency that Chart.yaml names and
+    ``charts/`` does not hold stops helm even when its condition switches it
+    off; such a chart is rendered from a copy without those dependencies.
+    One that is switched on cannot be rendered offline: HelmError says so."""
+    missing = _missing_dependencies(chart)
+    if missing:
+        enabled = [d["name"] for d in missing if _enabled(d, chart, values)]
+        if enabled:
+            raise HelmError(
+                f"its dependencies ({', '.join(enabled[:5])}{', ...' if len(enabled) > 5 else ''}) are not in "
+                "charts/: `helm dependency build` fetches them from their repositories, which a check does not do"
+            )
+        import tempfile  # only for such a chart
+
+        with tempfile.TemporaryDirectory(prefix="gpuaudit-chart-") as tmp:
+            copy = Path(tmp) / chart.resolve().name
+            shutil.copytree(chart, copy, symlinks=True)
+            (copy / "Chart.lock").unlink(missing_ok=True)
+            data = _chart_yaml(copy)
+            data["dependencies"] = [d for d in data.get("dependencies") or () if d not in missing]
+            (copy / "Chart.yaml").write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+            text = _run_helm([*command[:3], str(copy), *command[4:]])
+        return text.replace(f"# Source: {copy.name}/", f"# Source: {chart.resolve().name}/")
+    return _run_helm(command)
+
+
+def _run_helm(command: Sequence[str]) -> str:
+    try:
+        proc = run_tool(command)
+    except OSError as exc:  # TimeoutError included
+        raise HelmError(f"helm template failed: {exc}") from None
+    if proc.returncode != 0:
+        raise HelmError(f"helm template failed: {first_line(proc.stderr) or f'exit status {proc.returncode}'}")
+    return proc.stdout
+
+
+def _chart_yaml(chart: Path) -> dict[str, Any]:
+    try:
+        data, _ = load_yaml_with_lines(files.read_text(chart / "Chart.yaml", limit=_MAX_CHART_YAML, what="Chart.yaml"))
+    except (FileReadError, YamlLimitError, yaml.YAMLError, RecursionError) as exc:
+        raise HelmError(f"its Chart.yaml cannot be read: {str(exc).splitlines()[0][:200]}") from None
+    return data if isinstance(data, dict) else {}
+
+
+def _missing_dependencies(chart: Path) -> list[dict[str, Any]]:
+    """The dependencies Chart.yaml names that ``charts/`` does not hold."""
+    missing = []
+    for dependency in _chart_yaml(chart).get("dependencies") or ():
+        name = dependency.get("name") if isinstance(dependency, dict) else None
+        if not isinstance(name, str):
+            continue
+        escaped = "".join(f"[{c}]" if c in "*?[" else c for c in name)
+        if not ((chart / "charts" / name).is_dir() or any((chart / "charts").glob(f"{escaped}-*.tgz"))):
+            missing.append(dependency)
+    return missing
+
+
+def _enabled(dependency: Mapping[str, Any], chart: Path, values: Sequence[Path]) -> bool:
+    """Whether a dependency's ``condition`` (dotted paths, the first one set
+    decides, as Helm reads it) is on in the chart's values and ``values``;
+    no condition, or one that no values file sets: on."""
+    condition = dependency.get("condition")
+    if not isinstance(condition, str) or not condition.strip():
+        return True
+    merged: dict[str, Any] = {}
+    for file in [chart / "values.yaml", *values]:
+        try:
+            data, _ = load_yaml_with_lines(files.read_text(file, limit=_MAX_CHART_YAML, what="values file"))
+        except (FileReadError, YamlLimitError, yaml.YAMLError, RecursionError):
+            continue
+        if isinstance(data, dict):
+            _merge(merged, data)
+    for path in condition.split(","):
+        value: Any = merged
+        for step in path.strip().split("."):
+            value = value.get(step) if isinstance(value, dict) else None
+        if isinstance(value, bool):
+            return value
+    return True
+
+
+def _merge(into: dict[str, Any], data: Mapping[str, Any]) -> None:
+    for key, value in data.items():
+        if isinstance(value, Mapping) and isinstance(into.get(key), dict):
+            _merge(into[key], value)
+        else:
+            into[key] = dict(value) if isinstance(value, Mapping) else value
+
+
+def _chart_files(chart: Path) -> list[Path]:
+    """Every file helm may read from the chart (links were refused before)."""
+    out = []
+    for dirpath, _, filenames in os.walk(chart):
+        out += [Path(dirpath, f) for f in filenames]
+    return out
+
+
+def _links_outside(chart: Path) -> Path | None:
+    """The first symbolic link under ``chart`` that resolves outside it (a
+    chart from a pull request could otherwise pull a runner's file into an
+    object name with `.Files.Get`, as a kustomize configMapGenerator could)."""
+    root = os.path.realpath(chart)
+    for dirpath, dirnames, filenames in os.walk(chart):
+        for name in [*dirnames, *filenames]:
+            path = os.path.join(dirpath, name)
+            if os.path.islink(path):
+                target = os.path.realpath(path)
+                if target != root and not target.startswith(root + os.sep):
+                    return Path(path)
+    return None
+def _template_lines(template: Path, doc: Document) -> dict[str, int]:
+    """Lines in the template for fields whose key occurs exactly once in it:
+    the rendered object's lines say nothing about the template's. Fields
+    written by helpers or loops fall back to the nearest such ancestor, or 1."""
+    try:
+        text = template.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return {}
+    rows = text.splitlines()
+    lines: dict[str, int] = {}
+    for pointer in doc.lines:
+        key = pointer.rsplit("/", 1)[-1].replace("~1", "/").replace("~0", "~")
+        if not key or key.isdigit():
+            continue
+        hits = [i for i, row in enumerate(rows, 1) if f"{key}:" in row]
+        if len(hits) == 1:
+            lines[pointer] = hits[0]
+    return lines
+
+
+def _helm_documents(stream: str) -> list[tuple[str, str]]:
+    """(template path, YAML text) per `# Source:` block of `helm template` output."""
+    blocks: list[tuple[str, list[str]]] = []
+    for line in stream.splitlines():
+        if line.startswith("# Source: "):
+            blocks.append((line[len("# Source: ") :].strip(), []))
+        elif blocks:
+            blocks[-1][1].append(line)
+    return [(source, "\n".join(lines)) for source, lines in blocks]

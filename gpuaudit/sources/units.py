@@ -1,0 +1,392 @@
+"""A repository as it is deployed: a set of units, each what one `kubectl
+apply` or `helm install` would send.
+
+- a Helm chart (a folder with ``Chart.yaml``): one unit with its
+  ``values.yaml``, one more per ``ci/*-values.yaml`` (chart-testing's
+  convention) and per values list the config names; its ``charts/``
+  subcharts belong to it;
+- a kustomize root: a kustomization that no other kustomization in the tree
+  uses as a resource, base or component. Bases are judged through the roots
+  that use them; a component (``kind: Component``) is never built alone;
+- the remaining manifests, one unit per folder (``plain_files: folder``),
+  per file, or one unit for the whole tree.
+
+What a unit reads is found here without running kustomize: kustomization
+files are small YAML, and the map from a file to the units that use it is
+what a pre-commit run on changed files needs before it renders anything
+(``units_for_changed``). A unit that cannot be rendered offline (a remote
+base, a file the repository does not hold) says why in ``problem``, found
+here too, so nothing waits on the network. Duplicate and cross-object checks
+happen inside a unit, never across units (pipelines/check.py).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import re
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+import msgspec
+import yaml
+
+from gpuaudit.files import FileReadError, read_text
+from gpuaudit.kube.yaml_lines import YamlLimitError, load_yaml_with_lines
+
+KUSTOMIZATION_FILES = ("kustomization.yaml", "kustomization.yml", "Kustomization")
+MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
+SKIP_DIRS = frozenset({".git", ".hg", ".svn", "node_modules", "__pycache__", ".terraform", ".tox", ".venv"})
+PlainFiles = Literal["folder", "file", "tree"]
+UnitKind = Literal["kustomize", "helm", "files"]
+_MAX_KUSTOMIZATION_BYTES = 1024 * 1024
+
+# A remote kustomize resource: a URL, an scp-like git address, or a path that
+# starts with a host name (github.com/org/repo//dir?ref=v1).
+_REMOTE = re.compile(r"^(?:[a-z][a-z0-9+.-]*://|git@|[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)+/)")
+
+# Files written for another templating tool, not Kubernetes objects yet:
+# Terraform's templatefile(), and the names people give envsubst/gomplate
+# /Jinja inputs.
+_TEMPLATE_NAMES = ("*.tftpl", "*.tftpl.*", "*.tpl.y*ml", "*.tmpl.y*ml", "*.template.y*ml", "*.j2.y*ml", "*.gotmpl.y*ml")
+
+
+class Unit(msgspec.Struct, frozen=True):
+    """One deployable unit. ``root`` is the kustomization's folder, the
+    chart's folder, or the folder of a files unit (the tree's root for
+    ``plain_files: tree``); paths are absolute."""
+
+    name: str  # how every output names it: its root as the user would write it, a chart variant after it
+    kind: UnitKind
+    root: Path
+    files: tuple[Path, ...] = ()  # a files unit's manifests
+    values: tuple[Path, ...] = ()  # a chart variant's values files, after the chart's own values.yaml
+    problem: str | None = None  # why it cannot be rendered here; None when it can
+    # What it reads (kustomize: every kustomization it reaches and each file
+    # they name; helm: its folder): for the render cache and changed files.
+    reads: tuple[Path, ...] = ()
+    resources: tuple[Path, ...] = ()  # kustomize: its local resource files (judged as files when unrendered)
+
+
+class Kustomization(msgspec.Struct):
+    folder: Path
+    file: Path
+    component: bool
+    folders: list[Path]  # kustomizations it uses (resources, bases, components)
+    files: list[Path]  # files it names (resources, patches, generators, ...)
+    resources: list[Path]  # of those, the resource files (objects, not fragments)
+    remote: list[str]  # remote resources it names
+    problem: str | None = None  # unreadable, or it names something missing
+
+
+class Repository(msgspec.Struct):
+    """What a tree holds, and which unit reads which file."""
+
+    root: Path
+    units: list[Unit]
+    templates: list[Path]  # other tools' templates, skipped
+    problems: list[tuple[Path, str]]  # (file, why) found while looking
+
+
+def discover(
+    root: Path,
+    shown: str,
+    *,
+    plain_files: PlainFiles = "folder",
+    chart_values: Mapping[Path, Sequence[Sequence[Path]]] | None = None,
+    allow_remote: bool = False,
+    render: bool = True,
+) -> Repository:
+    """The units under ``root`` (a folder the user named as ``shown``).
+    ``render`` False (--no-kustomize): kustomizations and charts are not
+    units; their files are read as plain manifests, as before rendering
+    existed."""
+    root = Path(os.path.abspath(root))
+    kustomizations: dict[Path, Kustomization] = {}
+    charts: list[Path] = []
+    plain: list[Path] = []
+    templates: list[Path] = []
+    for folder, names in _walk(root):
+        if render and "Chart.yaml" in names:
+            if not any(folder.is_relative_to(c) for c in charts):  # a subchart belongs to its parent
+                charts.append(folder)
+            continue
+        if any(folder.is_relative_to(c) for c in charts):
+            continue
+        kustomization = next((folder / n for n in KUSTOMIZATION_FILES if n in names), None)
+        if render and kustomization is not None:
+            kustomizations[folder] = read_kustomization(kustomization, allow_remote=allow_remote)
+        for name in names:
+            if name.endswith(MANIFEST_SUFFIXES) and name not in KUSTOMIZATION_FILES:
+                path = folder / name
+                (templates if is_template_name(name) else plain).append(path)
+    used = {f for k in kustomizations.values() for f in k.folders}
+    consumed = {k.file for k in kustomizations.values()}
+    consumed |= {f for k in kustomizations.values() for f in k.files}
+    # A kustomization's own folder holds its fragments: never plain objects.
+    consumed |= {p for p in plain if p.parent in kustomizations}
+    units: list[Unit] = []
+    problems: list[tuple[Path, str]] = []
+    for chart in charts:
+        units += chart_units(chart, shown, root, (chart_values or {}).get(chart, ()))
+    done: set[Path] = set()
+    for folder in sorted(kustomizations):
+        k = kustomizations[folder]
+        if folder in used or k.component:
+            continue
+        unit = _kustomize_unit(k, kustomizations, shown, root)
+        done.add(folder)
+        if unit.problem is None:
+            units.append(unit)
+            continue
+        parts = _renderable_parts(k, kustomizations, shown, root, done)
+        if parts:
+            names = ", ".join(p.name for p in parts[:3]) + (f" and {len(parts) - 3} more" if len(parts) > 3 else "")
+            unit = msgspec.structs.replace(
+                unit, problem=f"{unit.problem}; what it uses that renders is judged on its own: {names}"
+            )
+        units += [unit, *parts]
+    rest = [p for p in plain if p not in consumed]
+    units += plain_units(rest, shown, root, plain_files)
+    return Repository(root, units, templates, problems)
+
+
+def chart_units(chart: Path, shown: str, top: Path, extra: Sequence[Sequence[Path]] = ()) -> list[Unit]:
+    """The variants of a chart: its defaults, each ci/*-values.yaml, each
+    list of values files the config names."""
+    name = display(chart, shown, top)
+    reads = (chart,)
+    problem = None  # found when it renders (sources/helm.py): it depends on the values
+    units = [Unit(name, "helm", chart, reads=reads, problem=problem)]
+    ci = chart / "ci"
+    if ci.is_dir():
+        for values in sorted(ci.glob("*-values.yaml")):
+            label = f"{name} [{values.relative_to(chart)}]"
+            units.append(Unit(label, "helm", chart, values=(values,), reads=reads, problem=problem))
+    for values_list in extra:
+        label = f"{name} [{', '.join(display(v, shown, top) for v in values_list)}]"
+        units.append(
+            Unit(label, "helm", chart, values=tuple(values_list), reads=(*reads, *values_list), problem=problem)
+        )
+    return units
+
+
+def plain_units(files: Sequence[Path], shown: str, top: Path, mode: PlainFiles) -> list[Unit]:
+    if not files:
+        return []
+    if mode == "tree":
+        return [Unit(display(top, shown, top), "files", top, files=tuple(files), reads=tuple(files))]
+    if mode == "file":
+        return [Unit(display(f, shown, top), "files", f.parent, files=(f,), reads=(f,)) for f in files]
+    by_folder: dict[Path, list[Path]] = {}
+    for f in files:
+        by_folder.setdefault(f.parent, []).append(f)
+    return [
+        Unit(display(folder, shown, top), "files", folder, files=tuple(fs), reads=tuple(fs))
+        for folder, fs in by_folder.items()
+    ]
+
+
+def _kustomize_unit(k: Kustomization, known: Mapping[Path, Kustomization], shown: str, top: Path) -> Unit:
+    reads: list[Path] = []
+    resources: list[Path] = []
+    problems: list[str] = []
+    remote: list[str] = []
+    for each in closure(k, known):
+        reads += [each.file, *each.files]
+        resources += each.resources
+        remote += each.remote
+        if each.problem:
+            problems.append(each.problem if each is k else f"{display(each.file, shown, top)}: {each.problem}")
+    problem = None
+    if remote:
+        problem = (
+            f"remote base {remote[0]!r} not fetched: remote resources are off unless you allow them "
+            "(--allow-remote-bases), and a CI without network cannot fetch them"
+        )
+    elif problems:
+        problem = problems[0]
+    return Unit(
+        display(k.folder, shown, top),
+        "kustomize",
+        k.folder,
+        problem=problem,
+        reads=tuple(dict.fromkeys(reads)),
+        resources=tuple(dict.fromkeys(resources)),
+    )
+
+
+def _renderable_parts(
+    k: Kustomization, known: Mapping[Path, Kustomization], shown: str, top: Path, done: set[Path]
+) -> list[Unit]:
+    """The largest kustomizations under ``k`` (which cannot be rendered) that
+    can: judged as units of their own, so one remote base does not leave a
+    whole tree unjudged. Components never alone; each folder once."""
+    out: list[Unit] = []
+    for folder in k.folders:
+        if folder in done:
+            continue
+        done.add(folder)
+        child = known.get(folder)
+        if child is None:
+            file = kustomization_in(folder)
+            child = read_kustomization(file) if file is not None else None
+        if child is None or child.component:
+            continue
+        unit = _kustomize_unit(child, known, shown, top)
+        out += [unit] if unit.problem is None else _renderable_parts(child, known, shown, top, done)
+    return out
+
+
+def closure(k: Kustomization, known: Mapping[Path, Kustomization]) -> list[Kustomization]:
+    """``k`` and every kustomization it reaches, each once, ``k`` first. A
+    folder outside the tree is read when reached (a base beside it)."""
+    out: list[Kustomization] = []
+    seen: set[Path] = set()
+    stack = [k]
+    while stack:
+        each = stack.pop()
+        if each.folder in seen:
+            continue
+        seen.add(each.folder)
+        out.append(each)
+        for folder in reversed(each.folders):
+            if folder in seen:
+                continue
+            found = known.get(folder)
+            if found is None:
+                file = kustomization_in(folder)
+                if file is None:
+                    continue
+                found = read_kustomization(file)
+            stack.append(found)
+    return out
+
+
+def kustomization_in(directory: Path) -> Path | None:
+    for name in KUSTOMIZATION_FILES:
+        if (directory / name).is_file():
+            return directory / name
+    return None
+
+
+def read_kustomization(file: Path, *, allow_remote: bool = False) -> Kustomization:
+    """What a kustomization file names, resolved against its folder. Never
+    raises: a file that cannot be read says so in ``problem``."""
+    folder = file.parent
+    k = Kustomization(folder, file, False, [], [], [], [])
+    try:
+        data, _ = load_yaml_with_lines(read_text(file, limit=_MAX_KUSTOMIZATION_BYTES, what="kustomization"))
+    except (FileReadError, YamlLimitError, yaml.YAMLError, RecursionError) as exc:
+        k.problem = f"cannot read it: {str(exc).splitlines()[0][:200]}"
+        return k
+    if not isinstance(data, dict):
+        k.problem = "not a kustomization (no mapping at the top level)"
+        return k
+    k.component = data.get("kind") == "Component"
+    missing: list[str] = []
+
+    def local(entry: Any, *, resource: bool = False, folder_ok: bool = True) -> None:
+        if not isinstance(entry, str) or not entry.strip():
+            return
+        entry = entry.strip()
+        if _REMOTE.match(entry) and not (folder / entry).exists():
+            if not allow_remote:
+                k.remote.append(entry)
+            return
+        path = Path(os.path.normpath(folder / entry))
+        if path.is_dir() and folder_ok:
+            k.folders.append(path)
+        elif path.is_file():
+            k.files.append(path)
+            if resource:
+                k.resources.append(path)
+        elif not path.exists():
+            missing.append(entry)
+
+    for entry in _strings(data.get("resources")) + _strings(data.get("bases")):
+        local(entry, resource=True)
+    for entry in _strings(data.get("components")):
+        local(entry)
+    for entry in _strings(data.get("crds")):
+        local(entry, folder_ok=False)
+    for key in ("patches", "patchesJson6902", "patchesStrategicMerge", "replacements"):
+        for entry in _as_list(data.get(key)):
+            if isinstance(entry, str) and "\n" not in entry and entry.strip().endswith(MANIFEST_SUFFIXES):
+                local(entry, folder_ok=False)  # patchesStrategicMerge lists files, or inline patches
+            elif isinstance(entry, dict) and isinstance(entry.get("path"), str):
+                local(entry["path"], folder_ok=False)
+    for key in ("configMapGenerator", "secretGenerator"):
+        for generator in _as_list(data.get(key)):
+            if not isinstance(generator, dict):
+                continue
+            for entry in _strings(generator.get("files")):
+                local(entry.split("=", 1)[-1], folder_ok=False)  # key=path
+            for entry in [*_strings(generator.get("envs")), *_strings([generator.get("env")])]:
+                local(entry, folder_ok=False)
+    for key in ("generators", "transformers", "validators", "configurations"):
+        for entry in _strings(data.get(key)):
+            local(entry)
+    if data.get("helmCharts"):
+        k.problem = "it inflates Helm charts (helmCharts:), which needs `--enable-helm` and the charts' repositories"
+    elif missing:
+        k.problem = (
+            f"it reads {missing[0]!r}, which is not in the repository (a file another tool generates?)"
+            + (f" and {len(missing) - 1} more" if len(missing) > 1 else "")
+        )
+    return k
+
+
+def units_for_changed(repository: Repository, changed: Iterable[Path]) -> tuple[list[Unit], list[Path]]:
+    """The units a set of changed files touches (a base: every root that
+    uses it; a template or values file: its chart; a plain file: its unit),
+    and the changed files that belong to no unit (not manifests, or read by
+    nothing)."""
+    files = [Path(os.path.abspath(f)) for f in changed]
+    touched: list[Unit] = []
+    alone: list[Path] = []
+    for file in files:
+        hits = [u for u in repository.units if _reads(u, file)]
+        if not hits:
+            alone.append(file)
+        touched += [u for u in hits if u not in touched]
+    return touched, alone
+
+
+def _reads(unit: Unit, file: Path) -> bool:
+    if unit.kind == "helm":
+        return any(file == r or file.is_relative_to(r) for r in unit.reads)
+    if unit.kind == "kustomize":
+        # a file in a folder of the closure may be read by a glob or added later: count it
+        return file in unit.reads or any(file.parent == r.parent for r in unit.reads if r.name in KUSTOMIZATION_FILES)
+    return file in unit.files
+
+
+def is_template_name(name: str) -> bool:
+    return any(fnmatch.fnmatchcase(name, pattern) for pattern in _TEMPLATE_NAMES)
+
+
+def display(path: Path, shown: str, top: Path) -> str:
+    """``path`` as the user would write it: relative to the working
+    directory when they named the tree relatively, else absolute."""
+    if Path(shown).is_absolute():
+        return str(path)
+    relative = os.path.relpath(path, Path.cwd())
+    return relative
+
+
+def _walk(root: Path) -> Iterator[tuple[Path, list[str]]]:
+    """(folder, sorted file names) under ``root``, hidden and tool folders
+    left out; symlinked folders are not followed (a link may lead anywhere)."""
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = sorted(d for d in dirnames if d not in SKIP_DIRS and not d.startswith("."))
+        yield Path(dirpath), sorted(filenames)
+
+
+def _as_list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def _strings(value: Any) -> list[str]:
+    return [v for v in _as_list(value) if isinstance(v, str)]
