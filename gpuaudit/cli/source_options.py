@@ -39,6 +39,21 @@ def seconds_option(value: str, option: str) -> int:
     return seconds
 
 
+_SIZE = re.compile(r"^\s*(\d+)\s*(Ki|Mi|Gi|Ti|k|M|G|T)?i?B?\s*$")
+_UNITS = {None: 1, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}
+
+
+def bytes_option(ctx: click.Context, param: click.Parameter, value: str | int | None) -> int | None:
+    """A size in bytes: a number, or one with a unit as Kubernetes writes it
+    (256Mi, 2Gi, 500M)."""
+    if value is None or isinstance(value, int):
+        return value
+    m = _SIZE.match(value)
+    if m is None or int(m[1]) * _UNITS[m[2]] < 1024:
+        raise click.BadParameter(f"{value!r} is not a size of at least 1Ki (e.g. 256Mi, 2Gi)")
+    return int(m[1]) * _UNITS[m[2]]
+
+
 cluster_options = option_group(
     click.option(
         "--snapshot",
@@ -75,6 +90,24 @@ cluster_options = option_group(
         default=300.0,
         show_default=True,
         help="Seconds for the whole collection.",
+    ),
+    click.option(
+        "--max-response-bytes",
+        default="256Mi",
+        show_default=True,
+        callback=bytes_option,
+        metavar="SIZE",
+        help="The most one API answer may take; a larger one is not read (that list is reported "
+        "missing: a partial audit).",
+    ),
+    click.option(
+        "--max-list-bytes",
+        default="1Gi",
+        show_default=True,
+        callback=bytes_option,
+        metavar="SIZE",
+        help="The most all the API answers of one collection may take together; past it, the list "
+        "being read and those after it are reported missing (a partial audit).",
     ),
 )
 
@@ -218,6 +251,8 @@ CLUSTER_PARAMS = (
     "request_timeout",
     "page_size",
     "deadline",
+    "max_response_bytes",
+    "max_list_bytes",
 )
 TELEMETRY_PARAMS = (
     "prometheus_url",
@@ -300,6 +335,8 @@ def load_snapshot(
     page_size: int = 500,
     pod_selector: str | None = None,
     each: Transform | None = None,
+    max_response_bytes: int | None = None,
+    max_list_bytes: int | None = None,
 ) -> dict[str, Any]:
     """A snapshot from a file, or collected now from the cluster (read-only).
     ``each(key, obj)``: what to keep of each object of the list ``key``, as
@@ -325,6 +362,8 @@ def load_snapshot(
             progress=_progress if sys.stderr.isatty() else None,
             each=each,
             **({"pod_selector": pod_selector} if pod_selector else {}),
+            **({"max_response_bytes": max_response_bytes} if max_response_bytes else {}),
+            **({"max_list_bytes": max_list_bytes} if max_list_bytes else {}),
         )
     except ClusterSourceError as exc:
         stop(str(exc))

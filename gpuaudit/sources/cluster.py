@@ -12,9 +12,13 @@ Failure policy: no API failure escapes :func:`collect`. Each resource is
 collected on its own; a 403, a 5xx that outlives its retries, a timeout or a
 garbled body becomes one entry in ``snapshot["errors"]`` (naming the resource
 and the endpoint) and that resource's list stays empty -- a partial list would
-read as free GPUs downstream, so a resource is all or nothing. A 404 on an
-optional API group (GPU Operator, DRA, Kueue) means "not installed" and goes to
-``snapshot["absent"]``. A 403 on an *optional* resource -- the custom resources
+read as free GPUs downstream, so a resource is all or nothing. So does an
+answer past ``max_response_bytes``, a list whose ``continue`` token comes
+back again (a list that never ends), and every list once the answers read in
+all pass ``max_list_bytes``: a hostile or broken server ends in a partial
+audit that names what it did not read, never in a process out of memory.
+A 404 on an optional API group (GPU Operator, DRA, Kueue) means "not
+installed" and goes to ``snapshot["absent"]``. A 403 on an *optional* resource -- the custom resources
 of ML operators that own GPU pods, the GPU Operator's ClusterPolicy, Kueue's
 Workloads: what the audit can judge without -- goes to ``snapshot["forbidden"]``
 with what it costs and which deploy/ component grants it: a warning, not a
@@ -42,7 +46,7 @@ from msgspec.structs import replace
 
 from gpuaudit.sources.snapshot import Transform, loads_json
 
-__all__ = ["OBJECT_KEYS", "ClusterSourceError", "collect"]
+__all__ = ["MAX_LIST_BYTES", "MAX_RESPONSE_BYTES", "OBJECT_KEYS", "ClusterSourceError", "collect"]
 
 # The keys of ``snapshot["objects"]``, in collection order.
 OBJECT_KEYS = (
@@ -71,6 +75,13 @@ _MAX_ATTEMPTS = 5  # per request, for 429 / 5xx / dropped connections
 _BACKOFF = 0.5  # seconds before the second attempt; doubles after that
 _MAX_BACKOFF = 10.0
 _READ_CHUNK = 1 << 16
+# Bytes one answer may take (--max-response-bytes): a page of 500 objects is a
+# few MiB; the limit is Prometheus' (telemetry param max_response_bytes).
+MAX_RESPONSE_BYTES = 256 * 2**20
+# Bytes all the answers of one collection may take together (--max-list-bytes):
+# the 50,000-pod benchmark cluster sends 137 MiB; what is kept of the objects
+# takes about three times their bytes in memory.
+MAX_LIST_BYTES = 2**30
 
 
 class ClusterSourceError(Exception):
@@ -191,6 +202,9 @@ class _Collector(msgspec.Struct):
     max_attempts: int
     backoff: float
     sleep: Callable[[float], None] = time.sleep
+    max_response_bytes: int = MAX_RESPONSE_BYTES
+    max_list_bytes: int = MAX_LIST_BYTES
+    read_bytes: int = 0  # of every answer so far, against max_list_bytes
     # What to keep of each object read, given its key in the snapshot's
     # objects (load_snapshot); None keeps it whole.
     each: Transform | None = None
@@ -205,17 +219,29 @@ class _Collector(msgspec.Struct):
 
         A 410 on a continue token (the server compacted past our snapshot)
         restarts the list once from the beginning: continuing with the token
-        the 410 offers would mix two points in time.
+        the 410 offers would mix two points in time. A continue token that
+        comes back (the same page again, or a cycle) is a list that never
+        ends: it is given up, as a failure.
         """
         items: list[dict[str, Any]] = []
         token: str | None = None
         restarted = False
+        seen: set[str] = set()  # continue tokens of this list
         while True:
             try:
+                if token is not None and token in seen:
+                    raise _Failure(
+                        None,
+                        f"the API server sent a continue token it had sent before, after {len(seen)} "
+                        "page(s): this list would never end; not read further",
+                    )
+                if token is not None:
+                    seen.add(token)
                 page = self._page(api, token, metadata_only)
             except _Failure as failure:
                 if failure.status == 410 and token is not None and not restarted:
                     restarted, items, token = True, [], None
+                    seen.clear()
                     continue
                 if failure.status == 404 and api.optional:
                     return None
@@ -277,7 +303,7 @@ class _Collector(msgspec.Struct):
         body = self._request(api.endpoint, lambda **kw: call(**kwargs, **kw))
         return _parse_list(body)
 
-    def _request(self, endpoint: str, call: Callable[..., Any]) -> bytes:
+    def _request(self, endpoint: str, call: Callable[..., Any]) -> bytearray:
         """The body of one successful GET, retrying what is worth retrying."""
         from kubernetes.client.exceptions import ApiException
 
@@ -287,6 +313,12 @@ class _Collector(msgspec.Struct):
             timeout = min(self.request_timeout, self.deadline - time.monotonic())
             if timeout <= 0.01:
                 raise _Failure(None, "overall deadline exceeded before the request was sent")
+            if self.read_bytes > self.max_list_bytes:
+                raise _Failure(
+                    None,
+                    f"not requested: the API server's answers already took more than "
+                    f"{self.max_list_bytes:,} bytes in all (--max-list-bytes)",
+                )
             try:
                 response = call(_preload_content=False, _request_timeout=timeout)
                 return self._read(response)
@@ -310,23 +342,48 @@ class _Collector(msgspec.Struct):
                 raise _Failure(status, message + " (no time left before the deadline to retry)")
             self.sleep(wait)
 
-    def _read(self, response: Any) -> bytes:
+    def _read(self, response: Any) -> bytearray:
         """Read a streamed body in chunks so that the deadline also bounds a
-        server that answers quickly but sends its body slowly."""
-        chunks = []
+        server that answers quickly but sends its body slowly, and so that
+        no answer takes more than ``max_response_bytes``, nor all of them
+        together more than ``max_list_bytes`` (an endless body is cut off, not
+        read until memory runs out). A length announced past the limit is
+        refused before a byte of the body is read."""
+        limit = self.max_response_bytes
+        body = bytearray()  # loads_json takes it as it is: no copy of a large answer
         try:
+            headers = getattr(response, "headers", None)
+            length = str(headers.get("Content-Length") or "").strip() if headers is not None else ""
+            if length.isdigit() and int(length) > limit:
+                raise _Failure(
+                    None,
+                    f"answer of {int(length):,} bytes refused: the limit is {limit:,} bytes "
+                    "(--max-response-bytes)",
+                )
             while True:
                 if time.monotonic() > self.deadline:
                     raise _Failure(None, "overall deadline exceeded while reading the response")
                 chunk = response.read(_READ_CHUNK)
                 if not chunk:
                     break
-                chunks.append(chunk)
+                body += chunk
+                self.read_bytes += len(chunk)
+                if len(body) > limit:
+                    raise _Failure(
+                        None,
+                        f"answer larger than {limit:,} bytes: not read further (--max-response-bytes)",
+                    )
+                if self.read_bytes > self.max_list_bytes:
+                    raise _Failure(
+                        None,
+                        f"the API server's answers took more than {self.max_list_bytes:,} bytes in "
+                        "all: not read further (--max-list-bytes)",
+                    )
         except BaseException:
             response.close()
             raise
         response.release_conn()
-        return b"".join(chunks)
+        return body
 
 
 class _Typed:
@@ -408,6 +465,8 @@ def collect(
     backoff: float = _BACKOFF,
     pod_selector: str | None = None,
     each: Transform | None = None,
+    max_response_bytes: int = MAX_RESPONSE_BYTES,
+    max_list_bytes: int = MAX_LIST_BYTES,
 ) -> dict[str, Any]:
     """Collect the objects gpuaudit audits into a version-1 snapshot dict.
 
@@ -420,7 +479,10 @@ def collect(
     ``pod_selector``: a label selector for the pod list (the server filters;
     nodes and everything else are read whole). ``each(key, obj)``: what to
     keep of each object as it is read (``key``: its list in the snapshot's
-    objects); None keeps them whole.
+    objects); None keeps them whole. ``max_response_bytes``: the most one
+    answer may take; ``max_list_bytes``: the most all answers may take
+    together (past either, the list being read is an error, and so is every
+    list after it).
 
     Raises :class:`ClusterSourceError` only when no client can be configured.
     """
@@ -446,6 +508,8 @@ def collect(
             max_attempts=max(1, max_attempts),
             backoff=backoff,
             each=each,
+            max_response_bytes=max_response_bytes,
+            max_list_bytes=max_list_bytes,
         )
         objects = _collect_objects(collector, typed, pod_selector)
     finally:
@@ -706,7 +770,7 @@ def _configure(
 # -- parsing ------------------------------------------------------------------
 
 
-def _parse_list(body: bytes) -> dict[str, Any]:
+def _parse_list(body: bytes | bytearray) -> dict[str, Any]:
     """``{"items": [...], "continue": str}`` from a List body, or _Failure."""
     try:
         data = loads_json(body)
@@ -723,7 +787,7 @@ def _parse_list(body: bytes) -> dict[str, Any]:
     return {"items": items, "continue": token if isinstance(token, str) else None}
 
 
-def _parse_object(body: bytes) -> dict[str, Any] | None:
+def _parse_object(body: bytes | bytearray) -> dict[str, Any] | None:
     try:
         data = loads_json(body)
     except ValueError:
