@@ -20,7 +20,7 @@ import pytest
 
 from gpuaudit.cli.options import use_colour
 from gpuaudit.output import text as text_format
-from gpuaudit.sources.inputs import enclosing_packages
+from gpuaudit.sources.units import discover, units_for_changed
 from tests.manifests import PINNED
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -381,7 +381,7 @@ def test_the_base_install_is_light_and_all_holds_every_extra():
     assert "install '.[all]'" in (ROOT / "README.md").read_text()
 
 
-def test_a_changed_file_in_a_kustomize_package_stands_for_the_package(tmp_path, monkeypatch):
+def test_a_changed_file_stands_for_the_units_that_read_it(tmp_path, monkeypatch):
     repo = tmp_path / "repo"
     (repo / ".git").mkdir(parents=True)
     base, overlay, plain = repo / "apps" / "base", repo / "apps" / "overlays" / "prod" / "patches", repo / "plain"
@@ -393,14 +393,19 @@ def test_a_changed_file_in_a_kustomize_package_stands_for_the_package(tmp_path, 
     (overlay / "pin.yaml").write_text("kind: Pod\n")
     (plain / "a.yaml").write_text(PINNED)
     monkeypatch.chdir(repo)
-    got = enclosing_packages(
-        ["apps/base/pod.yaml", "apps/base/kustomization.yaml", "apps/overlays/prod/patches/pin.yaml", "-", "nope.yaml"]
+    repository = discover(repo, ".")
+    assert [(u.kind, u.name) for u in repository.units] == [("kustomize", "apps/overlays/prod"), ("files", "plain")]
+
+    def touched(*files: str) -> tuple[list[str], list[str]]:
+        units, alone = units_for_changed(repository, [Path(f) for f in files])
+        return [u.name for u in units], [str(p.relative_to(repo)) for p in alone]
+
+    # a base's file, its kustomization, a fragment below the overlay: the overlay, once
+    assert touched("apps/base/pod.yaml", "apps/base/kustomization.yaml", "apps/overlays/prod/patches/pin.yaml") == (
+        ["apps/overlays/prod"],
+        [],
     )
-    assert got == ["apps/base", "apps/overlays/prod", "-", "nope.yaml"]
-    (repo / "kustomization.yaml").write_text("")  # the repository root is a package: it holds everything
-    assert enclosing_packages(["plain/a.yaml", "apps/base/pod.yaml"]) == ["."]  # inside the root package
-    (repo / "kustomization.yaml").unlink()
-    assert enclosing_packages(["plain/a.yaml", str(base / "pod.yaml")]) == ["plain/a.yaml", str(base)]
+    assert touched("plain/a.yaml", "README.md") == (["plain"], ["README.md"])
 
 
 # --- 9. no address that is not ours ---------------------------------------------------------

@@ -62,16 +62,31 @@ def test_walking_a_tree_renders_each_kustomization_and_skips_the_files_it_used(r
     corpus = shared_or_skip("corpus", "kustomize")
     result = report(run_cli("check", str(corpus), "--format", "json", env={"PATH": tools_path}))
     files = {f["location"]["file"] for f in result["findings"]}
-    assert not any(name.endswith("patch.yaml") for name in files)  # fragments are not objects
-    assert any(name.endswith("vllm/vllm-7b.yaml") for name in files)  # bases outside the dir
-    remote = [e for e in result["errors"] if "kustomize build failed" in e["message"]]
-    assert len(remote) == 1 and "kueue" in remote[0]["file"]  # pulls a URL: cannot build here
+    # A patch is judged only as part of what it renders to, and a finding
+    # points at it only where it sets the value: this one adds the GPU
+    # container's resources without memory.
+    [patched] = [f for f in result["findings"] if f["location"]["file"].endswith("job-patch.yaml")]
+    assert patched["rule"] == "GPA-AP-003"
+    lines = Path(patched["location"]["file"]).read_text().splitlines()
+    assert lines[patched["location"]["line"] - 1].strip() == "resources:"
+    # An overlay whose base file lies outside its folder is refused by
+    # kustomize's load restrictor: not rendered, so not judged...
+    refused = [e for e in result["errors"] if "outside its folder" in e["message"]]
+    assert refused and all(e["level"] == "error" for e in refused)
+    assert not any(name.endswith("vllm/vllm-7b.yaml") for name in files)
+    # ... unless the user asks for its plain resource files to be judged as files.
+    warned = report(run_cli("check", str(corpus), "--render-errors", "warn", "-o", "json", env={"PATH": tools_path}))
+    assert any(f["location"]["file"].endswith("vllm/vllm-7b.yaml") for f in warned["findings"])
+    assert all(e["level"] == "warning" for e in warned["errors"] if "outside its folder" in e["message"])
+    assert any("judged as plain files" in e["message"] for e in warned["errors"])
+    remote = [e for e in result["errors"] if "remote base" in e["message"]]
+    assert len(remote) == 1 and "kueue" in remote[0]["file"]  # pulls a URL: never fetched by default
     assert remote[0]["level"] == "error"
     rendered = [f for f in result["findings"] if "NVIDIA__gpu-operator__config" in f["location"]["file"]]
     assert {f["rule"] for f in rendered} == {"GPA-SH-001"}
 
 
-def test_without_kubectl_or_kustomize_it_says_so_and_reads_the_files(run_cli, tmp_path):
+def test_without_kubectl_or_kustomize_it_says_so_and_reads_the_files_when_asked(run_cli, tmp_path):
     overlay = tmp_path / "overlay"
     overlay.mkdir()
     (overlay / "kustomization.yaml").write_text("resources: [pod.yaml]\n")
@@ -81,11 +96,18 @@ def test_without_kubectl_or_kustomize_it_says_so_and_reads_the_files(run_cli, tm
     )
     bare = tmp_path / "bin"
     bare.mkdir()
+    # An unrendered unit leaves the audit partial: an error, exit 2, by default ...
     proc = run_cli("check", "overlay", "--format", "json", env={"PATH": str(bare)})
     result = report(proc)
+    [error] = [e for e in result["errors"] if "not rendered" in e["message"]]
+    assert proc.returncode == 2 and error["level"] == "error" and "neither kubectl nor kustomize" in error["message"]
+    assert error["file"] == "overlay" and not result["findings"]
+    # ... and with --render-errors warn a warning, its resource files judged as files.
+    proc = run_cli("check", "overlay", "--render-errors", "warn", "--format", "json", env={"PATH": str(bare)})
+    result = report(proc)
     [warning] = [e for e in result["errors"] if "not rendered" in e["message"]]
-    assert warning["level"] == "warning" and "neither kubectl nor kustomize" in warning["message"]
-    assert "GPA-PL-001" in {f["rule"] for f in result["findings"]}
+    assert warning["level"] == "warning" and "1 resource file(s) are judged as plain files" in warning["message"]
+    assert proc.returncode == 1 and "GPA-PL-001" in {f["rule"] for f in result["findings"]}
 
 
 def test_no_kustomize_reads_the_directory_as_plain_files(run_cli, tools_path, tmp_path):

@@ -158,7 +158,10 @@ def test_hook_on_twelve_files_and_a_kustomize_package(tmp_path):
     assert "12 objects" not in out  # the package's two files became one object
     # the overlay was rendered: its pin reaches the Deployment (the patch alone has no GPU)
     assert "GPA-PL-001" in out and "Deployment ml/infer" in out
-    assert "apps/overlays/prod/pin.yaml:" not in out  # nothing on the patch as a fragment
+    # the finding points where the overlay's patch sets the pin, not at the base
+    pin_line = next(i for i, row in enumerate(PIN.splitlines(), 1) if "nodeName:" in row)
+    assert f"apps/overlays/prod/pin.yaml:{pin_line}  Deployment ml/infer" in out, out
+    assert out.count("pin.yaml:") == 1  # the patch is never judged as an object of its own
 
     python = hook_python(home)
     for module in ("kubernetes", "jinja2", "pynvml"):

@@ -19,6 +19,7 @@ from gpuaudit.pipelines import check as check_pipeline
 from gpuaudit.pipelines import shards
 from gpuaudit.pipelines.check import check_manifests
 from gpuaudit.pipelines.policy import load_policy
+from gpuaudit.sources.inputs import InputOptions
 from gpuaudit.sources.user_config import Config
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="fork: Linux only")
@@ -107,6 +108,7 @@ def repository(root: Path, files: int, *, depending: bool = True) -> Path:
     return root
 
 
+TREE = InputOptions(plain_files="tree")
 CONFIG = Config(
     exemptions=(
         Exemption("GPA-AP-001", "lent to the research team", name="pod-1*"),
@@ -120,8 +122,9 @@ ALL_AND_SCALE_TO_ZERO = ("allocation", "memory", "placement", "application", "sh
 
 
 def audit(root: Path, *, keep_subjects: bool) -> AuditResult:
+    """The tree as one unit: its folders' objects see each other across shards."""
     rules, _ = load_policy(CONFIG, include=ALL_AND_SCALE_TO_ZERO)
-    return check_manifests([str(root)], CONFIG, rules, keep_subjects=keep_subjects)
+    return check_manifests([str(root)], CONFIG, rules, options=TREE, keep_subjects=keep_subjects)
 
 
 def as_data(result: AuditResult) -> tuple:
@@ -222,7 +225,7 @@ def test_a_few_large_files_are_a_shard_of_their_own(tmp_path):
         path.write_text("a: b\n" * 20_000)
     for path in small:
         path.write_text("a: b\n")
-    first, second = shards.contiguous_shards([*large, *small], 2, weight=check_pipeline._work)
+    first, second = shards.contiguous_shards([*large, *small], 2, weight=lambda file: check_pipeline._work(("", file)))
     # By count, the first shard would hold all ten large files and forty small ones.
     assert set(first) < set(large) and second[-len(small) :] == small
 

@@ -125,6 +125,13 @@ def _changed(files: Sequence[Path], options: InputOptions, problems: ReadResult)
         render=options.render,
     )
     touched, alone = units_for_changed(repository, files)
+    # A folder of plain files is judged on the files that changed: a commit
+    # is not blocked by what its unchanged neighbours say.
+    changed = {f.resolve() for f in files}
+    touched = [
+        msgspec.structs.replace(u, files=tuple(f for f in u.files if f.resolve() in changed)) if u.files else u
+        for u in touched
+    ]
     out = _render_all(touched, options)
     templates = {t.resolve() for t in repository.templates}
     for file in alone:

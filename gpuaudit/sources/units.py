@@ -124,8 +124,8 @@ def discover(
     used = {f for k in kustomizations.values() for f in k.folders}
     consumed = {k.file for k in kustomizations.values()}
     consumed |= {f for k in kustomizations.values() for f in k.files}
-    # A kustomization's own folder holds its fragments: never plain objects.
-    consumed |= {p for p in plain if p.parent in kustomizations}
+    # A kustomization's folder, and its subfolders, hold its fragments: never plain objects.
+    consumed |= {p for p in plain if _package_of(p, kustomizations, root) is not None}
     units: list[Unit] = []
     problems: list[tuple[Path, str]] = []
     for chart in charts:
@@ -347,20 +347,33 @@ def units_for_changed(repository: Repository, changed: Iterable[Path]) -> tuple[
     touched: list[Unit] = []
     alone: list[Path] = []
     for file in files:
-        hits = [u for u in repository.units if _reads(u, file)]
+        package = _package_of(file, None, repository.root)
+        hits = [u for u in repository.units if _reads(u, file, package)]
         if not hits:
             alone.append(file)
         touched += [u for u in hits if u not in touched]
     return touched, alone
 
 
-def _reads(unit: Unit, file: Path) -> bool:
+def _reads(unit: Unit, file: Path, package: Path | None) -> bool:
     if unit.kind == "helm":
         return any(file == r or file.is_relative_to(r) for r in unit.reads)
     if unit.kind == "kustomize":
-        # a file in a folder of the closure may be read by a glob or added later: count it
-        return file in unit.reads or any(file.parent == r.parent for r in unit.reads if r.name in KUSTOMIZATION_FILES)
+        # a file in a kustomization's folder it does not name yet (a new patch) belongs to it too
+        return file in unit.reads or (package is not None and any(r.parent == package for r in unit.reads))
     return file in unit.files
+
+
+def _package_of(file: Path, kustomizations: Mapping[Path, Kustomization] | None, top: Path) -> Path | None:
+    """The folder of the nearest kustomization at or above ``file``'s folder, up to ``top``."""
+    folder = file.parent
+    while True:
+        known = folder in kustomizations if kustomizations is not None else kustomization_in(folder) is not None
+        if known:
+            return folder
+        if folder == top or folder.parent == folder or not folder.is_relative_to(top):
+            return None
+        folder = folder.parent
 
 
 def is_template_name(name: str) -> bool:
