@@ -48,13 +48,16 @@ def render_helm_chart(chart: Path, values: Sequence[Path], *, label: str | None 
     if helm is None:
         result.errors.append(InputError(name, None, "not rendered: a Helm chart needs `helm` on PATH"))
         return result
-    outside = _links_outside(chart)
+    whole = Path(os.path.abspath(chart))
+    roots = command_line_roots(whole, cwd=whole)  # the repository the chart lies in, else its folder
+    outside = _links_outside(chart, roots)
     if outside:  # helm reads what a link points at: `.Files.Get` would carry it into the output
+        where = " or ".join(str(r) for r in roots)
         result.errors.append(
             InputError(
                 str(outside),
                 None,
-                f"not rendered: this link in chart {chart} leads outside the chart's folder "
+                f"not rendered: this link in chart {chart} leads outside {where} "
                 f"(to {os.path.realpath(outside)}); helm would read that file",
             )
         )
@@ -187,18 +190,19 @@ def _chart_files(chart: Path) -> list[Path]:
     return out
 
 
-def _links_outside(chart: Path) -> Path | None:
-    """The first symbolic link under ``chart`` that resolves outside it (a
-    chart from a pull request could otherwise pull a runner's file into an
-    object name with `.Files.Get`, as a kustomize configMapGenerator could)."""
-    root = os.path.realpath(chart)
+def _links_outside(chart: Path, roots: Sequence[Path]) -> Path | None:
+    """The first symbolic link under ``chart`` that resolves outside
+    ``roots`` (the repository it lies in, else its own folder): a chart from
+    a pull request could otherwise pull a runner's file into an object name
+    with `.Files.Get`, as a kustomize configMapGenerator could."""
     for dirpath, dirnames, filenames in os.walk(chart):
         for name in [*dirnames, *filenames]:
-            path = os.path.join(dirpath, name)
-            if os.path.islink(path):
-                target = os.path.realpath(path)
-                if target != root and not target.startswith(root + os.sep):
-                    return Path(path)
+            path = Path(dirpath, name)
+            if path.is_symlink():
+                try:
+                    confined(path, roots, what="link")
+                except OutsideRootError:
+                    return path
     return None
 def _template_lines(template: Path, doc: Document) -> dict[str, int]:
     """Lines in the template for fields whose key occurs exactly once in it:

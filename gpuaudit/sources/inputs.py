@@ -183,7 +183,8 @@ def _render(unit: Unit, options: InputOptions) -> ReadResult:
     if unit.kind == "helm":
         from gpuaudit.sources.helm import render_helm_chart
 
-        result = render_helm_chart(unit.root, unit.values, label=unit.name)
+        chart = unit.root if os.path.isabs(unit.name) else Path(os.path.relpath(unit.root))
+        result = render_helm_chart(chart, unit.values, label=unit.name)
         return _marked(result)
     from gpuaudit.sources import kustomize
 

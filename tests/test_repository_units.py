@@ -1,0 +1,277 @@
+"""A repository judged as its deployable units (sources/units.py), with the
+real kubectl (kustomize) and helm from .tools/bin."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from .conftest import ROOT
+
+TOOLS = ROOT / ".tools" / "bin"
+
+pytestmark = pytest.mark.skipif(
+    not (TOOLS / "kubectl").exists() or not (TOOLS / "helm").exists(),
+    reason="kubectl and helm are not in .tools/bin (scripts/install-kube-tools.py)",
+)
+
+DEPLOYMENT = """\
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: {name}
+spec:
+  replicas: 1
+  selector: {{matchLabels: {{app: {name}}}}}
+  template:
+    metadata: {{labels: {{app: {name}}}}}
+    spec:
+      containers:
+      - name: main
+        image: vllm/vllm-openai:v0.6.0
+        resources:
+          limits:
+            nvidia.com/gpu: 1
+            memory: 16Gi
+          requests:
+            cpu: "8"
+            memory: 16Gi
+"""
+
+PIN_PATCH = """\
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: {name}
+spec:
+  template:
+    spec:
+      nodeSelector:
+        kubernetes.io/hostname: gpu-node-7
+"""
+
+
+def write(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path
+
+
+@pytest.fixture
+def env(tmp_path):
+    """The tools on PATH and a render cache of this test's own."""
+    return {
+        "PATH": os.pathsep.join([str(TOOLS), os.environ.get("PATH", "")]),
+        "XDG_CACHE_HOME": str(tmp_path / "cache"),
+    }
+
+
+def check(run_cli, env, *args: str) -> tuple[int, dict]:
+    proc = run_cli("check", *args, "-o", "json", env=env, cwd=Path.cwd())
+    assert "Traceback" not in proc.stderr, proc.stderr
+    return proc.returncode, json.loads(proc.stdout)
+
+
+def gitops(root: Path) -> Path:
+    """A base, two overlays (one pins by a patch), a component used by the
+    pinned one, and a plain folder that reuses the base's name."""
+    write(root / ".git" / "HEAD", "ref: refs/heads/main\n")
+    write(root / "apps/base/kustomization.yaml", "resources: [deployment.yaml]\n")
+    write(root / "apps/base/deployment.yaml", DEPLOYMENT.format(name="chat"))
+    write(
+        root / "apps/overlays/prod/kustomization.yaml",
+        "resources: [../../base]\nnamePrefix: prod-\npatches:\n- path: pin.yaml\n"
+        "components: [../../components/tolerate]\n",
+    )
+    write(root / "apps/overlays/prod/pin.yaml", PIN_PATCH.format(name="chat"))
+    write(root / "apps/overlays/dev/kustomization.yaml", "resources: [../../base]\nnamePrefix: dev-\n")
+    write(
+        root / "apps/components/tolerate/kustomization.yaml",
+        "apiVersion: kustomize.config.k8s.io/v1alpha1\nkind: Component\npatches:\n- path: tolerate.yaml\n",
+    )
+    write(
+        root / "apps/components/tolerate/tolerate.yaml",
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: chat}\n"
+        "spec: {template: {spec: {tolerations: [{key: nvidia.com/gpu, operator: Exists}]}}}\n",
+    )
+    write(root / "examples/one/deployment.yaml", DEPLOYMENT.format(name="chat"))
+    write(root / "examples/two/deployment.yaml", DEPLOYMENT.format(name="chat"))
+    return root
+
+
+def test_a_gitops_tree_is_its_units(run_cli, env, tmp_path, monkeypatch):
+    tree = gitops(tmp_path / "repo")
+    monkeypatch.chdir(tree)
+    code, result = check(run_cli, env, ".")
+    assert code == 1, result["errors"]
+    # No "defined again": the overlays and the example folders are separate units.
+    assert not [e for e in result["errors"] if "defined again" in e["message"]]
+    # The component was never built alone (it would fail: exit 2).
+    assert not [e for e in result["errors"] if e["level"] == "error"]
+    # The pin is the prod overlay's patch: the finding points at its line, in that unit only.
+    [pin] = [f for f in result["findings"] if f["rule"] == "GPA-PL-001"]
+    assert pin["location"]["file"] == "apps/overlays/prod/pin.yaml"
+    rows = (tree / pin["location"]["file"]).read_text().splitlines()
+    assert "kubernetes.io/hostname" in rows[pin["location"]["line"] - 1]
+    assert pin["units"] == ["apps/overlays/prod"]
+    # A base's finding is one finding naming both roots, at the base's line.
+    whole = [f for f in result["findings"] if f["rule"] == "GPA-AL-001" and "apps/base" in f["location"]["file"]]
+    assert len(whole) == 1 and sorted(whole[0]["units"]) == ["apps/overlays/dev", "apps/overlays/prod"]
+    # Each example folder is a unit of its own.
+    examples = {tuple(f["units"]) for f in result["findings"] if f["location"]["file"].startswith("examples/")}
+    assert examples == {("examples/one",), ("examples/two",)}
+
+
+def test_a_changed_base_rechecks_the_overlays_that_use_it(run_cli, env, tmp_path, monkeypatch):
+    tree = gitops(tmp_path / "repo")
+    monkeypatch.chdir(tree)
+    code, result = check(run_cli, env, "--changed-files", "apps/base/deployment.yaml")
+    assert code == 1
+    units = {u for f in result["findings"] for u in f.get("units", [])}
+    assert units == {"apps/overlays/dev", "apps/overlays/prod"}
+    assert not any(f["location"]["file"].startswith("examples/") for f in result["findings"])
+    # A component's patch stands for the roots that use the component: prod only.
+    code, result = check(run_cli, env, "--changed-files", "apps/components/tolerate/tolerate.yaml")
+    assert {f["resource"]["name"] for f in result["findings"]} == {"prod-chat"}
+
+
+def test_the_render_cache_is_keyed_by_content(run_cli, env, tmp_path, monkeypatch):
+    tree = gitops(tmp_path / "repo")
+    monkeypatch.chdir(tree)
+    first = check(run_cli, env, "apps")
+    renders = list((tmp_path / "cache" / "gpuaudit" / "renders").iterdir())
+    assert len(renders) == 2  # the two roots
+    assert check(run_cli, env, "apps") == first  # from the cache: the same answer
+    # A changed base: both roots render again, and see the change.
+    base = tree / "apps/base/deployment.yaml"
+    base.write_text(base.read_text().replace("nvidia.com/gpu: 1", "nvidia.com/gpu: 2"))
+    _, changed = check(run_cli, env, "apps")
+    assert len(list((tmp_path / "cache" / "gpuaudit" / "renders").iterdir())) == 4
+    assert changed != first[1]
+
+
+def test_a_remote_base_fails_fast_without_fetching(run_cli, env, tmp_path, monkeypatch):
+    write(tmp_path / "remote/kustomization.yaml", "resources:\n- https://203.0.113.9/never/manifests.yaml\n")
+    write(tmp_path / "remote/local.yaml", DEPLOYMENT.format(name="local"))
+    monkeypatch.chdir(tmp_path)
+    started = time.monotonic()
+    code, result = check(run_cli, env, "remote")
+    assert time.monotonic() - started < 20  # nothing waited on the network
+    [error] = result["errors"]
+    assert code == 2 and error["level"] == "error" and error["file"] == "remote"
+    assert "remote base 'https://203.0.113.9/never/manifests.yaml' not fetched" in error["message"]
+
+
+def test_a_generated_file_under_both_render_error_modes(run_cli, env, tmp_path, monkeypatch):
+    write(
+        tmp_path / "app/kustomization.yaml",
+        "resources: [deployment.yaml]\nconfigMapGenerator:\n- name: runtime\n  envs: [runtime.env]\n",
+    )
+    write(tmp_path / "app/deployment.yaml", DEPLOYMENT.format(name="served").replace("replicas: 1", "replicas: 2"))
+    monkeypatch.chdir(tmp_path)
+    code, failed = check(run_cli, env, "app")
+    [error] = failed["errors"]
+    assert code == 2 and not failed["findings"]
+    assert "'runtime.env', which is not in the repository" in error["message"] and error["level"] == "error"
+    code, warned = check(run_cli, env, "app", "--render-errors", "warn")
+    [warning] = warned["errors"]
+    assert warning["level"] == "warning" and "1 resource file(s) are judged as plain files" in warning["message"]
+    assert {f["location"]["file"] for f in warned["findings"]} == {"app/deployment.yaml"}
+    assert code == 0 or code == 1
+
+
+CHART = {
+    "Chart.yaml": "apiVersion: v2\nname: serve\nversion: 0.1.0\n"
+    "dependencies:\n- name: monitoring\n  version: 1.0.0\n  repository: https://203.0.113.9/charts\n"
+    "  condition: monitoring.enabled\n",
+    "values.yaml": "gpus: 1\nreplicas: 1\nmonitoring: {enabled: false}\n",
+    "ci/pinned-values.yaml": "node: gpu-node-3\n",
+    "templates/deployment.yaml": """\
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: {{ .Release.Name }}-server
+spec:
+  replicas: {{ .Values.replicas }}
+  template:
+    spec:
+      {{- with .Values.node }}
+      nodeSelector:
+        kubernetes.io/hostname: {{ . }}
+      {{- end }}
+      containers:
+      - name: server
+        image: vllm/vllm-openai:v0.6.0
+        resources:
+          limits:
+            nvidia.com/gpu: {{ .Values.gpus }}
+""",
+}
+
+
+def test_a_chart_is_rendered_with_each_ci_values_file(run_cli, env, tmp_path, monkeypatch):
+    for name, text in CHART.items():
+        write(tmp_path / "charts/serve" / name, text)
+    monkeypatch.chdir(tmp_path)
+    code, result = check(run_cli, env, "charts")
+    # Its dependency is switched off, and not vendored: rendered from a copy without it.
+    assert not [e for e in result["errors"] if e["level"] == "error"], result["errors"]
+    assert not [e for e in result["errors"] if "Helm template" in e["message"]]
+    [pin] = [f for f in result["findings"] if f["rule"] == "GPA-PL-001"]
+    assert pin["units"] == ["charts/serve [ci/pinned-values.yaml]"]
+    assert pin["location"]["file"] == "charts/serve/templates/deployment.yaml"
+    # Switched on, it cannot be rendered offline: the reason, no fetch.
+    (tmp_path / "charts/serve/ci/monitored-values.yaml").write_text("monitoring: {enabled: true}\n")
+    code, result = check(run_cli, env, "charts")
+    [error] = [e for e in result["errors"] if e["level"] == "error"]
+    assert code == 2 and "its dependencies (monitoring) are not in charts/" in error["message"]
+    assert error["file"] == "charts/serve [ci/monitored-values.yaml]"
+
+
+def test_a_values_file_linked_outside_the_repository_is_not_read(run_cli, env, tmp_path, monkeypatch):
+    """Issue 32, item 2: a values file that is a link to a runner's file."""
+    home = tmp_path / "home"
+    write(home / ".docker/config.json", '{"auths": {"ghcr.io": {"auth": "c2VjcmV0LXRva2VuLTEyMzQ1"}}}\n')
+    repo = tmp_path / "repo"
+    for name, text in CHART.items():
+        write(repo / "charts/serve" / name, text)
+    write(repo / ".git/HEAD", "ref: refs/heads/main\n")
+    (repo / "values-prod.yaml").symlink_to(home / ".docker/config.json")
+    monkeypatch.chdir(repo)
+    proc = run_cli(
+        "check", "--helm-chart", "charts/serve", "--values", "values-prod.yaml", "-o", "json", env=env, cwd=repo
+    )
+    out = proc.stdout + proc.stderr
+    assert "c2VjcmV0LXRva2VuLTEyMzQ1" not in out and "secret-token" not in out
+    [error] = [e for e in json.loads(proc.stdout)["errors"] if e["level"] == "error"]
+    assert proc.returncode == 2 and "values file leads outside" in error["message"]
+
+
+def test_other_tools_templates_are_skipped_with_one_warning(run_cli, env, tmp_path, monkeypatch):
+    write(tmp_path / "infra/node-pool.tftpl.yaml", DEPLOYMENT.format(name="${pool_name}"))
+    write(tmp_path / "infra/gpu.tpl.yaml", DEPLOYMENT.format(name="${name}"))
+    write(tmp_path / "infra/real.yaml", DEPLOYMENT.format(name="real"))
+    monkeypatch.chdir(tmp_path)
+    _, result = check(run_cli, env, "infra")
+    [warning] = result["errors"]
+    assert warning["level"] == "warning" and warning["message"].startswith("2 file(s) under infra are templates")
+    assert {f["resource"]["name"] for f in result["findings"]} == {"real"}
+
+
+def test_this_repository_deploy_folder_checks_without_input_errors(run_cli, env):
+    proc = run_cli("check", str(ROOT / "deploy"), "-o", "json", env=env)
+    assert proc.returncode in (0, 1), proc.stdout + proc.stderr
+    assert not [e for e in json.loads(proc.stdout)["errors"] if e["level"] == "error"]
+
+
+def test_the_kubeconfig_tools_are_real():
+    """The tests above drive the real renderers, never stand-ins."""
+    version = subprocess.run([str(TOOLS / "kubectl"), "version", "--client"], capture_output=True, text=True)
+    assert "Kustomize Version" in version.stdout
+    assert shutil.which("helm", path=str(TOOLS))
