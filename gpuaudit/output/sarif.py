@@ -90,6 +90,7 @@ def _result(f: Finding, index: int, locator: _Locator) -> dict[str, Any]:
             "severity": f.severity,
             "category": f.category,
             "evidence": dict(f.evidence),
+            **({"units": list(f.units)} if f.units else {}),  # the deployable units that hold it
         },
     }
     r = f.resource

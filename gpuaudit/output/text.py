@@ -95,6 +95,8 @@ def render(
             severity = paint(_COLOURS[f.severity], label) + " " * max(0, 8 - len(label))
             lines.append(f"  {severity} {f.rule}  {one_line(where)}  {one_line(what)}")
             lines += _wrapped(one_line(f.message), width)
+            if f.units:  # the deployable units that hold it: a base under several roots names them all
+                lines += _wrapped(f"in: {one_line(', '.join(f.units))}", width)
             if repeats:
                 pods = ", ".join(one_line(_pod(x)) for x in repeats[:5])
                 more = f" and {len(repeats) - 5} more" if len(repeats) > 5 else ""
