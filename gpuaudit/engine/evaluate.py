@@ -11,6 +11,7 @@ import msgspec
 from gpuaudit.engine.messages import lookup, render_message
 from gpuaudit.engine.rules import Rule
 from gpuaudit.facts import Subject
+from gpuaudit.files import bounded_quotes
 from gpuaudit.model import Exemption, Finding, InputError, Location, Skipped
 
 IGNORE_ANNOTATION = "gpuaudit.io/ignore."
@@ -179,7 +180,8 @@ def combine(parts: Sequence[Evaluation]) -> Evaluation:
 
 
 def _rule_problem(rule: Rule, what: str, exc: Exception) -> InputError:
-    detail = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    # A library's error may quote the facts or the schema: short excerpts only.
+    detail = bounded_quotes(str(exc).splitlines()[0]) if str(exc) else type(exc).__name__
     return InputError(rule.source, None, f"rule {rule.id}: {what}: {type(exc).__name__}: {detail}")
 
 

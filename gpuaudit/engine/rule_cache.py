@@ -95,10 +95,10 @@ def load_rules_cached(
 def _engine_sources() -> list[str]:
     """The modules whose code decides what loading gives: ours and fastjsonschema's."""
     from gpuaudit import files, schemas
-    from gpuaudit.engine import messages
+    from gpuaudit.engine import messages, rule_schemas
     from gpuaudit.kube import yaml_lines
 
-    modules = (rules_module, fact_schema, messages, schemas, files, yaml_lines, sys.modules[__name__])
+    modules = (rules_module, rule_schemas, fact_schema, messages, schemas, files, yaml_lines, sys.modules[__name__])
     sources = [m.__file__ for m in modules if m.__file__]
     library = find_spec("fastjsonschema")  # it writes the validators' code
     if library is not None and library.origin:

@@ -23,6 +23,15 @@ from msgspec.structs import replace
 
 from gpuaudit.bundled import policies_dir
 from gpuaudit.engine.fact_schema import assemble, read_fragments
+from gpuaudit.engine.rule_schemas import (
+    DATA,
+    NAMED_SCHEMAS,
+    Budget,
+    handlers,
+    schema_problems,
+    timed_patterns,
+    within,
+)
 from gpuaudit.files import FileReadError, bounded_quotes, command_line_roots, confined, excerpt, read_text
 from gpuaudit.kube.yaml_lines import YamlLimitError, load_yaml_with_lines
 from gpuaudit.model.objects import same_fields
@@ -110,11 +119,30 @@ class Rule(msgspec.Struct, frozen=True, dict=True):  # dict: for its cached_prop
         assert self.require is not None
         return self._validator("require"), False
 
+    @cached_property
+    def _budgets(self) -> dict[str, Budget]:
+        """The time budget of each schema that holds a regular expression
+        (engine/rule_schemas.py): one for the rule, shared by its schemas."""
+        keys = {key: timed_patterns(getattr(self, key)) for key in ("match", "violation", "require")}
+        patterns = [pattern for found in keys.values() for pattern in found]
+        if not patterns:
+            return {}
+        budget = Budget(self.id, patterns)
+        return {key: budget for key, found in keys.items() if found}
+
     def applies_to(self, facts: Mapping[str, Any]) -> bool:
-        return self._matches is None or _valid(self._matches, facts)
+        if self._matches is None:
+            return True
+        budget = self._budgets.get("match")
+        if budget is not None:
+            return within(budget, lambda: _valid(self._matches, facts))  # type: ignore[arg-type]
+        return _valid(self._matches, facts)
 
     def violated_by(self, facts: Mapping[str, Any]) -> bool:
         check, is_violation = self._judge
+        budget = self._budgets.get("violation" if is_violation else "require")
+        if budget is not None:
+            return within(budget, lambda: _valid(check, facts)) == is_violation
         return _valid(check, facts) == is_violation
 
 
@@ -134,7 +162,13 @@ def schema_code(schema: Mapping[str, Any]) -> CodeType:
     raise ``Rejected`` once run by ``_function``."""
     import fastjsonschema  # compiling only: a run that reads the rule cache never imports it
 
-    source = fastjsonschema.compile_to_code(_const_as_enum(schema), use_default=False, detailed_exceptions=False)
+    source = fastjsonschema.compile_to_code(
+        _const_as_enum(schema),
+        # a $ref outside the rule: the fact schema from the package, nothing else (rule_schemas.py)
+        handlers=handlers(fact_schema()),
+        use_default=False,
+        detailed_exceptions=False,
+    )
     # Its exceptions are bound by _function: the code imports nothing from fastjsonschema.
     source, imports = re.subn(_LIBRARY_IMPORT, "", source, count=1, flags=re.MULTILINE)
     # The schema's own function comes first ("validate", or named after its
@@ -193,8 +227,7 @@ def _valid(check: Callable[[Any], Any], facts: Mapping[str, Any]) -> bool:
 
 
 # Keywords whose value maps names to schemas, and keywords whose value is data.
-_NAMED_SCHEMAS = ("properties", "patternProperties", "$defs", "definitions", "dependencies")
-_DATA = ("const", "enum", "default", "examples", "required")
+_NAMED_SCHEMAS, _DATA = NAMED_SCHEMAS, DATA
 
 
 def _const_as_enum(schema: Any) -> Any:
@@ -371,6 +404,9 @@ def rule_from_data(
             schemas[key] = _splice_params(data[key], params)
         except KeyError as exc:
             raise RuleError(source, _nearest_line(lines, "/" + key), f"{key} uses undeclared param {exc}") from None
+        for pointer, problem in schema_problems(schemas[key], "/" + key):
+            # a $ref out of the rule, an $id, a regex that backtracks (rule_schemas.py)
+            raise RuleError(source, _nearest_line(lines, pointer), f"{key}: {problem}", data["id"])
         if target_schema is not None:
             for fact in unknown_facts(schemas[key], target_schema):
                 raise RuleError(
