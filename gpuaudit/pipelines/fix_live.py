@@ -1,11 +1,15 @@
 """Live state for `gpuaudit fix --snapshot FILE`: evidence per workload to size
 manifest fixes, and the cluster's own objects as an overlay base (cleaned of
-status and server-managed fields). Pure: works on a snapshot already read."""
+status and server-managed fields, and of what may be a credential: the base
+is written into a folder meant for a commit). Pure: works on a snapshot
+already read."""
 
 from __future__ import annotations
 
 import copy
+import re
 from collections.abc import Mapping, Sequence
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +19,9 @@ import msgspec.structs
 from gpuaudit.engine.rules import Rule
 from gpuaudit.facts import cluster as cluster_facts
 from gpuaudit.facts.context import Site, build_context
+from gpuaudit.facts.model_size import DTYPE_ENV, MODEL_ENV
+from gpuaudit.facts.parallelism import ENV as PARALLELISM_ENV
+from gpuaudit.facts.process import DATALOADER_ENV
 from gpuaudit.kube.owners import OwnerKey
 from gpuaudit.kube.podspecs import KindLocator, builtin_locators, group_of
 from gpuaudit.kube.shapes import object_id
@@ -27,6 +34,7 @@ from gpuaudit.remediate.owner_findings import OwnerIndex, on_owner, unique
 from gpuaudit.remediate.plan import Source
 from gpuaudit.remediate.planners.declined import enable_mig_reason
 from gpuaudit.remediate.verify import finding_key
+from gpuaudit.safetext import one_line
 from gpuaudit.sources.manifests import ReadResult, read_text
 
 # Fields the API server writes: not part of what anyone applies.
@@ -48,6 +56,126 @@ def cleaned(obj: Mapping[str, Any]) -> dict[str, Any]:
             if not annotations:
                 del meta["annotations"]
     return out
+
+
+# The env variables whose values the audit reads (the model, its dtype, the
+# parallelism, DataLoader workers, the GPUs a container picks itself): the
+# only env values a live base keeps, and only when they look like no
+# credential. Any other value is left out, the variable still named.
+READ_ENV = frozenset(
+    {
+        *MODEL_ENV,
+        *DTYPE_ENV,
+        *(name for names in PARALLELISM_ENV.values() for name in names),
+        *DATALOADER_ENV,
+        "NVIDIA_VISIBLE_DEVICES",
+        "CUDA_VISIBLE_DEVICES",
+    }
+)
+# A flag or variable name names a credential when one of its words (split at
+# "-", "_", "." and case changes) is one of these, or two neighbours are a
+# pair below; unless its last word says it names where the credential is.
+CREDENTIAL_WORDS = frozenset(
+    {"token", "secret", "password", "passwd", "pwd", "passphrase", "credential", "credentials", "apikey", "auth"}
+)
+CREDENTIAL_PAIRS = frozenset({("api", "key"), ("access", "key"), ("secret", "key"), ("private", "key")})
+CREDENTIAL_REFERENCE_WORDS = frozenset({"file", "path", "dir", "ref", "name", "env", "mount"})
+# Values in the shape of a known credential, wherever they appear.
+CREDENTIAL_VALUES = re.compile(
+    r"""
+      \bhf_[A-Za-z0-9]{20,}                          # Hugging Face
+    | \bgh[pousr]_[A-Za-z0-9]{20,} | \bgithub_pat_\w{20,}  # GitHub
+    | \bglpat-[\w-]{20,}                             # GitLab
+    | \bxox[abposr]-[A-Za-z0-9-]{8,}                 # Slack
+    | \bsk-[\w-]{20,}                                # OpenAI and alike
+    | \b(?:AKIA|ASIA)[0-9A-Z]{16}\b                  # AWS access key id
+    | \beyJ[\w-]{8,}\.eyJ[\w-]{8,}\.                 # a JWT (service-account tokens)
+    | -----BEGIN[A-Z ]*PRIVATE\ KEY-----
+    | \b[a-z][a-z0-9+.-]*://[^/\s:@]+:[^/\s@]+@       # a URL with user:password
+    | \b(?:Bearer|Basic)\s+[\w.~+/=-]{6,}             # an Authorization header
+    """,
+    re.X,
+)
+# A flag and what follows it in the same word list: --name=value, --name value.
+_FLAG = re.compile(r"(?<![\w-])--?([A-Za-z][\w.-]*)(?:=|\s+)(?=\S)")
+_WORD = re.compile(r"[A-Z]?[a-z0-9]+|[A-Z]+(?![a-z])")
+_ENV_REFERENCE = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)")
+
+
+def credential_name(name: str) -> bool:
+    """Whether a flag or variable name names a credential (HF_TOKEN,
+    --api-key, dbPassword), not a file or path holding one."""
+    words = [w.lower() for w in _WORD.findall(name)]
+    if not words or words[-1] in CREDENTIAL_REFERENCE_WORDS:
+        return False
+    return any(w in CREDENTIAL_WORDS for w in words) or any(pair in CREDENTIAL_PAIRS for pair in pairwise(words))
+
+
+def looks_like_credential(text: str) -> bool:
+    """Whether one command-line word, or an env value, holds a credential: a
+    value in a known credential's shape, or a credential flag with its value
+    (``--hf-token=...``, ``--password x`` inside a shell line)."""
+    if CREDENTIAL_VALUES.search(text):
+        return True
+    return any(credential_name(m.group(1)) for m in _FLAG.finditer(text))
+
+
+def _holds_credential(words: list[Any]) -> bool:
+    texts = [str(w) for w in words]
+    if any(looks_like_credential(t) for t in texts):
+        return True
+    # --hf-token VALUE: the flag alone, its value the next word
+    return any(
+        t.startswith("-") and "=" not in t and credential_name(t.lstrip("-")) for t in texts[:-1]
+    )
+
+
+def redacted(obj: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """``obj`` as a live base may be written: every env list (a container's,
+    a ClusterPolicy component's) keeps its variables' names and references
+    but a value only for what the audit reads (READ_ENV, or named as
+    ``$(VAR)`` in the command line) and only when it looks like no
+    credential; a command or args list holding a credential is left out
+    whole (an atomic list: the cluster keeps its own under a server-side
+    apply). Lists keep their items, so patches still point at the same
+    indices. Returns the copy and what was left out, as lines that name
+    variables and containers, never values."""
+    out = copy.deepcopy(dict(obj))
+    notes: list[str] = []
+
+    def walk(node: Any) -> None:
+        if isinstance(node, dict):
+            owner = one_line(str(node.get("name") or "")) if isinstance(node.get("name"), str) else ""
+            words = [w for key in ("command", "args") if isinstance(node.get(key), list) for w in node[key]]
+            referenced = {m for w in words for m in _ENV_REFERENCE.findall(str(w))}
+            for key in ("command", "args"):
+                value = node.get(key)
+                if isinstance(value, list) and _holds_credential(value):
+                    del node[key]
+                    notes.append(f"the {key} of {owner or 'a container'} (it holds a credential)")
+            env = node.get("env")
+            if isinstance(env, list):
+                dropped = []
+                for item in env:
+                    if not isinstance(item, dict) or "value" not in item:
+                        continue
+                    name, value = str(item.get("name") or ""), str(item.get("value"))
+                    keep = (name in READ_ENV or name in referenced) and not (
+                        credential_name(name) or looks_like_credential(value)
+                    )
+                    if not keep:
+                        del item["value"]
+                        dropped.append(one_line(name))
+                if dropped:
+                    notes.append(f"env values of {owner or 'a container'}: {', '.join(sorted(set(dropped)))}")
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    walk(out)
+    return out, notes
 
 
 def evidence(snapshot: Mapping[str, Any]) -> dict[OwnerKey, Evidence]:
@@ -93,11 +221,19 @@ class _Base(msgspec.Struct, frozen=True):
 
 
 def _base(obj: Mapping[str, Any], label: str) -> _Base:
-    clean = cleaned(obj)
+    clean, left_out = redacted(cleaned(obj))
     kind, meta = str(clean.get("kind")), clean.get("metadata") or {}
     namespace, name = str(meta.get("namespace") or ""), str(meta.get("name") or "")
     where = f"{namespace + '/' if namespace else ''}{name}"
-    content = f"# {kind} {name} as read from {label}, without status.\n" + dump(clean)
+    header = f"# {kind} {name} as read from {label}, without status.\n"
+    if left_out:
+        header += (
+            "# Left out, so that no credential reaches this file (docs/robustness.md): "
+            + "; ".join(left_out)
+            + ".\n# Apply with `kubectl apply --server-side`: the cluster keeps what is left out "
+            "(a client-side apply could remove it).\n"
+        )
+    content = header + dump(clean)
     read = ReadResult()
     read_text(content, f"{label} {kind}/{name}", read)
     document = read.documents[0] if read.documents else Document(clean, f"{label} {kind}/{name}", 1)

@@ -78,8 +78,18 @@ def render(
     out.append("Check it before merging:\n")
     out.append("```sh")
     out.append(f"{build_command(plan, directory)}   # the patched objects")
-    out.append(f"kubectl apply -k {directory} --dry-run=server   # against the cluster")
+    live = any(s.kind == "generated" and s.content for s in plan.sources)
+    if live:  # the bases leave env values and credentials out: the cluster keeps its own
+        out.append(f"kubectl apply --server-side -k {directory} --dry-run=server   # against the cluster")
+    else:
+        out.append(f"kubectl apply -k {directory} --dry-run=server   # against the cluster")
     out.append("```\n")
+    if live:
+        out.append(
+            "The objects in `base/` are the cluster's as read, less env values the audit does not "
+            "read and anything that looks like a credential (each file says what it leaves out): "
+            "apply with `--server-side`, under which the cluster keeps what a file leaves out.\n"
+        )
     if overlay.copies:
         out.append(
             "Inputs outside this folder are copied into `base/` as they were read (kustomize "
