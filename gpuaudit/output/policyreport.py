@@ -3,7 +3,14 @@ Policy Reports UI read, so findings can live in the cluster beside others.
 
 One PolicyReport per namespace that has findings, and one
 ClusterPolicyReport for cluster-scoped objects, files that are not objects
-(a bare device-plugin config), skipped rules and input problems. Results are
+(a bare device-plugin config), skipped rules and input problems, each named
+``gpuaudit``. A report larger than MAX_REPORT_BYTES (etcd refuses an object
+past 1.5 MiB: 3,000 pending GPU pods in one namespace made 7 MB) is split by
+rule, ``gpuaudit-<rule>``, and a rule's results past the limit into parts
+``gpuaudit-<rule>-2``...: names that depend only on what the report holds.
+Every report is labelled ``app.kubernetes.io/managed-by: gpuaudit``, so that
+the ones a later run no longer writes can be found and pruned
+(deploy/components/policyreports). Results are
 `fail` (findings), `skip` (rules that lacked an input) and `error` (input
 problems); nothing is reported as `pass`, since the audit judges objects,
 not rules, and only reports what it found. A YAML stream of documents, for
@@ -13,6 +20,7 @@ not rules, and only reports what it found. A YAML stream of documents, for
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Iterable
 from typing import Any
@@ -24,6 +32,12 @@ from gpuaudit.safetext import clean_tree
 
 API_VERSION = "wgpolicyk8s.io/v1alpha2"
 SOURCE = "gpuaudit"
+NAME = "gpuaudit"
+# The most one report may take as compact JSON, as the API server stores it:
+# etcd refuses a value past 1.5 MiB; the rest is room for what the server adds
+# (metadata, managedFields).
+MAX_REPORT_BYTES = 1_000_000
+_NOT_DNS = re.compile(r"[^a-z0-9]+")
 # Kinds without a namespace (the rest are reported in their namespace's report).
 CLUSTER_SCOPED = {
     "ClusterPolicy",
@@ -77,8 +91,8 @@ def _summary(results: Iterable[dict[str, Any]]) -> dict[str, int]:
     return counts
 
 
-def _report(kind: str, namespace: str, results: list[dict[str, Any]]) -> dict[str, Any]:
-    metadata: dict[str, Any] = {"name": "gpuaudit"}
+def _report(kind: str, namespace: str, results: list[dict[str, Any]], name: str = NAME) -> dict[str, Any]:
+    metadata: dict[str, Any] = {"name": name}
     if namespace:
         metadata["namespace"] = namespace
     metadata["labels"] = {"app.kubernetes.io/managed-by": "gpuaudit"}
@@ -123,10 +137,55 @@ def reports(result: AuditResult, now: float | None = None) -> list[dict[str, Any
                 "timestamp": dict(stamp),
             }
         )
-    docs = [_report("PolicyReport", ns, items) for ns, items in sorted(namespaced.items())]
+    docs = [doc for ns, items in sorted(namespaced.items()) for doc in _split("PolicyReport", ns, items)]
     if cluster or not docs:
-        docs.append(_report("ClusterPolicyReport", "", cluster))
+        docs += _split("ClusterPolicyReport", "", cluster)
     return docs
+
+
+def _size(value: Any) -> int:
+    return len(json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=str).encode())
+
+
+def _split(kind: str, namespace: str, results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One report, or (past MAX_REPORT_BYTES) one per rule, a rule's results
+    in as many parts as the limit needs, each part's results in an order that
+    depends on them alone (not on the order the cluster listed its pods)."""
+    whole = _report(kind, namespace, results)
+    if _size(whole) <= MAX_REPORT_BYTES:
+        return [whole]
+    by_rule: dict[str, list[dict[str, Any]]] = {}
+    for result in results:
+        by_rule.setdefault(str(result.get("policy")), []).append(result)
+    docs = []
+    for rule, items in sorted(by_rule.items()):
+        base = f"{NAME}-{_NOT_DNS.sub('-', rule.lower()).strip('-')[:40] or 'rule'}"
+        items = sorted(items, key=_order)
+        for number, part in enumerate(_parts(kind, namespace, items), 1):
+            docs.append(_report(kind, namespace, part, base if number == 1 else f"{base}-{number}"))
+    return docs
+
+
+def _order(result: dict[str, Any]) -> str:
+    return json.dumps(
+        [result.get("resources"), result.get("properties"), result.get("message")], sort_keys=True, default=str
+    )
+
+
+def _parts(kind: str, namespace: str, results: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+    """``results`` cut greedily into lists whose report stays under the limit
+    (a single result larger than it still gets its own report)."""
+    empty = _size(_report(kind, namespace, [], f"{NAME}-{'x' * 50}")) + 64  # the summary's digits grow
+    parts: list[list[dict[str, Any]]] = [[]]
+    size = empty
+    for result in results:
+        cost = _size(result) + 1
+        if parts[-1] and size + cost > MAX_REPORT_BYTES:
+            parts.append([])
+            size = empty
+        parts[-1].append(result)
+        size += cost
+    return parts
 
 
 def render(result: AuditResult, **_: Any) -> str:
