@@ -145,6 +145,21 @@ def confined(path: Path, roots: Sequence[Path], *, what: str) -> Path:
     )
 
 
+def confined_file(path: Path, roots: Sequence[Path], *, what: str) -> Path:
+    """:func:`confined` for a file about to be read. What is there and is no
+    regular file (a FIFO, a link to ``/dev/zero`` or ``/dev/stdin``) is
+    refused first, as the reader would refuse it (``not a regular file, not
+    read``), wherever it leads: such a file keeps the one message every file
+    option gives it, and it is never opened either way."""
+    try:
+        mode = os.stat(path).st_mode
+    except (OSError, ValueError):  # missing, a loop: confined() or the reader says so
+        mode = None
+    if mode is not None and not stat.S_ISREG(mode) and not stat.S_ISDIR(mode):
+        raise FileReadError(path, "not a regular file, not read")
+    return confined(path, roots, what=what)
+
+
 EXCERPT_CHARS = 60
 
 

@@ -23,7 +23,7 @@ from typing import Any
 import msgspec
 
 from gpuaudit import __version__
-from gpuaudit.files import FileReadError, command_line_roots, confined, read_bytes
+from gpuaudit.files import FileReadError, command_line_roots, confined_file, read_bytes
 from gpuaudit.jsontext import indented
 from gpuaudit.model import Finding
 
@@ -90,7 +90,7 @@ def load(path: Path) -> dict[Fingerprint, int]:
     """The counts of the baseline ``path`` (named with ``--baseline``; never
     read through a link that leads out of its repository: files.confined)."""
     try:
-        confined(path, command_line_roots(path), what="baseline")
+        confined_file(path, command_line_roots(path), what="baseline")
         data = json.loads(read_bytes(path, limit=MAX_BASELINE_BYTES, what="baseline"))
     except FileReadError as exc:
         raise BaselineError(str(exc)) from None

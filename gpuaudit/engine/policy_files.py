@@ -12,7 +12,7 @@ import msgspec
 import yaml
 
 from gpuaudit.engine.rules import Rule, RuleError, load_rule, load_rules
-from gpuaudit.files import FileReadError, command_line_roots, confined, excerpt, read_text
+from gpuaudit.files import FileReadError, command_line_roots, confined, confined_file, excerpt, read_text
 from gpuaudit.kube.yaml_lines import YamlLimitError, load_yaml_with_lines
 
 CASES_SUFFIXES = (".cases.yaml", ".cases.yml")
@@ -73,7 +73,7 @@ def read_cases(path: Path, roots: Sequence[Path] | None = None) -> Any:
     repository: ``files.command_line_roots``), or a RuleError naming the
     file and, where known, the line."""
     try:
-        confined(path, command_line_roots(path) if roots is None else roots, what="cases file")
+        confined_file(path, command_line_roots(path) if roots is None else roots, what="cases file")
         data, _ = load_yaml_with_lines(read_text(path, limit=MAX_CASES_BYTES, what="cases file"))
     except FileReadError as exc:
         raise RuleError(str(path), exc.line, exc.problem) from None

@@ -32,7 +32,15 @@ from gpuaudit.engine.rule_schemas import (
     timed_patterns,
     within,
 )
-from gpuaudit.files import FileReadError, bounded_quotes, command_line_roots, confined, excerpt, read_text
+from gpuaudit.files import (
+    FileReadError,
+    bounded_quotes,
+    command_line_roots,
+    confined,
+    confined_file,
+    excerpt,
+    read_text,
+)
 from gpuaudit.kube.yaml_lines import YamlLimitError, load_yaml_with_lines
 from gpuaudit.model.objects import same_fields
 from gpuaudit.schemas import SchemaError, validate
@@ -293,7 +301,7 @@ def rule_files(directory: Path, roots: Sequence[Path] | None = None) -> tuple[li
             continue
         try:
             if roots is not None:
-                confined(path, roots, what="rule file")
+                confined_file(path, roots, what="rule file")
         except FileReadError as exc:
             errors.append(RuleError(str(path), None, exc.problem))
             continue
@@ -337,7 +345,7 @@ def load_rule(
     a rule's cases): refused, unread, when a link takes it outside its
     repository (``files.command_line_roots``)."""
     try:
-        confined(path, command_line_roots(path), what="rule file")
+        confined_file(path, command_line_roots(path), what="rule file")
     except FileReadError as exc:
         raise RuleError(str(path), None, exc.problem) from None
     return _load_rule(path, params or {}, severities or {})

@@ -25,7 +25,15 @@ from typing import Any
 import msgspec
 import yaml
 
-from gpuaudit.files import FileReadError, bounded_quotes, command_line_roots, confined, excerpt, read_text
+from gpuaudit.files import (
+    FileReadError,
+    bounded_quotes,
+    command_line_roots,
+    confined,
+    confined_file,
+    excerpt,
+    read_text,
+)
 from gpuaudit.kube.yaml_lines import YamlLimitError, load_yaml_with_lines
 from gpuaudit.model import Exemption, InputError
 from gpuaudit.schemas import SchemaError, load_schema, validate
@@ -81,7 +89,7 @@ def load_config(explicit: Path | None = None, cwd: Path | None = None) -> Config
         return Config()
     roots = command_line_roots(path, cwd=cwd)
     try:
-        confined(path, roots, what="config file")
+        confined_file(path, roots, what="config file")
         data, lines = load_yaml_with_lines(read_text(path, limit=MAX_CONFIG_BYTES, what="config file"))
     except FileReadError as exc:
         raise ConfigError(str(exc)) from None

@@ -193,6 +193,22 @@ def test_what_the_user_names_on_the_command_line_is_read(run_cli, repo, home, tm
     assert_no_secret(proc.stdout + proc.stderr, "check --policies")
 
 
+def test_a_config_folder_outside_is_read_when_the_command_line_names_it_too(run_cli, repo, tmp_path):
+    shared = tmp_path / "org-rules"
+    shared.mkdir()
+    (shared / "good.yaml").write_text(GOOD_RULE.replace("SITE-001", "ORG-001"))
+    (repo / ".gpuaudit.yaml").write_text(f"policies:\n- {shared}\n")
+    proc = run_cli("check", "pinned.yaml", "--format", "json", cwd=repo)
+    report = json.loads(proc.stdout)
+    assert proc.returncode == 2 and "ORG-001" not in {f["rule"] for f in report["findings"]}
+    [error] = report["errors"]
+    assert error["file"].endswith(".gpuaudit.yaml") and error["line"] == 2 and "leads outside" in error["message"]
+
+    proc = run_cli("check", "pinned.yaml", "--format", "json", "--policies", str(shared), cwd=repo)
+    report = json.loads(proc.stdout)
+    assert report["errors"] == [] and "ORG-001" in {f["rule"] for f in report["findings"]}
+
+
 def test_a_rule_file_inside_the_repository_is_quoted_in_short_excerpts_only(run_cli, tmp_path):
     """Even a file the repository holds (one text value; a mapping with a
     long value) is quoted in a short, escaped excerpt, never whole."""
