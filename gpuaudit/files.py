@@ -41,8 +41,10 @@ path, never its content). The roots are:
   (:func:`command_line_roots`): the user chose it, so what lies inside it is
   theirs; a link in it may still not lead out of it.
 
-A path a repository's config names (``policies:``) is checked against the
-config's roots, so an absolute path or a ``..`` that leaves the repository
+A file about to be read goes through :func:`confined_file`, which refuses
+what is no regular file first (a FIFO, a link to ``/dev/zero``), as the
+reader would. A path a repository's config names (``policies:``) is checked
+against the config's roots, so an absolute path or a ``..`` that leaves the repository
 is refused; only the command line reaches outside. No error message quotes
 more of a file's content than :func:`excerpt` gives: a short, escaped piece.
 """
