@@ -93,7 +93,7 @@ def generate(tree: Path, apps: int) -> list[Path]:
     }.items():
         folder = tree / "components" / name
         if kind == "label":
-            write(folder / "kustomization.yaml", f"apiVersion: kustomize.config.k8s.io/v1alpha1\nkind: Component\n{text}")
+            write(folder / "kustomization.yaml", f"apiVersion: kustomize.config.k8s.io/v1alpha1\nkind: Component\n{text}")  # noqa: E501
             continue
         write(
             folder / "kustomization.yaml",
@@ -107,7 +107,7 @@ def generate(tree: Path, apps: int) -> list[Path]:
         )
         write(
             folder / text,
-            f"apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: any\nspec:\n  template:\n    spec:\n      {spec}\n",
+            f"apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: any\nspec:\n  template:\n    spec:\n      {spec}\n",  # noqa: E501
         )
     for i in range(apps):
         app = f"app-{i:02d}"
@@ -247,7 +247,7 @@ def main() -> None:
         print("|---|---:|---:|---:|---:|")
         print(f"| render floor (kubectl kustomize + helm template, serial) | {floor:.2f} | | | |")
         print(f"| `check <tree>`, cold cache | {cold:.2f} | {findings} | {again} | {errors} |")
-        print(f"| `check <tree>`, warm cache (median of {args.repeat}) | {warm:.2f} | {findings} | {again} | {errors} |")
+        print(f"| `check <tree>`, warm cache (median of {args.repeat}) | {warm:.2f} | {findings} | {again} | {errors} |")  # noqa: E501
         print(f"| pre-commit `--changed-files` 1 base, warm (median of {args.repeat}) | {precommit:.2f} "
               f"| {pre_findings} | {pre_again} | {pre_errors} |")
         print(f"\npre-commit: findings name the units {', '.join(pre_units) or '(none)'}")

@@ -143,7 +143,7 @@ def test_sigterm_during_fix_force_leaves_the_old_or_the_new_overlay(overlays, af
 
 
 def test_an_uninterrupted_fix_force_swaps_in_the_new_overlay_whole(overlays):
-    work, out, old, new = overlays
+    work, out, _old, new = overlays
     code = interrupted(work, after=10**6)  # never interrupted
     assert code == 0
     assert tree(out) == new
