@@ -186,18 +186,22 @@ def test_only_the_policyreports_overlay_can_write_and_only_policyreports(built):
             ("wgpolicyk8s.io", "policyreports"),
             ("wgpolicyk8s.io", "clusterpolicyreports"),
         }
-        assert {v for *_, v in writes} <= {"create", "update", "patch"}
-        # its own ServiceAccount: the daily audit's identity stays read-only
+        # create, update and patch to apply; delete to prune the reports no run writes any more
+        assert {v for *_, v in writes} <= {"create", "update", "patch", "delete"}
+        # its own ServiceAccount, for the kubectl step alone: the daily audit's
+        # identity stays read-only, and so does gpuaudit's in the PolicyReport job
         writer = one(docs, "ClusterRoleBinding", "gpuaudit-policyreport-writer")
         assert [s["name"] for s in writer["subjects"]] == ["gpuaudit-policyreports"]
-        job = one(docs, "CronJob", "gpuaudit-policyreports")
-        assert pod_spec(job)["serviceAccountName"] == "gpuaudit-policyreports"
+        jobs = {d["metadata"]["name"]: pod_spec(d) for d in docs if d["kind"] == "CronJob"}
+        assert jobs["gpuaudit-policyreports-apply"]["serviceAccountName"] == "gpuaudit-policyreports"
+        assert jobs["gpuaudit-policyreports"]["serviceAccountName"] == "gpuaudit"
         reader = [b for b in docs if b["kind"] == "ClusterRoleBinding" and b["roleRef"]["name"] == "gpuaudit-reader"]
-        assert {s["name"] for b in reader for s in b["subjects"]} == {"gpuaudit", "gpuaudit-policyreports"}
+        assert {s["name"] for b in reader for s in b["subjects"]} == {"gpuaudit"}
 
 
 def site_build(kubectl: str, tmp_path: Path, components: list[str]) -> list[dict[str, Any]]:
-    """The base plus these components, as a site's own kustomization lists them."""
+    """The base plus these components, as a site's own kustomization lists
+    them (components/images last, as deploy/README.md says)."""
     site = tmp_path / "site"
     site.mkdir(exist_ok=True)
     rel = os.path.relpath(DEPLOY, site)
@@ -207,7 +211,7 @@ def site_build(kubectl: str, tmp_path: Path, components: list[str]) -> list[dict
                 "apiVersion": "kustomize.config.k8s.io/v1beta1",
                 "kind": "Kustomization",
                 "resources": [f"{rel}/base"],
-                "components": [f"{rel}/components/{name}" for name in components],
+                "components": [f"{rel}/components/{name}" for name in [*components, "images"]],
             }
         )
     )
@@ -215,7 +219,8 @@ def site_build(kubectl: str, tmp_path: Path, components: list[str]) -> list[dict
 
 
 def test_every_component_composes_in_one_kustomization(kubectl, tmp_path):
-    assert sorted(p.name for p in (DEPLOY / "components").iterdir()) == sorted(COMPONENTS)
+    # the opt-in components, and the images every build pins
+    assert sorted(p.name for p in (DEPLOY / "components").iterdir()) == sorted([*COMPONENTS, "images"])
     docs = site_build(kubectl, tmp_path, list(COMPONENTS))
     names = {(d["kind"], d["metadata"]["name"]) for d in docs}
     assert ("CronJob", "gpuaudit-policyreports") in names
@@ -861,7 +866,7 @@ def test_helm_values_set_the_image_namespace_settings_and_config(helm, tmp_path)
     for obj in workloads(docs):
         spec = pod_spec(obj)
         for container in [*spec.get("initContainers", []), *spec["containers"]]:
-            if container["name"] == "apply":  # the kubectl image of the PolicyReports job
+            if container["name"] in ("apply", "label", "prune"):  # the kubectl image of the PolicyReports job
                 assert container["image"].startswith("registry.k8s.io/kubectl:")
                 continue
             assert container["image"] == "registry.example.com/team/gpuaudit:9.9.9"

@@ -15,8 +15,43 @@ other difference from `kubectl kustomize` is a bug (tests/test_deploy.py).
 {{- toJson $on -}}
 {{- end -}}
 
+{{/*
+The gpuaudit image. With the default repository and tag, the digest
+deploy/components/images pins (once a release fills it), as Kustomize does;
+image.digest pins any other.
+*/}}
 {{- define "gpuaudit.image" -}}
+{{- $digest := .Values.image.digest -}}
+{{- if and (not $digest) (eq .Values.image.repository "gpuaudit") (not .Values.image.tag) -}}
+{{- range $entry := include "gpuaudit.images" . | fromJsonArray -}}
+{{- if eq $entry.name "gpuaudit" }}{{ $digest = $entry.digest | default "" }}{{ end -}}
+{{- end -}}
+{{- end -}}
 {{- printf "%s:%s" .Values.image.repository (.Values.image.tag | default .Chart.AppVersion) -}}
+{{- if $digest }}@{{ $digest }}{{ end -}}
+{{- end -}}
+
+{{/* Every image deploy/ runs, as deploy/components/images lists them. */}}
+{{- define "gpuaudit.images" -}}
+{{- $component := fromYaml (.Files.Get "files/components/images/kustomization.yaml") -}}
+{{- toJson ($component.images | default list) -}}
+{{- end -}}
+
+{{/* Another image, changed as Kustomize's images: transformer changes it. */}}
+{{- define "gpuaudit.pinned" -}}
+{{- $bare := regexReplaceAll "@.*$" .image "" -}}
+{{- $name := regexReplaceAll ":[^:/]+$" $bare "" -}}
+{{- $tag := trimPrefix ":" (regexFind ":[^:/]+$" $bare) -}}
+{{- $out := .image -}}
+{{- range $entry := include "gpuaudit.images" .root | fromJsonArray -}}
+{{- if eq $entry.name $name -}}
+{{- $out = $entry.newName | default $name -}}
+{{- $newTag := $entry.newTag | default $tag -}}
+{{- if $newTag }}{{ $out = printf "%s:%s" $out $newTag }}{{ end -}}
+{{- if $entry.digest }}{{ $out = printf "%s@%s" $out $entry.digest }}{{ end -}}
+{{- end -}}
+{{- end -}}
+{{- $out -}}
 {{- end -}}
 
 {{/* The YAML documents of one file, as a JSON list of objects. */}}
@@ -67,6 +102,8 @@ other difference from `kubectl kustomize` is a bug (tests/test_deploy.py).
 {{- if hasPrefix "gpuaudit:" $c.image -}}
 {{- $_ := set $c "image" (include "gpuaudit.image" $root) -}}
 {{- if $root.Values.image.pullPolicy }}{{ $_ := set $c "imagePullPolicy" $root.Values.image.pullPolicy }}{{ end -}}
+{{- else -}}
+{{- $_ := set $c "image" (include "gpuaudit.pinned" (dict "root" $root "image" $c.image)) -}}
 {{- end -}}
 {{- end -}}
 {{- if and (eq $obj.kind "CronJob") (eq $obj.metadata.name "gpuaudit-audit") (has "nvml-sampler" $on) -}}
