@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import re
 import shutil
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -229,7 +228,8 @@ def test_the_audit_cronjob_caps_what_it_reads_below_its_memory(builds):
     quarter of the 2 GiB memory limit (what is kept takes about three times
     its bytes), so a hostile API server ends in a failed Job, not an OOM kill."""
     for build, docs in builds.items():
-        for job in (d for d in docs if d["kind"] == "CronJob" and d["metadata"]["name"] != "gpuaudit-policyreports-apply"):
+        jobs = [d for d in docs if d["kind"] == "CronJob" and d["metadata"]["name"] != "gpuaudit-policyreports-apply"]
+        for job in jobs:
             (container,) = pod_spec(job)["containers"]
             assert "--max-list-bytes=512Mi" in container["args"], f"{build}: {job['metadata']['name']}"
             assert container["resources"]["limits"]["memory"] == "2Gi"
