@@ -44,7 +44,8 @@ from typing import Any
 import msgspec
 from msgspec.structs import replace
 
-from gpuaudit.sources.snapshot import Transform, loads_json
+from gpuaudit.safetext import one_line
+from gpuaudit.sources.snapshot import Transform, loads_json, without_credentials
 
 __all__ = ["MAX_LIST_BYTES", "MAX_RESPONSE_BYTES", "OBJECT_KEYS", "ClusterSourceError", "collect"]
 
@@ -519,7 +520,8 @@ def collect(
         "version": 1,
         "kind": "gpuaudit-snapshot",
         "collected_at": collected_at,
-        "cluster": {"server": configuration.host, "context": context_name},
+        # A server URL may carry user:password@ (a kubeconfig's basic auth): never the cluster's name.
+        "cluster": {"server": without_credentials(configuration.host), "context": context_name},
         "objects": objects,
         "absent": collector.absent,
         "errors": collector.errors,
@@ -747,12 +749,19 @@ def _configure(
         if in_cluster:
             k8s_config.load_incluster_config(client_configuration=configuration)
             return configuration, None
-        k8s_config.load_kube_config(
-            config_file=kubeconfig,
-            context=context,
-            client_configuration=configuration,
-            persist_config=False,  # an audit never writes to the user's kubeconfig
-        )
+        with _ExecFailures() as exec_failures:
+            k8s_config.load_kube_config(
+                config_file=kubeconfig,
+                context=context,
+                client_configuration=configuration,
+                persist_config=False,  # an audit never writes to the user's kubeconfig
+            )
+        if exec_failures.reasons:
+            raise ClusterSourceError(
+                f"cannot configure a Kubernetes client from {kubeconfig or '$KUBECONFIG or ~/.kube/config'}: "
+                f"its exec plugin failed ({exec_failures.reasons[0]}); what the plugin printed is not "
+                "repeated here (it may hold a credential): run the plugin's command to see it"
+            )
         _, active = k8s_config.list_kube_config_contexts(config_file=kubeconfig)
     except k8s_config.ConfigException as exc:
         default = kubeconfig or "$KUBECONFIG or ~/.kube/config"
@@ -765,6 +774,41 @@ def _configure(
         raise ClusterSourceError(f"cannot read kubeconfig {where}: {exc}") from exc
     context_name = context or (active or {}).get("name")
     return configuration, context_name
+
+
+class _ExecFailures:
+    """The kubeconfig's exec plugin failing, while the client loads it.
+
+    The client runs the plugin (as kubectl does: the kubeconfig is the
+    user's, and a repository's config never names one) and, when it fails,
+    logs the plugin's stderr on the root logger -- printed by logging's
+    default handler, token and all if the plugin printed one -- then goes on
+    without credentials, so that every list fails with 401. Here the failure
+    is kept (its exit status, not what the plugin printed) and becomes one
+    clear error; nothing is printed."""
+
+    def __init__(self) -> None:
+        import logging
+
+        self.reasons: list[str] = []
+        outer = self
+
+        class Handler(logging.Handler):
+            def emit(self, record: logging.LogRecord) -> None:
+                message = record.getMessage()
+                if message.startswith("exec: process returned"):
+                    message = message.split(". ", 1)[0]  # the plugin's own stderr left out
+                outer.reasons.append(one_line(message)[:200])
+
+        self._handler = Handler(logging.ERROR)
+        self._root = logging.getLogger()
+
+    def __enter__(self) -> _ExecFailures:
+        self._root.addHandler(self._handler)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._root.removeHandler(self._handler)
 
 
 # -- parsing ------------------------------------------------------------------

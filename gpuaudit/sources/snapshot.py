@@ -175,8 +175,14 @@ def read_snapshot(path: Path, *, each: Transform | None = None) -> dict[str, Any
         raw = read_bytes(path, limit=limit, what="snapshot", hint=hint, gunzip=True)
     except FileReadError as exc:
         raise SnapshotError(path, exc.problem) from None
+    except MemoryError:
+        raise SnapshotError(path, "not enough memory to read it; give gpuaudit more memory") from None
+    size, out_of_memory = len(raw), False
     try:
         data = _decode(raw, each)
+    except MemoryError:
+        # Said once the except block is left: its traceback holds what was decoded so far.
+        out_of_memory = True
     except json.JSONDecodeError as exc:
         raise SnapshotError(path, f"not valid JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}") from exc
     except UnicodeDecodeError as exc:
@@ -186,11 +192,34 @@ def read_snapshot(path: Path, *, each: Transform | None = None) -> dict[str, Any
     except RecursionError:
         raise SnapshotError(path, "not valid JSON: nested too deep to parse") from None
     del raw
+    if out_of_memory:
+        raise SnapshotError(
+            path,
+            f"not enough memory to read its {size:,} bytes of JSON: the objects take several times "
+            "their bytes (1,000,000 pods in 588 MB took 4 GiB); give gpuaudit more memory",
+        )
     try:
         validate_snapshot(data, path)
     except RecursionError:
         raise SnapshotError(path, "nested too deep to validate") from None
+    cluster = data.get("cluster")
+    if isinstance(cluster, dict) and isinstance(cluster.get("server"), str):  # written before it was cleaned
+        cluster["server"] = without_credentials(cluster["server"])
     return data
+
+
+def without_credentials(url: str) -> str:
+    """``url`` without the ``user:password@`` a kubeconfig's server URL may
+    carry: the server names the cluster in findings, reports and snapshots."""
+    if "@" not in url:
+        return url
+    from urllib.parse import urlsplit, urlunsplit  # here: only a URL with user info needs it
+
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return url.rpartition("@")[2]
+    return urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
 
 
 def _decode(raw: bytes, each: Transform | None) -> Any:
