@@ -36,6 +36,7 @@ import email.utils
 import fnmatch
 import json
 import os
+import re
 import time
 from collections.abc import Callable, Iterable
 from datetime import datetime, timezone
@@ -83,6 +84,30 @@ MAX_RESPONSE_BYTES = 256 * 2**20
 # the 50,000-pod benchmark cluster sends 137 MiB; what is kept of the objects
 # takes about three times their bytes in memory.
 MAX_LIST_BYTES = 2**30
+
+
+# An Authorization header's value, as an error message may quote it.
+_AUTH_VALUE = re.compile(r"\b(Bearer|Basic)\s+[^\s'\",)]+", re.IGNORECASE)
+
+
+def credentials_of(configuration: Any) -> tuple[str, ...]:
+    """The secrets a client Configuration holds, as they could appear in an
+    error message: each token or password, also as repr() writes it (a token
+    with a control character in it), longest first; the basic-auth header."""
+    import base64
+
+    found: set[str] = set()
+    values = [str(v) for v in (getattr(configuration, "api_key", None) or {}).values()]
+    values.append(str(getattr(configuration, "password", None) or ""))
+    user = getattr(configuration, "username", None)
+    if user and getattr(configuration, "password", None):
+        values.append(base64.b64encode(f"{user}:{configuration.password}".encode()).decode())
+    for value in values:
+        value = value.split(" ", 1)[1] if value.lower().startswith(("bearer ", "basic ")) else value
+        for form in (value, value.strip(), repr(value)[1:-1]):
+            if len(form.strip()) >= 8:  # never a word an error says anyway
+                found.add(form)
+    return tuple(sorted(found, key=len, reverse=True))
 
 
 class ClusterSourceError(Exception):
@@ -209,6 +234,9 @@ class _Collector(msgspec.Struct):
     # What to keep of each object read, given its key in the snapshot's
     # objects (load_snapshot); None keeps it whole.
     each: Transform | None = None
+    # The client's credentials (a bearer token, a password), never repeated
+    # in a message: they go into every output format (credentials_of).
+    secrets: tuple[str, ...] = ()
     errors: list[dict[str, Any]] = msgspec.field(default_factory=list)
     absent: list[str] = msgspec.field(default_factory=list)
     forbidden: list[dict[str, Any]] = msgspec.field(default_factory=list)
@@ -252,7 +280,7 @@ class _Collector(msgspec.Struct):
                             "resource": api.name,
                             "endpoint": api.endpoint,
                             "status": 403,
-                            "message": failure.message,
+                            "message": self.scrubbed(failure.message),
                             "note": api.forbidden_note,
                         }
                     )
@@ -283,12 +311,20 @@ class _Collector(msgspec.Struct):
         return obj if self.each is None else self.each(key, obj)
 
     def record(self, key: str, endpoint: str, failure: _Failure, read: int = 0) -> None:
-        message = failure.message
+        message = self.scrubbed(failure.message)
         if read:
             message += f" (after {read} objects; partial list discarded)"
         self.errors.append(
             {"resource": key, "endpoint": endpoint, "status": failure.status, "message": message}
         )
+
+    def scrubbed(self, message: str) -> str:
+        """``message`` without the client's credentials: an error may quote a
+        request header (http.client's "Invalid header value b'Bearer ...'"
+        for a token that ends in a newline), or a server may echo one."""
+        for secret in self.secrets:
+            message = message.replace(secret, "<redacted>")
+        return _AUTH_VALUE.sub(r"\1 <redacted>", message)
 
     # -- one page -----------------------------------------------------------
 
@@ -330,6 +366,9 @@ class _Collector(msgspec.Struct):
                 wait = _retry_after(exc) if status in (429, 503) else None
             except _Failure:
                 raise
+            except (ValueError, TypeError) as exc:  # the request itself cannot be made (a header, a URL)
+                status, retryable, wait = None, False, None
+                message = f"{type(exc).__name__}: {exc}"
             except Exception as exc:  # urllib3/socket errors vary by version
                 status, retryable, wait = None, True, None
                 message = f"{type(exc).__name__}: {exc}"
@@ -511,6 +550,7 @@ def collect(
             each=each,
             max_response_bytes=max_response_bytes,
             max_list_bytes=max_list_bytes,
+            secrets=credentials_of(configuration),
         )
         objects = _collect_objects(collector, typed, pod_selector)
     finally:

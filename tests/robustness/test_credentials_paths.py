@@ -79,6 +79,34 @@ def test_a_snapshot_written_with_them_reports_without_them(tmp_path):
         assert SECRET not in file.read_text(), file.name
 
 
+# --- the token in error messages ----------------------------------------------------------
+
+
+def test_no_error_message_repeats_the_token(api, tmp_path):
+    """A kubeconfig token that ends in a newline (a `token: |` block, a file
+    written with echo) made http.client refuse the header, and its message
+    -- `Invalid header value b'Bearer <token>\\n'` -- went into every list's
+    error, so into JSON, SARIF and PolicyReports. A server that echoes the
+    token in its error is scrubbed alike."""
+    config = kubeconfig(tmp_path / "kc", api.url, {"token": SECRET + "\n\x1b[31m"})
+    outputs = {fmt: tmp_path / f"out.{fmt}" for fmt in FORMATS}
+    formats = [a for fmt, path in outputs.items() for a in ("--format", f"{fmt}={path}")]
+    run = gpuaudit("audit", "--kubeconfig", str(config), *formats, cwd=tmp_path)
+    assert run.code == 2, run.stderr
+    assert run.seconds < 30  # a request that cannot be made is not retried
+    for fmt, path in outputs.items():
+        assert SECRET not in path.read_text(), fmt
+    assert SECRET not in run.stdout + run.stderr
+    errors = json.loads(outputs["json"].read_text())["errors"]
+    assert any("Bearer <redacted>" in e["message"] for e in errors), errors[:2]
+
+    api.inject("/api/v1/events", status=403, message=f"events is forbidden for token {SECRET}")
+    config = kubeconfig(tmp_path / "kc2", api.url, {"token": SECRET})
+    run = gpuaudit("audit", "--kubeconfig", str(config), "--format", "json", cwd=tmp_path)
+    assert run.code == 2 and SECRET not in run.stdout + run.stderr
+    assert "events is forbidden for token <redacted>" in run.stdout
+
+
 # --- exec plugins -----------------------------------------------------------------------
 
 
