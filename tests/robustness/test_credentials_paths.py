@@ -138,7 +138,7 @@ def test_an_exec_plugin_runs_as_kubectl_runs_it(api, tmp_path):
 def test_a_failing_exec_plugin_is_one_clear_error_that_repeats_nothing_it_printed(api, tmp_path):
     """Before: the client printed the plugin's stderr (`ERROR:root:exec:
     process returned 1. <stderr>`, a token if the plugin printed one) and
-    went on without credentials: eleven lists failed with 401."""
+    went on without credentials: every list failed with 401."""
     plugin = _plugin(tmp_path / "plugin.sh", f"echo 'refresh token {SECRET} expired' >&2\nexit 1\n")
     config = kubeconfig(
         tmp_path / "kc",
