@@ -144,7 +144,8 @@ def reports(result: AuditResult, now: float | None = None) -> list[dict[str, Any
 
 
 def _size(value: Any) -> int:
-    return len(json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=str).encode())
+    text = json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=str)
+    return len(text.encode("utf-8", "surrogatepass"))  # render() replaces a lone surrogate later
 
 
 def _split(kind: str, namespace: str, results: list[dict[str, Any]]) -> list[dict[str, Any]]:
