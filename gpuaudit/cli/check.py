@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import gc
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -22,6 +23,7 @@ from gpuaudit.cli.options import (
     output_targets,
     policy_options,
     read_config,
+    require_input,
     split_names,
     stop,
 )
@@ -69,36 +71,17 @@ def check(
     fail_on: str | None,
     color: str,
     quiet: bool,
-    helm_charts: tuple[Path, ...],
-    helm_values: tuple[Path, ...],
-    no_kustomize: bool,
-    kustomize_load_restrictor: str,
-    plain_files: str | None,
-    render_errors: str | None,
-    allow_remote_bases: bool,
     changed_files: bool,
     baseline_path: Path | None,
     write_baseline: Path | None,
+    **manifest: Any,
 ) -> int:
     """Audit manifests (files, directories, '-' for stdin; directories with a
     kustomization are rendered) and Helm charts (--helm-chart)."""
-    if not paths and not helm_charts:
-        raise click.UsageError("give manifest PATHS, '-' for stdin, or --helm-chart DIR")
-    if helm_values and not helm_charts:
-        raise click.UsageError("--values applies to --helm-chart")
+    require_input(paths, manifest["helm_charts"], manifest["helm_values"])
     output_targets([*output_formats, *formats] or ["text"], output_file)  # usage errors before the run
     config = read_config(config_path)
-    options = input_options(
-        config,
-        helm_charts=helm_charts,
-        helm_values=helm_values,
-        no_kustomize=no_kustomize,
-        kustomize_load_restrictor=kustomize_load_restrictor,
-        plain_files=plain_files,
-        render_errors=render_errors,
-        allow_remote_bases=allow_remote_bases,
-        changed_files=changed_files,
-    )
+    options = input_options(config, changed_files=changed_files, **manifest)
     rules, rule_errors = load_policy(config, policy_dirs, split_names(include), split_names(exclude))
     result = check_manifests(
         paths,

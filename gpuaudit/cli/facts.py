@@ -7,10 +7,11 @@ Jinja2 or NVML."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import click
 
-from gpuaudit.cli.options import input_errors_code, input_options, manifest_options, read_config, stop
+from gpuaudit.cli.options import input_errors_code, input_options, manifest_options, read_config, require_input, stop
 from gpuaudit.facts import TARGETS
 from gpuaudit.files import write_atomic
 from gpuaudit.pipelines.facts import dumps, manifest_facts
@@ -49,38 +50,15 @@ def facts(
     output_file: Path | None,
     targets: tuple[str, ...],
     config_path: Path | None,
-    helm_charts: tuple[Path, ...],
-    helm_values: tuple[Path, ...],
-    no_kustomize: bool,
-    kustomize_load_restrictor: str,
-    plain_files: str | None,
-    render_errors: str | None,
-    allow_remote_bases: bool,
+    **manifest: Any,
 ) -> int:
     """The fact documents of manifests (files, directories, '-' for stdin,
     --helm-chart), one per subject: its target, the object, where it was read
     and the facts a rule's match and violation name. Exit 2 on input errors,
     after printing what could be read."""
-    if not paths and not helm_charts:
-        raise click.UsageError("give manifest PATHS, '-' for stdin, or --helm-chart DIR")
-    if helm_values and not helm_charts:
-        raise click.UsageError("--values applies to --helm-chart")
+    require_input(paths, manifest["helm_charts"], manifest["helm_values"])
     config = read_config(config_path)
-    result = manifest_facts(
-        paths,
-        config,
-        targets=targets,
-        options=input_options(
-            config,
-            helm_charts=helm_charts,
-            helm_values=helm_values,
-            no_kustomize=no_kustomize,
-            kustomize_load_restrictor=kustomize_load_restrictor,
-            plain_files=plain_files,
-            render_errors=render_errors,
-            allow_remote_bases=allow_remote_bases,
-        ),
-    )
+    result = manifest_facts(paths, config, targets=targets, options=input_options(config, **manifest))
     problems = [*config.warnings, *result.errors]
     for e in problems:
         where = f"{e.file}:{e.line}" if e.line else e.file

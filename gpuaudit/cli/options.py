@@ -7,7 +7,7 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 import msgspec
@@ -16,8 +16,10 @@ from gpuaudit import files
 from gpuaudit.files import OutsideRootError, WriteError, confined, write_atomic
 from gpuaudit.model import SEVERITIES, AuditResult
 from gpuaudit.output import FORMATS, formatter
-from gpuaudit.sources.inputs import InputOptions
 from gpuaudit.sources.user_config import Config, ConfigError, load_config
+
+if TYPE_CHECKING:
+    from gpuaudit.sources.inputs import InputOptions
 
 
 def option_group(*options: Callable[[Any], Any]) -> Callable[[Any], Any]:
@@ -195,9 +197,12 @@ def input_options(
     allow_remote_bases: bool = False,
     changed_files: bool = False,
 ) -> InputOptions:
-    """How to read the input: the command line's manifest options, then the
-    config's ``repository:``. Chart values files the config names must lie
-    inside the repository (the config is the repository's, not the user's)."""
+    """How to read the input: the command line's manifest options (as
+    ``manifest_options`` passes them), then the config's ``repository:``.
+    Chart values files the config names must lie inside the repository (the
+    config is the repository's, not the user's)."""
+    from gpuaudit.sources.inputs import InputOptions  # not every command reads manifests
+
     repository = config.repository or {}
     chart_values: dict[Path, tuple[tuple[Path, ...], ...]] = {}
     if config.path is not None and repository.get("charts"):
@@ -222,6 +227,14 @@ def input_options(
         chart_values=chart_values,
         changed_files=changed_files,
     )
+
+
+def require_input(paths: Sequence[str], helm_charts: Sequence[Path], helm_values: Sequence[Path]) -> None:
+    """Usage errors of the manifest options, before anything is read."""
+    if not paths and not helm_charts:
+        raise click.UsageError("give manifest PATHS, '-' for stdin, or --helm-chart DIR")
+    if helm_values and not helm_charts:
+        raise click.UsageError("--values applies to --helm-chart")
 
 
 def split_names(value: str) -> tuple[str, ...]:

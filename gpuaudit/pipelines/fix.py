@@ -36,6 +36,7 @@ from gpuaudit.safetext import one_line
 from gpuaudit.sources import kustomize
 from gpuaudit.sources.inputs import InputOptions
 from gpuaudit.sources.manifests import read_paths
+from gpuaudit.sources.units import KUSTOMIZATION_FILES
 from gpuaudit.sources.user_config import Config
 
 
@@ -198,7 +199,7 @@ def _read_package(path: Path, config: Config, rules: Sequence[Rule], inputs: Inp
     inputs.bare.extend(read.bare)
     for doc in read.documents:
         inputs.originals[object_id(doc.obj)] = dict(doc.obj)
-    inputs.files.update(path.resolve() / n for n in kustomize.KUSTOMIZATION_FILES)
+    inputs.files.update(path.resolve() / n for n in KUSTOMIZATION_FILES)
 
 
 def rechecker(config: Config, rules: Sequence[Rule], inputs: Inputs):

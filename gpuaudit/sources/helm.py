@@ -24,6 +24,7 @@ import yaml
 
 from gpuaudit import files
 from gpuaudit.files import FileReadError, OutsideRootError, command_line_roots, confined
+from gpuaudit.kube.overrides import merge_override
 from gpuaudit.kube.yaml_lines import YamlLimitError, load_yaml_with_lines
 from gpuaudit.model import Document, InputError
 from gpuaudit.sources.manifests import ReadResult, read_text
@@ -164,7 +165,7 @@ def _enabled(dependency: Mapping[str, Any], chart: Path, values: Sequence[Path])
         except (FileReadError, YamlLimitError, yaml.YAMLError, RecursionError):
             continue
         if isinstance(data, dict):
-            _merge(merged, data)
+            merged = merge_override(merged, data)  # later files override earlier ones, as in Helm
     for path in condition.split(","):
         value: Any = merged
         for step in path.strip().split("."):
@@ -172,14 +173,6 @@ def _enabled(dependency: Mapping[str, Any], chart: Path, values: Sequence[Path])
         if isinstance(value, bool):
             return value
     return True
-
-
-def _merge(into: dict[str, Any], data: Mapping[str, Any]) -> None:
-    for key, value in data.items():
-        if isinstance(value, Mapping) and isinstance(into.get(key), dict):
-            _merge(into[key], value)
-        else:
-            into[key] = dict(value) if isinstance(value, Mapping) else value
 
 
 def _chart_files(chart: Path) -> list[Path]:

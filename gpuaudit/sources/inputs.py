@@ -17,7 +17,7 @@ from pathlib import Path
 import msgspec
 
 from gpuaudit.model import InputError
-from gpuaudit.sources.manifests import ReadResult, read_file, read_paths
+from gpuaudit.sources.manifests import MANIFEST_SUFFIXES, ReadResult, read_file, read_paths
 from gpuaudit.sources.units import PlainFiles, Repository, Unit, discover, display, plain_units, units_for_changed
 
 # One thing to audit: a file still to read, or what was read already.
@@ -68,20 +68,13 @@ def gather_units(
         elif options.changed_files and options.render and Path(path).is_file():
             loose.append(Path(path))
         elif Path(path).is_dir():
-            repository = discover(
-                Path(path),
-                path,
-                plain_files=options.plain_files,
-                chart_values=options.chart_values,
-                allow_remote=options.allow_remote,
-                render=options.render,
-            )
+            repository = _discover(Path(path), path, options)
             units += _render_all(repository.units, options)
             problems.errors += _template_warnings(repository, path)
         else:
             units += _plain(Path(path), path, options)
     if loose:
-        units += _changed(loose, options, problems)
+        units += _changed(loose, options)
     if options.helm_charts:
         from gpuaudit.sources.helm import render_helm_chart
 
@@ -110,20 +103,23 @@ def _plain(file: Path, shown: str, options: InputOptions) -> list[UnitInput]:
     return [UnitInput(shown if options.plain_files == "file" else unit.name, [file])]
 
 
-def _changed(files: Sequence[Path], options: InputOptions, problems: ReadResult) -> list[UnitInput]:
-    """The units the changed ``files`` touch, found in the repository they lie in."""
-    from gpuaudit.files import repository_root
-
-    top = repository_root()
-    shown = os.path.relpath(top)
-    repository = discover(
-        top,
+def _discover(root: Path, shown: str, options: InputOptions) -> Repository:
+    return discover(
+        root,
         shown,
         plain_files=options.plain_files,
         chart_values=options.chart_values,
         allow_remote=options.allow_remote,
         render=options.render,
     )
+
+
+def _changed(files: Sequence[Path], options: InputOptions) -> list[UnitInput]:
+    """The units the changed ``files`` touch, found in the repository they lie in."""
+    from gpuaudit.files import repository_root
+
+    top = repository_root()
+    repository = _discover(top, os.path.relpath(top), options)
     touched, alone = units_for_changed(repository, files)
     # A folder of plain files is judged on the files that changed: a commit
     # is not blocked by what its unchanged neighbours say.
@@ -135,11 +131,8 @@ def _changed(files: Sequence[Path], options: InputOptions, problems: ReadResult)
     out = _render_all(touched, options)
     templates = {t.resolve() for t in repository.templates}
     for file in alone:
-        if file.resolve() in templates or not file.name.endswith((".yaml", ".yml", ".json")):
-            continue  # another tool's template, or not a manifest: no unit reads it
-        if any(file.resolve() == Path(os.path.abspath(f)).resolve() for u in touched for f in u.reads):
-            continue
-        out += _plain(file, os.path.relpath(file), options)
+        if file.name.endswith(MANIFEST_SUFFIXES) and file.resolve() not in templates:
+            out += _plain(file, os.path.relpath(file), options)  # a manifest no unit reads (hidden folders)
     return out
 
 
@@ -147,77 +140,50 @@ def _render_all(units: Sequence[Unit], options: InputOptions) -> list[UnitInput]
     """Each unit's input; renders run side by side (each is a subprocess)."""
     to_render = [u for u in units if u.kind != "files" and u.problem is None]
     rendered: dict[str, ReadResult] = {}
-    if to_render:
-        workers = min(len(to_render), max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1))
-        if workers == 1:
-            rendered = {u.name: _render(u, options) for u in to_render}
-        else:
-            from concurrent.futures import ThreadPoolExecutor
+    if len(to_render) > 1:
+        from concurrent.futures import ThreadPoolExecutor
 
-            with ThreadPoolExecutor(max_workers=workers) as pool:
-                results = pool.map(lambda u: _render(u, options), to_render)
-                rendered = {u.name: r for u, r in zip(to_render, results, strict=True)}
+        with ThreadPoolExecutor(max_workers=min(len(to_render), os.cpu_count() or 1)) as pool:
+            results = pool.map(lambda u: _render(u, options), to_render)
+            rendered = {u.name: r for u, r in zip(to_render, results, strict=True)}
+    elif to_render:
+        rendered = {to_render[0].name: _render(to_render[0], options)}
     out: list[UnitInput] = []
     for unit in units:
         if unit.kind == "files":  # each file named in the style the user named the tree
-            relative = not os.path.isabs(unit.name)
-            out.append(UnitInput(unit.name, [Path(os.path.relpath(f)) if relative else f for f in unit.files]))
+            out.append(UnitInput(unit.name, [Path(display(f, unit.name)) for f in unit.files]))
         elif unit.problem is not None:
             out.append(_unrendered(unit, unit.problem, options))
+        elif not rendered[unit.name].documents and any(e.level == "error" for e in rendered[unit.name].errors):
+            first, *others = rendered[unit.name].errors  # the render failed: its first error says why
+            out.append(_unrendered(unit, first.message, options, others))
         else:
-            result = rendered[unit.name]
-            failed = [e for e in result.errors if e.level == "error" and e.message.startswith(_NOT_RENDERED)]
-            if failed and not result.documents:
-                out.append(_unrendered(unit, failed[0].message.removeprefix(_NOT_RENDERED), options, result))
-            else:
-                out.append(UnitInput(unit.name, [result]))
+            out.append(UnitInput(unit.name, [rendered[unit.name]]))
     return out
 
 
-_NOT_RENDERED = "not rendered: "
-
-
 def _render(unit: Unit, options: InputOptions) -> ReadResult:
-    """The unit rendered; a render that fails gives a ReadResult whose
-    error starts with _NOT_RENDERED."""
+    """The unit rendered (no object and an error when it could not be)."""
     if unit.kind == "helm":
         from gpuaudit.sources.helm import render_helm_chart
 
-        chart = unit.root if os.path.isabs(unit.name) else Path(os.path.relpath(unit.root))
-        result = render_helm_chart(chart, unit.values, label=unit.name)
-        return _marked(result)
+        return render_helm_chart(Path(display(unit.root, unit.name)), unit.values, label=unit.name)
     from gpuaudit.sources import kustomize
 
     command = kustomize.kustomize_command()
     if command is None:
-        problem = _NOT_RENDERED + "neither kubectl nor kustomize is on PATH"
-        return ReadResult(errors=[InputError(unit.name, None, problem)])
-    rendered = kustomize.render_kustomization(
+        return ReadResult(errors=[InputError(unit.name, None, "neither kubectl nor kustomize is on PATH")])
+    return kustomize.render_kustomization(
         unit.root, command, unit.name, load_anywhere=options.load_anywhere, reads=unit.reads
     )
-    return _marked(rendered.result)
 
 
-def _marked(result: ReadResult) -> ReadResult:
-    """A render with no object and an error: mark the error as the reason it was not rendered."""
-    if result.documents or not result.errors:
-        return result
-    first = result.errors[0]
-    if first.message.startswith(_NOT_RENDERED):
-        return result
-    errors = [InputError(first.file, first.line, _NOT_RENDERED + first.message, first.level), *result.errors[1:]]
-    return ReadResult(errors=errors, files=result.files)
-
-
-def _unrendered(unit: Unit, reason: str, options: InputOptions, result: ReadResult | None = None) -> UnitInput:
+def _unrendered(unit: Unit, reason: str, options: InputOptions, others: Sequence[InputError] = ()) -> UnitInput:
     """A unit that could not be rendered: an error (fail), or a warning and its
     plain resource files judged as files (warn)."""
-    reason = reason.removeprefix(_NOT_RENDERED)
-    others = result.errors[1:] if result is not None else []
+    reason = reason.removeprefix("not rendered: ")
     if options.render_errors == "warn":
-        relative = not os.path.isabs(unit.name)
-        manifests = [f for f in unit.resources if f.suffix in (".yaml", ".yml", ".json")]
-        files = [Path(os.path.relpath(f)) if relative else f for f in manifests]
+        files = [Path(display(f, unit.name)) for f in unit.resources if f.name.endswith(MANIFEST_SUFFIXES)]
         also = (
             f"; its {len(files)} resource file(s) are judged as plain files, without its patches"
             if files
@@ -236,7 +202,7 @@ def _unrendered(unit: Unit, reason: str, options: InputOptions, result: ReadResu
 def _template_warnings(repository: Repository, shown: str) -> list[InputError]:
     if not repository.templates:
         return []
-    first = display(repository.templates[0], shown, repository.root)
+    first = display(repository.templates[0], shown)
     return [
         InputError(
             first,

@@ -1,11 +1,12 @@
-"""Kustomize directories and Helm charts: rendered by the real tools, then
-read like any manifest, with findings pointed back at source files.
+"""Kustomize roots: rendered by the real tool, then read like any manifest,
+with findings pointed back at the files that set each value.
 
-Kustomize: `kubectl kustomize` (preferred) or `kustomize build`. The
-directory is built through a throw-away wrapper kustomization that asks for
-`buildMetadata: [originAnnotations]`, so each rendered object names the
-file it came from; its lines come from that file (fields a patch added fall
-back to their nearest ancestor there). Objects with no source file
+`kubectl kustomize` (preferred) or `kustomize build`. The root is built
+through a throw-away wrapper kustomization that asks for
+`buildMetadata: [originAnnotations, transformerAnnotations]`: each rendered
+object names the file it came from, whose lines it takes, and the
+kustomizations whose patches changed it, whose patches then say which
+fields they set (sources/patch_origins.py). Objects with no source file
 (generators) point at the kustomization.
 
 kustomize's load restrictor stays on: a kustomization that reads a file
@@ -36,25 +37,13 @@ from gpuaudit.sources.manifests import ReadResult, read_file, read_text
 from gpuaudit.sources.patch_origins import patch_origins
 from gpuaudit.sources.render_cache import cached, render_key
 from gpuaudit.sources.tools import TIMEOUT, first_line, run_tool
+from gpuaudit.sources.units import display, kustomization_in
 
-KUSTOMIZATION_FILES = ("kustomization.yaml", "kustomization.yml", "Kustomization")
 ORIGIN = "config.kubernetes.io/origin"
 TRANSFORMATIONS = "alpha.config.kubernetes.io/transformations"
 _LOAD_ANYWHERE = ("--load-restrictor", "LoadRestrictionsNone")
 # kustomize's refusal: "security; file '/x/secret' is not in or below '/x/app'".
 _REFUSED = re.compile(r"file '([^']*)' is not in or below '([^']*)'")
-
-
-class Rendered(msgspec.Struct):
-    result: ReadResult = msgspec.field(default_factory=ReadResult)
-    consumed: set[Path] = msgspec.field(default_factory=set)  # source files the render read
-
-
-def kustomization_in(directory: Path) -> Path | None:
-    for name in KUSTOMIZATION_FILES:
-        if (directory / name).is_file():
-            return directory / name
-    return None
 
 
 def kustomize_command() -> list[str] | None:
@@ -75,15 +64,15 @@ def render_kustomization(
     *,
     load_anywhere: bool = False,
     reads: Sequence[Path] = (),
-) -> Rendered:
+) -> ReadResult:
     """Build ``directory``; ``shown`` is how the user named it (paths in
     findings keep the same style, relative or absolute). ``load_anywhere``:
     the user allows files outside the kustomization's folder. ``reads``: the
     files the build reads (sources/units.py), which key its render in the
     cache (sources/render_cache.py); none: no cache."""
-    rendered = Rendered()
+    rendered = ReadResult()
     kustomization = kustomization_in(directory) or directory / "kustomization.yaml"
-    label = _display(kustomization, shown, directory)
+    label = _display(kustomization, shown)
     with tempfile.TemporaryDirectory(prefix="gpuaudit-kustomize-") as tmp:
         wrapper = Path(tmp)
         (wrapper / "kustomization.yaml").write_text(
@@ -101,33 +90,30 @@ def render_kustomization(
             text, problem = _build(command, directory, load_anywhere)
         if text is None:
             if isinstance(problem, OutsideFileError):  # its paths in the style the user wrote
-                shown_file, shown_root = (_display(Path(p), shown, directory) for p in (problem.file, problem.root))
+                shown_file, shown_root = (_display(Path(p), shown) for p in (problem.file, problem.root))
                 message = str(OutsideFileError(shown_file, shown_root))
             else:
                 message = f"not rendered: kustomize build failed: {first_line(str(problem))}"
-            rendered.result.errors.append(InputError(label, None, message))
+            rendered.errors.append(InputError(label, None, message))
             return rendered
         raw = ReadResult()
         read_text(text, label, raw)
-    rendered.result.errors.extend(raw.errors)
-    rendered.consumed.add(kustomization.resolve())
+    rendered.errors.extend(raw.errors)
     sources: dict[Path, ReadResult] = {}
     patches: dict[Path, list] = {}
     for doc in raw.documents:
         origin = _origin(doc) if wrapper_used else None
         source = (wrapper / origin).resolve() if origin else None
         if source is not None and source.is_file():
-            rendered.consumed.add(source)
-            mapped = _map_to_source(doc, source, _display(source, shown, directory), sources)
+            mapped, name = _map_to_source(doc, source, _display(source, shown), sources)
             transformed_by = [(wrapper / k).resolve() for k in _transformations(doc)] if wrapper_used else []
             if transformed_by:
-                name = _source_name(mapped, sources.get(source))
-                traced = patch_origins(doc.obj, name, transformed_by, lambda p: _display(p, shown, directory), patches)
+                traced = patch_origins(doc.obj, name, transformed_by, lambda p: _display(p, shown), patches)
                 mapped = msgspec.structs.replace(mapped, patched=traced)
-            rendered.result.documents.append(mapped)
+            rendered.documents.append(mapped)
         else:
-            rendered.result.documents.append(_without_origin(doc, label, lines={}, line=1))
-    rendered.result.files += 1
+            rendered.documents.append(_without_origin(doc, label, lines={}, line=1))
+    rendered.files += 1
     return rendered
 
 
@@ -234,17 +220,11 @@ def _transformations(doc: Document) -> list[str]:
     return out
 
 
-def _source_name(mapped: Document, source: ReadResult | None) -> str:
-    """The name the object has in its source file (before a prefix or suffix)."""
-    if source is not None:
-        for d in source.documents:
-            if d.line == mapped.line and d.kind == mapped.kind:
-                return d.name
-    return mapped.name
-
-
-def _map_to_source(doc: Document, source: Path, shown: str, cache: dict[Path, ReadResult]) -> Document:
-    """The rendered object, with the line map of the same object in its source file."""
+def _map_to_source(
+    doc: Document, source: Path, shown: str, cache: dict[Path, ReadResult]
+) -> tuple[Document, str]:
+    """The rendered object, with the line map of the same object in its
+    source file, and the name it has there (before a prefix or suffix)."""
     if source not in cache:
         cache[source] = ReadResult()
         read_file(source, cache[source])
@@ -254,8 +234,8 @@ def _map_to_source(doc: Document, source: Path, shown: str, cache: dict[Path, Re
         named = [d for d in candidates if d.name and d.name in doc.name]
         match = named[0] if len(named) == 1 else candidates[0] if len(candidates) == 1 else None
     if match is None:
-        return _without_origin(doc, shown, lines={}, line=1)
-    return _without_origin(doc, shown, lines=match.lines, line=match.line, base=match.base)
+        return _without_origin(doc, shown, lines={}, line=1), doc.name
+    return _without_origin(doc, shown, lines=match.lines, line=match.line, base=match.base), match.name
 
 
 def _without_origin(doc: Document, file: str, lines: dict[str, int] | object, line: int, base: str = "") -> Document:
@@ -270,9 +250,7 @@ def _without_origin(doc: Document, file: str, lines: dict[str, int] | object, li
     return Document(obj=obj, file=file, line=line, lines=lines, base=base)  # type: ignore[arg-type]
 
 
-def _display(path: Path, shown: str, directory: Path) -> str:
-    """``path`` in the style the user named ``directory``: relative to the
-    working directory when they gave a relative path."""
-    if Path(shown).is_absolute():
-        return str(path.resolve())
-    return os.path.relpath(path.resolve(), Path.cwd())
+def _display(path: Path, shown: str) -> str:
+    """``path`` (resolved: kustomize names files through the wrapper) in the
+    style the user named the root."""
+    return display(path.resolve(), shown)

@@ -23,7 +23,7 @@ from gpuaudit.model import Document, InputError
 
 MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
 MAX_FILE_BYTES = 16 * 1024 * 1024
-_SKIP_DIRS = {".git", ".hg", ".svn", "node_modules", "__pycache__", ".terraform"}
+SKIP_DIRS = frozenset({".git", ".hg", ".svn", "node_modules", "__pycache__", ".terraform"})
 
 # Helm's template actions start with '.', '$', '-' or a keyword/function;
 # Argo's `{{inputs.parameters.x}}` and `{{workflow.name}}` do not.
@@ -95,7 +95,7 @@ def iter_manifest_files(root: Path) -> Iterator[Path]:
             dirnames[:] = []
             continue
         seen.add(real)
-        dirnames[:] = sorted(d for d in dirnames if d not in _SKIP_DIRS)
+        dirnames[:] = sorted(d for d in dirnames if d not in SKIP_DIRS)
         for name in sorted(filenames):
             if name.endswith(MANIFEST_SUFFIXES):
                 yield Path(dirpath, name)

@@ -67,9 +67,11 @@ def patch_origins(
 
 def _patches_of(kustomization: Path, shown: Callable[[Path], str]) -> list[_Patch]:
     try:
-        data, lines = load_yaml_with_lines(read_text(kustomization, limit=_MAX_PATCH_BYTES, what="kustomization"))
+        text = read_text(kustomization, limit=_MAX_PATCH_BYTES, what="kustomization")
+        data, lines = load_yaml_with_lines(text)
     except (FileReadError, YamlLimitError, yaml.YAMLError, RecursionError):
         return []
+    rows = text.splitlines()
     if not isinstance(data, dict):
         return []
     folder = kustomization.parent
@@ -86,11 +88,11 @@ def _patches_of(kustomization: Path, shown: Callable[[Path], str]) -> list[_Patc
             out += _read_patch(folder / entry["path"], shown, target)
         elif isinstance(entry, dict) and isinstance(entry.get("patch"), str):
             at = lines.get(pointer + "/patch", 1)
-            out += _parse(entry["patch"], shown(kustomization), _block_offset(kustomization, at), target)
+            out += _parse(entry["patch"], shown(kustomization), _block_offset(rows, at), target)
         elif isinstance(entry, str) and "\n" not in entry.strip():
             out += _read_patch(folder / entry.strip(), shown, target)
         elif isinstance(entry, str):  # an inline strategic-merge patch
-            out += _parse(entry, shown(kustomization), _block_offset(kustomization, lines.get(pointer, 1)), target)
+            out += _parse(entry, shown(kustomization), _block_offset(rows, lines.get(pointer, 1)), target)
     return out
 
 
@@ -127,13 +129,10 @@ def _documents(text: str) -> list[tuple[Any, Mapping[str, int], int]]:
     return out
 
 
-def _block_offset(kustomization: Path, line: int) -> int:
+def _block_offset(rows: Sequence[str], line: int) -> int:
     """Lines before an inline patch's first line: a block scalar (``|``,
     ``|-``, ``>``) starts on the line after its key."""
-    try:
-        row = read_text(kustomization, limit=_MAX_PATCH_BYTES, what="kustomization").splitlines()[line - 1]
-    except (FileReadError, IndexError):
-        return line - 1
+    row = rows[line - 1] if 0 < line <= len(rows) else ""
     return line if re.search(r":\s*[|>][-+0-9]*\s*(#.*)?$", row) else line - 1
 
 

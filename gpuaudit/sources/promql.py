@@ -22,7 +22,6 @@ Fields that are not one of the standard telemetry keys land in each row's
 
 from __future__ import annotations
 
-import copy
 import math
 import re
 from collections.abc import Collection, Mapping, Sequence
@@ -32,6 +31,7 @@ from urllib.parse import quote_plus
 import msgspec
 
 from gpuaudit.bundled import data_yaml
+from gpuaudit.kube.overrides import merge_override
 from gpuaudit.model.telemetry import METRIC_KEYS
 
 _TOP_KEYS = {"version", "params", "keys", "shard_label", "signals"}
@@ -90,20 +90,6 @@ class QuerySpec(msgspec.Struct, frozen=True):
     def choose(self, present: Collection[str]) -> dict[str, Candidate | None]:
         """Per signal, the first candidate whose metric is present."""
         return {name: next((c for c in s.candidates if c.metric in present), None) for name, s in self.signals.items()}
-
-
-def merge_override(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
-    """``override`` over ``base``: mappings merge recursively, anything else
-    replaces, and ``None`` removes the key."""
-    out = copy.deepcopy(dict(base))
-    for key, value in override.items():
-        if value is None:
-            out.pop(key, None)
-        elif isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
-            out[key] = merge_override(out[key], value)
-        else:
-            out[key] = copy.deepcopy(value)
-    return out
 
 
 def builtin_queries() -> dict[str, Any]:

@@ -34,10 +34,9 @@ import yaml
 
 from gpuaudit.files import FileReadError, read_text
 from gpuaudit.kube.yaml_lines import YamlLimitError, load_yaml_with_lines
+from gpuaudit.sources.manifests import MANIFEST_SUFFIXES, SKIP_DIRS
 
 KUSTOMIZATION_FILES = ("kustomization.yaml", "kustomization.yml", "Kustomization")
-MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
-SKIP_DIRS = frozenset({".git", ".hg", ".svn", "node_modules", "__pycache__", ".terraform", ".tox", ".venv"})
 PlainFiles = Literal["folder", "file", "tree"]
 UnitKind = Literal["kustomize", "helm", "files"]
 _MAX_KUSTOMIZATION_BYTES = 1024 * 1024
@@ -86,7 +85,6 @@ class Repository(msgspec.Struct):
     root: Path
     units: list[Unit]
     templates: list[Path]  # other tools' templates, skipped
-    problems: list[tuple[Path, str]]  # (file, why) found while looking
 
 
 def discover(
@@ -116,7 +114,7 @@ def discover(
             continue
         kustomization = next((folder / n for n in KUSTOMIZATION_FILES if n in names), None)
         if render and kustomization is not None:
-            kustomizations[folder] = read_kustomization(kustomization, allow_remote=allow_remote)
+            kustomizations[folder] = read_kustomization(kustomization)
         for name in names:
             if name.endswith(MANIFEST_SUFFIXES) and name not in KUSTOMIZATION_FILES:
                 path = folder / name
@@ -127,20 +125,20 @@ def discover(
     # A kustomization's folder, and its subfolders, hold its fragments: never plain objects.
     consumed |= {p for p in plain if _package_of(p, kustomizations, root) is not None}
     units: list[Unit] = []
-    problems: list[tuple[Path, str]] = []
+    values = {Path(os.path.realpath(c)): v for c, v in (chart_values or {}).items()}
     for chart in charts:
-        units += chart_units(chart, shown, root, (chart_values or {}).get(chart, ()))
+        units += chart_units(chart, shown, values.get(Path(os.path.realpath(chart)), ()))
     done: set[Path] = set()
     for folder in sorted(kustomizations):
         k = kustomizations[folder]
         if folder in used or k.component:
             continue
-        unit = _kustomize_unit(k, kustomizations, shown, root)
+        unit = _kustomize_unit(k, kustomizations, shown, allow_remote)
         done.add(folder)
         if unit.problem is None:
             units.append(unit)
             continue
-        parts = _renderable_parts(k, kustomizations, shown, root, done)
+        parts = _renderable_parts(k, kustomizations, shown, allow_remote, done)
         if parts:
             names = ", ".join(p.name for p in parts[:3]) + (f" and {len(parts) - 3} more" if len(parts) > 3 else "")
             unit = msgspec.structs.replace(
@@ -149,46 +147,44 @@ def discover(
         units += [unit, *parts]
     rest = [p for p in plain if p not in consumed]
     units += plain_units(rest, shown, root, plain_files)
-    return Repository(root, units, templates, problems)
+    return Repository(root, units, templates)
 
 
-def chart_units(chart: Path, shown: str, top: Path, extra: Sequence[Sequence[Path]] = ()) -> list[Unit]:
+def chart_units(chart: Path, shown: str, extra: Sequence[Sequence[Path]] = ()) -> list[Unit]:
     """The variants of a chart: its defaults, each ci/*-values.yaml, each
-    list of values files the config names."""
-    name = display(chart, shown, top)
-    reads = (chart,)
-    problem = None  # found when it renders (sources/helm.py): it depends on the values
-    units = [Unit(name, "helm", chart, reads=reads, problem=problem)]
+    list of values files the config names. Whether one renders offline
+    depends on its values (a dependency switched off): sources/helm.py says."""
+    name = display(chart, shown)
+    units = [Unit(name, "helm", chart, reads=(chart,))]
     ci = chart / "ci"
     if ci.is_dir():
         for values in sorted(ci.glob("*-values.yaml")):
-            label = f"{name} [{values.relative_to(chart)}]"
-            units.append(Unit(label, "helm", chart, values=(values,), reads=reads, problem=problem))
+            units.append(Unit(f"{name} [{values.relative_to(chart)}]", "helm", chart, values=(values,), reads=(chart,)))
     for values_list in extra:
-        label = f"{name} [{', '.join(display(v, shown, top) for v in values_list)}]"
-        units.append(
-            Unit(label, "helm", chart, values=tuple(values_list), reads=(*reads, *values_list), problem=problem)
-        )
+        label = f"{name} [{', '.join(display(v, shown) for v in values_list)}]"
+        units.append(Unit(label, "helm", chart, values=tuple(values_list), reads=(chart, *values_list)))
     return units
 
 
 def plain_units(files: Sequence[Path], shown: str, top: Path, mode: PlainFiles) -> list[Unit]:
+    """Manifests no kustomization or chart reads: one unit per folder, per
+    file, or one for the tree (``top``)."""
     if not files:
         return []
     if mode == "tree":
-        return [Unit(display(top, shown, top), "files", top, files=tuple(files), reads=tuple(files))]
+        return [Unit(display(top, shown), "files", top, files=tuple(files), reads=tuple(files))]
     if mode == "file":
-        return [Unit(display(f, shown, top), "files", f.parent, files=(f,), reads=(f,)) for f in files]
+        return [Unit(display(f, shown), "files", f.parent, files=(f,), reads=(f,)) for f in files]
     by_folder: dict[Path, list[Path]] = {}
     for f in files:
         by_folder.setdefault(f.parent, []).append(f)
     return [
-        Unit(display(folder, shown, top), "files", folder, files=tuple(fs), reads=tuple(fs))
+        Unit(display(folder, shown), "files", folder, files=tuple(fs), reads=tuple(fs))
         for folder, fs in by_folder.items()
     ]
 
 
-def _kustomize_unit(k: Kustomization, known: Mapping[Path, Kustomization], shown: str, top: Path) -> Unit:
+def _kustomize_unit(k: Kustomization, known: Mapping[Path, Kustomization], shown: str, allow_remote: bool) -> Unit:
     reads: list[Path] = []
     resources: list[Path] = []
     problems: list[str] = []
@@ -198,9 +194,9 @@ def _kustomize_unit(k: Kustomization, known: Mapping[Path, Kustomization], shown
         resources += each.resources
         remote += each.remote
         if each.problem:
-            problems.append(each.problem if each is k else f"{display(each.file, shown, top)}: {each.problem}")
+            problems.append(each.problem if each is k else f"{display(each.file, shown)}: {each.problem}")
     problem = None
-    if remote:
+    if remote and not allow_remote:
         problem = (
             f"remote base {remote[0]!r} not fetched: remote resources are off unless you allow them "
             "(--allow-remote-bases), and a CI without network cannot fetch them"
@@ -208,7 +204,7 @@ def _kustomize_unit(k: Kustomization, known: Mapping[Path, Kustomization], shown
     elif problems:
         problem = problems[0]
     return Unit(
-        display(k.folder, shown, top),
+        display(k.folder, shown),
         "kustomize",
         k.folder,
         problem=problem,
@@ -218,7 +214,7 @@ def _kustomize_unit(k: Kustomization, known: Mapping[Path, Kustomization], shown
 
 
 def _renderable_parts(
-    k: Kustomization, known: Mapping[Path, Kustomization], shown: str, top: Path, done: set[Path]
+    k: Kustomization, known: Mapping[Path, Kustomization], shown: str, allow_remote: bool, done: set[Path]
 ) -> list[Unit]:
     """The largest kustomizations under ``k`` (which cannot be rendered) that
     can: judged as units of their own, so one remote base does not leave a
@@ -228,14 +224,11 @@ def _renderable_parts(
         if folder in done:
             continue
         done.add(folder)
-        child = known.get(folder)
-        if child is None:
-            file = kustomization_in(folder)
-            child = read_kustomization(file) if file is not None else None
+        child = _known_or_read(folder, known)
         if child is None or child.component:
             continue
-        unit = _kustomize_unit(child, known, shown, top)
-        out += [unit] if unit.problem is None else _renderable_parts(child, known, shown, top, done)
+        unit = _kustomize_unit(child, known, shown, allow_remote)
+        out += [unit] if unit.problem is None else _renderable_parts(child, known, shown, allow_remote, done)
     return out
 
 
@@ -254,14 +247,18 @@ def closure(k: Kustomization, known: Mapping[Path, Kustomization]) -> list[Kusto
         for folder in reversed(each.folders):
             if folder in seen:
                 continue
-            found = known.get(folder)
-            if found is None:
-                file = kustomization_in(folder)
-                if file is None:
-                    continue
-                found = read_kustomization(file)
-            stack.append(found)
+            found = _known_or_read(folder, known)
+            if found is not None:
+                stack.append(found)
     return out
+
+
+def _known_or_read(folder: Path, known: Mapping[Path, Kustomization]) -> Kustomization | None:
+    """The kustomization in ``folder``: found in the tree, or read (a base outside it)."""
+    if folder in known:
+        return known[folder]
+    file = kustomization_in(folder)
+    return read_kustomization(file) if file is not None else None
 
 
 def kustomization_in(directory: Path) -> Path | None:
@@ -271,7 +268,7 @@ def kustomization_in(directory: Path) -> Path | None:
     return None
 
 
-def read_kustomization(file: Path, *, allow_remote: bool = False) -> Kustomization:
+def read_kustomization(file: Path) -> Kustomization:
     """What a kustomization file names, resolved against its folder. Never
     raises: a file that cannot be read says so in ``problem``."""
     folder = file.parent
@@ -292,8 +289,7 @@ def read_kustomization(file: Path, *, allow_remote: bool = False) -> Kustomizati
             return
         entry = entry.strip()
         if _REMOTE.match(entry) and not (folder / entry).exists():
-            if not allow_remote:
-                k.remote.append(entry)
+            k.remote.append(entry)
             return
         path = Path(os.path.normpath(folder / entry))
         if path.is_dir() and folder_ok:
@@ -380,13 +376,11 @@ def is_template_name(name: str) -> bool:
     return any(fnmatch.fnmatchcase(name, pattern) for pattern in _TEMPLATE_NAMES)
 
 
-def display(path: Path, shown: str, top: Path) -> str:
+def display(path: Path | str, shown: str) -> str:
     """``path`` as the user would write it: relative to the working
-    directory when they named the tree relatively, else absolute."""
-    if Path(shown).is_absolute():
-        return str(path)
-    relative = os.path.relpath(path, Path.cwd())
-    return relative
+    directory when they named what holds it (``shown``) relatively, else
+    absolute."""
+    return str(path) if os.path.isabs(shown) else os.path.relpath(path)
 
 
 def _walk(root: Path) -> Iterator[tuple[Path, list[str]]]:
