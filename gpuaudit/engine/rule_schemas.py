@@ -260,13 +260,13 @@ def _ambiguous_body(body: list[Any], fold: bool) -> str | None:
     """Why a body repeated more than once can match one text in many ways."""
     branches = list(_nodes(body, lambda op, av: op is _sre.BRANCH))
     for _, av in branches:
-        firsts = [_first(list(alternative)) for alternative in av[1]]
+        firsts = [_edge(list(alternative), 0) for alternative in av[1]]
         if any(first is None for first in firsts) or len({_fold(f, fold) for f in firsts}) < len(firsts):
             return "a repeated group holds an alternation whose branches may begin alike or be empty"
     inner = list(_nodes(body, _many))
     if not inner:
         return None
-    for edge in (_first(body), _last(body)):
+    for edge in (_edge(body, 0), _edge(body, -1)):
         if edge is not None and not any(_can_take([node], edge, fold) for node in inner):
             return None  # each iteration begins (ends) with a character nothing inside takes
     return "a repeated group holds another repetition"
@@ -280,22 +280,11 @@ def _nodes(items: Iterable[Any], wanted: Callable[[Any, Any], bool]) -> Iterator
             yield from _nodes(child, wanted)
 
 
-def _first(items: list[Any]) -> int | None:
-    """The character every match of ``items`` begins with, when a literal fixes it."""
+def _edge(items: list[Any], end: int) -> int | None:
+    """The character every match of ``items`` begins (``end`` 0) or ends
+    (``end`` -1) with, when a literal fixes it."""
     while items:
-        op, av = items[0]
-        if op is _sre.LITERAL:
-            return av
-        if op is not _sre.SUBPATTERN:
-            return None
-        items = list(av[-1])
-    return None
-
-
-def _last(items: list[Any]) -> int | None:
-    """The character every match of ``items`` ends with, when a literal fixes it."""
-    while items:
-        op, av = items[-1]
+        op, av = items[end]
         if op is _sre.LITERAL:
             return av
         if op is not _sre.SUBPATTERN:

@@ -371,3 +371,23 @@ spec:
       requests: {cpu: "4", memory: 8Gi}
       limits: {nvidia.com/gpu: 1}
 """
+
+
+# A site rule of container facts whose violation a test writes (its lines
+# are indented under `violation:`), numbered to keep several apart.
+SITE_RULE_WITH = """\
+id: SITE-{n:03d}
+title: Site rule {n}
+category: application
+severity: low
+scope: [manifest]
+target: container
+violation:
+{violation}
+message: "{{{{ container }}}} is judged"
+docs: Explains why this rule matters in at least twenty characters.
+"""
+
+
+def site_rule(n: int, violation: str) -> str:
+    return SITE_RULE_WITH.format(n=n, violation="\n".join("  " + line for line in violation.splitlines()))

@@ -27,23 +27,7 @@ import pytest
 
 from gpuaudit.engine.rules import RuleError, fact_schema, load_rule, schema_code
 from tests.robustness.hostile import PINNED
-
-RULE = """\
-id: SITE-{n:03d}
-title: Site rule {n}
-category: application
-severity: low
-scope: [manifest]
-target: container
-violation:
-{violation}
-message: "{{{{ container }}}} is judged"
-docs: Explains why this rule matters in at least twenty characters.
-"""
-
-
-def rule(n: int, violation: str) -> str:
-    return RULE.format(n=n, violation="\n".join("  " + line for line in violation.splitlines()))
+from tests.robustness.hostile import site_rule as rule
 
 
 class Recorder(http.server.BaseHTTPRequestHandler):

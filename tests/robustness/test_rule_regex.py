@@ -25,19 +25,7 @@ import pytest
 
 from gpuaudit.engine.rule_schemas import RuleTimeout, regex_problem
 from gpuaudit.engine.rules import RuleError, load_rule
-
-RULE = """\
-id: SITE-{n:03d}
-title: Site rule {n}
-category: application
-severity: low
-scope: [manifest]
-target: container
-violation:
-{violation}
-message: "{{{{ container }}}} is judged"
-docs: Explains why this rule matters in at least twenty characters.
-"""
+from tests.robustness.hostile import site_rule as rule
 
 POD = """\
 apiVersion: v1
@@ -51,10 +39,6 @@ spec:
     resources:
       limits: {{nvidia.com/gpu: 1}}
 """
-
-
-def rule(n: int, violation: str) -> str:
-    return RULE.format(n=n, violation="\n".join("  " + line for line in violation.splitlines()))
 
 
 def gpuaudit(cwd: Path, *args: str, timeout: float = 30) -> tuple[subprocess.CompletedProcess[str], float]:
