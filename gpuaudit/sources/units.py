@@ -42,8 +42,9 @@ UnitKind = Literal["kustomize", "helm", "files"]
 _MAX_KUSTOMIZATION_BYTES = 1024 * 1024
 
 # A remote kustomize resource: a URL, an scp-like git address, or a path that
-# starts with a host name (github.com/org/repo//dir?ref=v1).
-_REMOTE = re.compile(r"^(?:[a-z][a-z0-9+.-]*://|git@|[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)+/)")
+# starts with a host name (github.com/org/repo//dir?ref=v1). Compiled by re on
+# first use: a check of plain files never needs it.
+_REMOTE = r"^(?:[a-z][a-z0-9+.-]*://|git@|[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)+/)"
 
 # Files written for another templating tool, not Kubernetes objects yet:
 # Terraform's templatefile(), and the names people give envsubst/gomplate
@@ -288,7 +289,7 @@ def read_kustomization(file: Path) -> Kustomization:
         if not isinstance(entry, str) or not entry.strip():
             return
         entry = entry.strip()
-        if _REMOTE.match(entry) and not (folder / entry).exists():
+        if re.match(_REMOTE, entry) and not (folder / entry).exists():
             k.remote.append(entry)
             return
         path = Path(os.path.normpath(folder / entry))
