@@ -153,10 +153,10 @@ def _render_all(units: Sequence[Unit], options: InputOptions) -> list[UnitInput]
         if unit.kind == "files":  # each file named in the style the user named the tree
             out.append(UnitInput(unit.name, [Path(display(f, unit.name)) for f in unit.files]))
         elif unit.problem is not None:
-            out.append(_unrendered(unit, unit.problem, options))
+            out.append(_unrendered(unit, InputError(unit.name, None, unit.problem), options))
         elif not rendered[unit.name].documents and any(e.level == "error" for e in rendered[unit.name].errors):
             first, *others = rendered[unit.name].errors  # the render failed: its first error says why
-            out.append(_unrendered(unit, first.message, options, others))
+            out.append(_unrendered(unit, first, options, others))
         else:
             out.append(UnitInput(unit.name, [rendered[unit.name]]))
     return out
@@ -178,10 +178,11 @@ def _render(unit: Unit, options: InputOptions) -> ReadResult:
     )
 
 
-def _unrendered(unit: Unit, reason: str, options: InputOptions, others: Sequence[InputError] = ()) -> UnitInput:
-    """A unit that could not be rendered: an error (fail), or a warning and its
-    plain resource files judged as files (warn)."""
-    reason = reason.removeprefix("not rendered: ")
+def _unrendered(unit: Unit, why: InputError, options: InputOptions, others: Sequence[InputError] = ()) -> UnitInput:
+    """A unit that could not be rendered, reported where ``why`` points (the
+    kustomization kustomize refused, else the unit): an error (fail), or a
+    warning and its plain resource files judged as files (warn)."""
+    reason = why.message.removeprefix("not rendered: ")
     if options.render_errors == "warn":
         files = [Path(display(f, unit.name)) for f in unit.resources if f.name.endswith(MANIFEST_SUFFIXES)]
         also = (
@@ -189,11 +190,11 @@ def _unrendered(unit: Unit, reason: str, options: InputOptions, others: Sequence
             if files
             else "; it has no plain resource file to judge"
         )
-        problem = InputError(unit.name, None, f"{unit.kind} unit not rendered: {reason}{also}", "warning")
+        problem = InputError(why.file, why.line, f"{unit.kind} unit not rendered: {reason}{also}", "warning")
         return UnitInput(unit.name, [ReadResult(errors=[problem, *others]), *files])
     problem = InputError(
-        unit.name,
-        None,
+        why.file,
+        why.line,
         f"{unit.kind} unit not rendered, not audited: {reason} (--render-errors warn judges its plain files instead)",
     )
     return UnitInput(unit.name, [ReadResult(errors=[problem, *others])])
