@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 
 from .conftest import ROOT
 
@@ -121,6 +122,14 @@ def test_a_gitops_tree_is_its_units(run_cli, env, tmp_path, monkeypatch):
     # A base's finding is one finding naming both roots, at the base's line.
     whole = [f for f in result["findings"] if f["rule"] == "GPA-AL-001" and "apps/base" in f["location"]["file"]]
     assert len(whole) == 1 and sorted(whole[0]["units"]) == ["apps/overlays/dev", "apps/overlays/prod"]
+    # Every format names the units: SARIF and PolicyReport results too.
+    sarif = json.loads(run_cli("check", ".", "-o", "sarif", env=env, cwd=tree).stdout)
+    results = sarif["runs"][0]["results"]
+    [held] = [r for r in results if r["ruleId"] == "GPA-AL-001" and len(r["properties"].get("units", [])) > 1]
+    assert sorted(held["properties"]["units"]) == ["apps/overlays/dev", "apps/overlays/prod"]
+    reports = yaml.safe_load_all(run_cli("check", ".", "-o", "policyreport", env=env, cwd=tree).stdout)
+    units = {r.get("properties", {}).get("units") for doc in reports if doc for r in doc.get("results") or []}
+    assert "apps/overlays/dev, apps/overlays/prod" in units
     # Each example folder is a unit of its own.
     examples = {tuple(f["units"]) for f in result["findings"] if f["location"]["file"].startswith("examples/")}
     assert examples == {("examples/one",), ("examples/two",)}

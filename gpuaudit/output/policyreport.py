@@ -69,6 +69,8 @@ def _result(f: Finding, stamp: dict[str, int]) -> dict[str, Any]:
     }
     if f.remediation:
         properties["remediation"] = str(f.remediation.get("id"))
+    if f.units:  # the deployable units that hold it (properties are strings)
+        properties["units"] = ", ".join(f.units)
     return {
         "policy": f.rule,
         "rule": f.rule,
