@@ -130,6 +130,9 @@ def test_a_gitops_tree_is_its_units(run_cli, env, tmp_path, monkeypatch):
     reports = yaml.safe_load_all(run_cli("check", ".", "-o", "policyreport", env=env, cwd=tree).stdout)
     units = {r.get("properties", {}).get("units") for doc in reports if doc for r in doc.get("results") or []}
     assert "apps/overlays/dev, apps/overlays/prod" in units
+    text = run_cli("check", ".", "--color", "never", env=env, cwd=tree).stdout
+    assert "UNITS apps/overlays/dev, apps/overlays/prod\n  ALLOCATION\n" in text
+    assert "\nUNIT apps/overlays/prod\n" in text and "\nUNIT examples/one\n" in text
     # Each example folder is a unit of its own.
     examples = {tuple(f["units"]) for f in result["findings"] if f["location"]["file"].startswith("examples/")}
     assert examples == {("examples/one",), ("examples/two",)}

@@ -40,15 +40,49 @@ def _collapse_replicas(findings: list[Finding]) -> list[tuple[Finding, list[Find
     return out
 
 
-def _wrapped(text: str, width: int | None) -> list[str]:
+def _wrapped(text: str, width: int | None, indent: str = "") -> list[str]:
     """``text`` under a finding: one line, or wrapped to ``width`` columns."""
-    if not width or width <= len(INDENT) + 20 or len(INDENT) + len(text) <= width:
-        return [INDENT + text]
+    prefix = indent + INDENT
+    if not width or width <= len(prefix) + 20 or len(prefix) + len(text) <= width:
+        return [prefix + text]
     import textwrap  # only on a terminal narrower than the line: most output is not wrapped
 
     return textwrap.wrap(
-        text, width=width, initial_indent=INDENT, subsequent_indent=INDENT, break_on_hyphens=False
-    ) or [INDENT]
+        text, width=width, initial_indent=prefix, subsequent_indent=prefix, break_on_hyphens=False
+    ) or [prefix]
+
+
+def _by_category(findings: list[Finding], paint: Any, width: int | None, indent: str) -> list[str]:
+    """Findings in the diagnostic order of their categories, each block under its name."""
+    lines: list[str] = []
+    by_category: dict[str, list[Finding]] = {c: [] for c in CATEGORIES}
+    for f in findings:
+        by_category.setdefault(f.category, []).append(f)
+    for category, group in by_category.items():
+        if not group:
+            continue
+        lines.append(indent + paint("1", category.upper()))
+        group.sort(key=lambda f: (SEVERITIES.index(f.severity), f.rule, f.location.file, f.location.line or 0))
+        for f, repeats in _collapse_replicas(group):
+            where = f.location.file or "cluster"
+            if f.location.line:
+                where += f":{f.location.line}"
+            r = f.resource
+            what = r.label()
+            if r.node and r.kind != "Node":
+                what += f" on {r.node}"
+            # Padded outside the colour: the escape codes take no columns.
+            label = f.severity.upper()
+            severity = paint(_COLOURS[f.severity], label) + " " * max(0, 8 - len(label))
+            lines.append(f"{indent}  {severity} {f.rule}  {one_line(where)}  {one_line(what)}")
+            lines += _wrapped(one_line(f.message), width, indent)
+            if repeats:
+                pods = ", ".join(one_line(_pod(x)) for x in repeats[:5])
+                more = f" and {len(repeats) - 5} more" if len(repeats) > 5 else ""
+                lines += _wrapped(f"... and the same for {len(repeats)} more pod(s): {pods}{more}", width, indent)
+            lines.append(indent + INDENT + paint("2", f"explain: gpuaudit rules explain {f.rule}"))
+        lines.append("")
+    return lines
 
 
 def render(
@@ -67,42 +101,15 @@ def render(
         return f"\x1b[{code}m{text}\x1b[0m" if colour else text
 
     lines: list[str] = []
-    by_category: dict[str, list[Finding]] = {c: [] for c in CATEGORIES}
+    # A check of several deployable units groups by unit first (the units
+    # that hold a finding: a base under several roots is one group of its own).
+    by_unit: dict[tuple[str, ...], list[Finding]] = {}
     for f in result.findings:
-        by_category.setdefault(f.category, []).append(f)
-    for category, findings in by_category.items():
-        if not findings:
-            continue
-        lines.append(paint("1", category.upper()))
-        findings.sort(
-            key=lambda f: (
-                SEVERITIES.index(f.severity),
-                f.rule,
-                f.location.file,
-                f.location.line or 0,
-            )
-        )
-        for f, repeats in _collapse_replicas(findings):
-            where = f.location.file or "cluster"
-            if f.location.line:
-                where += f":{f.location.line}"
-            r = f.resource
-            what = r.label()
-            if r.node and r.kind != "Node":
-                what += f" on {r.node}"
-            # Padded outside the colour: the escape codes take no columns.
-            label = f.severity.upper()
-            severity = paint(_COLOURS[f.severity], label) + " " * max(0, 8 - len(label))
-            lines.append(f"  {severity} {f.rule}  {one_line(where)}  {one_line(what)}")
-            lines += _wrapped(one_line(f.message), width)
-            if f.units:  # the deployable units that hold it: a base under several roots names them all
-                lines += _wrapped(f"in: {one_line(', '.join(f.units))}", width)
-            if repeats:
-                pods = ", ".join(one_line(_pod(x)) for x in repeats[:5])
-                more = f" and {len(repeats) - 5} more" if len(repeats) > 5 else ""
-                lines += _wrapped(f"... and the same for {len(repeats)} more pod(s): {pods}{more}", width)
-            lines.append(INDENT + paint("2", f"explain: gpuaudit rules explain {f.rule}"))
-        lines.append("")
+        by_unit.setdefault(f.units, []).append(f)
+    for units, findings in by_unit.items():
+        if units:
+            lines.append(paint("1", ("UNIT " if len(units) == 1 else "UNITS ") + one_line(", ".join(units))))
+        lines += _by_category(findings, paint, width, indent="  " if units else "")
     if len(result.findings) > SUMMARY_AFTER:
         lines.append(paint("1", "BY RULE"))
         per_rule = Counter(f.rule for f in result.findings)
