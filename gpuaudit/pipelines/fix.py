@@ -4,19 +4,17 @@ Never edits its inputs; writes only inside the folder it is given."""
 
 from __future__ import annotations
 
-import contextlib
 import difflib
-import errno
-import os
 import shutil
 import tempfile
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import msgspec
 import yaml
 
+from gpuaudit import folders
 from gpuaudit.engine.evaluate import evaluate, site_inputs
 from gpuaudit.engine.rules import Rule
 from gpuaudit.facts.context import Site, build_context
@@ -248,7 +246,7 @@ def write_overlay(out_dir: Path, layout: overlay.Overlay, input_files: set[Path]
     if cwd == target or target in cwd.parents:
         _write_in_place(out_dir, layout, targets)
         return
-    with _stopped_cleanly():
+    with folders.stopped_cleanly():
         _swap_in(out_dir, target, layout, input_files)
 
 
@@ -264,85 +262,15 @@ def _write_in_place(out_dir: Path, layout: overlay.Overlay, targets: Mapping[str
             if new:
                 created.append(target)
     except BaseException:
-        _undo(created)
+        folders.undo(created)
         raise
-
-
-def _undo(created: Sequence[Path]) -> None:
-    for path in reversed(created):
-        try:
-            if path.is_dir() and not path.is_symlink():
-                path.rmdir()
-            else:
-                path.unlink()
-        except OSError:
-            pass  # a folder someone else wrote into meanwhile stays
-
-
-# Signals that end a run: while the overlay is written they raise _Stopped,
-# so that the half-written new folder is removed before the process ends
-# by the same signal; during the swap itself they wait.
-_STOP_SIGNALS = ("SIGTERM", "SIGHUP", "SIGINT")
-
-
-class _Stopped(BaseException):
-    def __init__(self, signum: int) -> None:
-        super().__init__(signum)
-        self.signum = signum
-
-
-@contextlib.contextmanager
-def _stopped_cleanly() -> Iterator[None]:
-    """SIGTERM and SIGHUP (where their default would kill the process at
-    once) raise _Stopped in the block; the block cleans up and, once it is
-    left, the process ends by that signal as it would have."""
-    import signal
-    import threading
-
-    previous: dict[int, Any] = {}
-    if threading.current_thread() is threading.main_thread():
-
-        def stop(signum: int, _frame: Any) -> None:
-            raise _Stopped(signum)
-
-        for name in ("SIGTERM", "SIGHUP"):
-            number = getattr(signal, name, None)
-            if number is not None and signal.getsignal(number) is signal.SIG_DFL:
-                previous[number] = signal.signal(number, stop)
-    try:
-        yield
-    except _Stopped as stopped:
-        for number, handler in previous.items():
-            signal.signal(number, handler)
-        previous.clear()
-        os.kill(os.getpid(), stopped.signum)
-        raise SystemExit(128 + stopped.signum) from None  # if the signal did not end it
-    finally:
-        for number, handler in previous.items():
-            signal.signal(number, handler)
-
-
-@contextlib.contextmanager
-def _signals_held() -> Iterator[None]:
-    """The stop signals wait until the block is done (a swap is two renames)."""
-    import signal
-
-    if not hasattr(signal, "pthread_sigmask"):
-        yield
-        return
-    held = {getattr(signal, n) for n in _STOP_SIGNALS if hasattr(signal, n)}
-    before = signal.pthread_sigmask(signal.SIG_BLOCK, held)
-    try:
-        yield
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, before)
 
 
 def _swap_in(out_dir: Path, target: Path, layout: overlay.Overlay, input_files: set[Path]) -> None:
     created = make_folders(target.parent)
     staging: Path | None = None
     try:
-        staging = _new_folder_beside(target)
+        staging = folders.new_folder_beside(target)
         for rel, content in [*layout.files.items(), *layout.copies.items()]:
             data = content.read_bytes() if isinstance(content, Path) else content
             try:
@@ -351,41 +279,21 @@ def _swap_in(out_dir: Path, target: Path, layout: overlay.Overlay, input_files: 
                 reason = str(exc.strerror or "").replace(str(staging), str(out_dir))
                 raise WriteError(exc.errno, reason, str(out_dir / rel)) from None
         if target.is_dir():
-            _carry(target, staging, _previous_overlay(target) - input_files)
-        with _signals_held():
-            old = _exchange(staging, target)
+            folders.carry(target, staging, _previous_overlay(target) - input_files, _OVERLAY_FOLDERS)
+        with folders.signals_held():
+            old = folders.exchange(staging, target)
             staging, created = None, []
             if old is not None:
                 shutil.rmtree(old, ignore_errors=True)
     except BaseException:
         if staging is not None:
             shutil.rmtree(staging, ignore_errors=True)
-        _undo(created)
+        folders.undo(created)
         raise
 
 
-def _new_folder_beside(target: Path) -> Path:
-    """An empty folder next to ``target`` (same file system: a rename
-    swaps them), with the mode ``target`` has (or a new folder's)."""
-    import secrets
-    import stat
-
-    for _ in range(100):
-        folder = target.parent / f".{target.name}.gpuaudit-{secrets.token_hex(4)}"
-        try:
-            folder.mkdir()
-        except FileExistsError:
-            continue
-        except OSError as exc:
-            raise WriteError(exc.errno, f"cannot make a folder beside it: {exc.strerror or exc}", str(target)) from exc
-        with contextlib.suppress(OSError):
-            os.chmod(folder, stat.S_IMODE(os.stat(target).st_mode))
-        return folder
-    raise WriteError(errno.EEXIST, "cannot make a folder beside it", str(target))
-
-
 # The previous overlay's own files: its kustomization.yaml names them.
-_OVERLAY_FOLDERS = ("patches/", "resources/", "base/")
+_OVERLAY_FOLDERS = ("patches/", "resources/", "base/")  # a str.startswith tuple
 
 
 def _previous_overlay(folder: Path) -> set[Path]:
@@ -408,88 +316,6 @@ def _previous_overlay(folder: Path) -> set[Path]:
         if entry.startswith(_OVERLAY_FOLDERS) and ".." not in Path(entry).parts:
             found.add(folder / entry)
     return found
-
-
-def _carry(old: Path, new: Path, replaced: set[Path]) -> None:
-    """Everything in ``old`` the new overlay does not replace, into ``new``:
-    hard links (a copy where a link cannot be made), symlinks as symlinks.
-    What the new overlay wrote wins; a folder is made only for what it holds
-    (and for a folder that was empty)."""
-    import stat
-
-    for root, folders, files in os.walk(old):
-        here = Path(root)
-        rel = here.relative_to(old)
-        there = new / rel
-        if there.exists() and not there.is_dir():
-            folders[:] = []
-            continue  # the new overlay has a file where this folder was
-        if not folders and not files and not there.exists() and not str(rel).startswith(tuple(_OVERLAY_FOLDERS)):
-            there.mkdir(parents=True)  # an empty folder of the user's
-        for name in files + [f for f in folders if (here / f).is_symlink()]:
-            source = here / name
-            if source in replaced:
-                continue
-            destination = there / name
-            if destination.exists() or destination.is_symlink():
-                continue
-            if not there.is_dir():
-                _make_like(old, new, rel)
-            try:
-                os.link(source, destination, follow_symlinks=False)
-            except OSError:
-                shutil.copy2(source, destination, follow_symlinks=False)
-        folders[:] = [f for f in folders if not (here / f).is_symlink()]
-        if there.is_dir():
-            with contextlib.suppress(OSError):
-                os.chmod(there, stat.S_IMODE(os.stat(here).st_mode))
-
-
-def _make_like(old: Path, new: Path, rel: Path) -> None:
-    """``new/rel`` and the folders above it, each with its ``old`` twin's mode."""
-    import stat
-
-    missing = []
-    folder = rel
-    while folder != Path(".") and not (new / folder).is_dir():
-        missing.append(folder)
-        folder = folder.parent
-    for part in reversed(missing):
-        (new / part).mkdir()
-        with contextlib.suppress(OSError):
-            os.chmod(new / part, stat.S_IMODE(os.stat(old / part).st_mode))
-
-
-def _exchange(new: Path, target: Path) -> Path | None:
-    """Put ``new`` where ``target`` is; the old folder's new path (to remove),
-    or None when there was none. One atomic exchange where the kernel offers
-    it (Linux renameat2), else two renames (with the stop signals held)."""
-    if not target.exists():
-        os.rename(new, target)
-        return None
-    if _rename_exchange(new, target):
-        return new
-    aside = _new_folder_beside(target)
-    os.rename(target, aside / "old")
-    try:
-        os.rename(new, target)
-    except BaseException:
-        os.rename(aside / "old", target)
-        shutil.rmtree(aside, ignore_errors=True)
-        raise
-    return aside
-
-
-def _rename_exchange(a: Path, b: Path) -> bool:
-    import ctypes
-
-    try:
-        call = ctypes.CDLL(None, use_errno=True).renameat2
-    except (OSError, AttributeError):
-        return False
-    call.argtypes = (ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint)
-    at_fdcwd, rename_exchange = -100, 2
-    return call(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) == 0
 
 
 def built_objects(directory: Path, plan: Plan) -> tuple[str, list[dict[str, Any]]]:

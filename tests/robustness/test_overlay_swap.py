@@ -165,11 +165,12 @@ def test_the_swap_keeps_what_is_not_the_previous_overlay(tmp_path, monkeypatch, 
     (and it, and REVIEW.md). Kept: the user's files beside them, in the
     overlay's folders too, symlinks as symlinks, empty folders, the folder's
     mode; input files. The same without the kernel's atomic exchange."""
+    from gpuaudit import folders
     from gpuaudit.pipelines import fix
     from gpuaudit.remediate.overlay import Overlay
 
     if not exchange:
-        monkeypatch.setattr(fix, "_rename_exchange", lambda a, b: False)
+        monkeypatch.setattr(folders, "_rename_exchange", lambda a, b: False)
     out = tmp_path / "overlay"
     fix.write_overlay(out, Overlay(files=_generated(["patches/01-a.yaml"], ["base/old.yaml"])), set())
     (out / "patches" / "mine.yaml").write_text("mine\n")
