@@ -25,6 +25,7 @@ COMMANDS = {
     "check": "gpuaudit.cli.check:check",
     "facts": "gpuaudit.cli.facts:facts",
     "fix": "gpuaudit.cli.fix:fix",
+    "monitoring": "gpuaudit.cli.monitoring:monitoring",
     "report": "gpuaudit.cli.report:report",
     "rules": "gpuaudit.cli.rules:rules",
     "sample": "gpuaudit.cli.sample:sample",
