@@ -31,18 +31,31 @@ def audit_cluster(
         inputs.add("telemetry")
     unavailable = {}
     errors = list(state.errors)
+    # What telemetry asked for could not be read: the audit is partial, never
+    # silently thinner (a lost residency query would otherwise read as "no
+    # pod resident-idle").
+    unread_telemetry: list[str] = []
     if telemetry_problem:
         unavailable["telemetry"] = f"insufficient data: telemetry unavailable ({telemetry_problem})"
         errors.append(InputError("telemetry", None, telemetry_problem))
+        unread_telemetry.append("telemetry")
     for problem in (state.telemetry or {}).get("errors") or []:
+        message = str(problem.get("message"))
+        # A server's warning (a partial response) comes with its data; a failed
+        # query lost its field for every pod.
+        failed = not message.startswith("warning:")
+        text = f"telemetry query {problem.get('query')}: {message}"
         errors.append(
             InputError(
                 str(problem.get("endpoint", "telemetry")),
                 None,
-                f"telemetry query {problem.get('query')}: {problem.get('message')}",
-                "warning",
+                text + ("; this audit is partial" if failed else ""),
+                "error" if failed else "warning",
             )
         )
+        if failed:
+            names = str(problem.get("query")).split(" (")[0]  # "field (part 2/7 to ...)"
+            unread_telemetry += [f"telemetry query {q}" for q in names.split(",")]
     subjects = list(cluster_facts.subjects(state))
     totals = next(s.facts for s in subjects if s.target == "cluster")
     evaluation = evaluate(
@@ -78,16 +91,15 @@ def audit_cluster(
         state=state,
         subjects=subjects,
         cluster={
-            key: totals[key]
-            for key in (
-                "partial",
+            "partial": [*totals["partial"], *dict.fromkeys(unread_telemetry)],
+            **{key: totals[key] for key in (
                 "gpu_nodes",
                 "gpus_total",
                 "gpus_allocated",
                 "pending_gpu_pods",
                 "pending_by_cause",
                 "kueue_pending",
-            )
+            )},
         },
     )
 

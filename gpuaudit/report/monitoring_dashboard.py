@@ -98,7 +98,6 @@ def _variable(name: str, label: str, query: str) -> dict[str, Any]:
         "label": label,
         "datasource": DATASOURCE,
         "query": {"query": query, "refId": f"{name}-values"},
-        "definition": query,
         "refresh": 2,
         "includeAll": True,
         "multi": True,

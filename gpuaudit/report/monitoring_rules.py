@@ -34,17 +34,19 @@ from typing import Any
 
 import msgspec
 
-
 # Recorded series (the names follow level:metric:operation).
 GPU_COMPUTE = "gpuaudit:gpu_compute:ratio"
 GPU_COMPUTE_TIME = "gpuaudit:gpu_compute_sample:timestamp"
 GPU_FB_USED = "gpuaudit:gpu_fb_used:mib"
+GPU_RESIDENT = "gpuaudit:gpu_resident:bool"
 GPU_RESIDENT_IDLE = "gpuaudit:gpu_resident_idle:bool"
+# What the per-GPU level was made with: the audit reads the recorded series
+# only when they are alike (interval = its --step, same telemetry params).
+RULES_INFO = "gpuaudit:gpu_rules:info"
 GPU_PCIE = "gpuaudit:gpu_pcie:bytes_per_second"
 POD_GPUS = "gpuaudit:pod_gpus:sum"
 GPUS_FREE = "gpuaudit:node_gpus_free:sum"
 GPUS_PENDING = "gpuaudit:namespace_gpus_pending:sum"
-POD_STATE_SERIES = (GPU_COMPUTE, GPU_COMPUTE_TIME, GPU_FB_USED, GPU_RESIDENT_IDLE, GPU_PCIE)
 
 STATES = ("active", "resident_idle", "idle", "no_data")
 # Canonical GPU row labels, in the order promql.yaml's `keys` list them.
@@ -152,10 +154,13 @@ def gpu_rules(inputs: Inputs) -> list[dict[str, Any]]:
     exporter = str(inputs.telemetry.get("exporter_pod_regex") or "") or None
     compute = compute_expr(inputs)
     pcie = canonical("(DCGM_FI_PROF_PCIE_TX_BYTES + DCGM_FI_PROF_PCIE_RX_BYTES)", inputs.keys, exporter)
+    info = {"interval_seconds": str(inputs.interval_s), "resident_fb_mib": resident, "idle_compute": idle}
     return [
+        {"record": RULES_INFO, "expr": "vector(1)", "labels": info},
         {"record": GPU_COMPUTE, "expr": compute},
         {"record": GPU_COMPUTE_TIME, "expr": compute_expr(inputs, timestamps=True)},
         {"record": GPU_FB_USED, "expr": fb_expr(inputs)},
+        {"record": GPU_RESIDENT, "expr": f"{fb_expr(inputs)} > bool {resident}"},
         {
             # 1 when a model is resident (VRAM over resident_fb_mib) and compute
             # is under idle_compute; only steps where both have a fresh sample
@@ -244,7 +249,7 @@ def availability_rules(inputs: Inputs) -> list[dict[str, Any]]:
     held = held_expr()
     out = []
     for state in ("active", "resident_idle", "idle"):
-        expr = f"{held}\n* on (namespace, pod) group_left () ({states[state]})"
+        expr = f"{held}\nand on (namespace, pod) ({states[state]})"
         out.append({"record": POD_GPUS, "expr": expr, "labels": {"state": state}})
     known = " or ".join(f"({states[s]})" for s in ("active", "resident_idle", "idle"))
     out.append(
@@ -355,7 +360,7 @@ def alert_rules(inputs: Inputs) -> list[dict[str, Any]]:
         f" and {_judged(pod, never_cov, never_span)}"
     )
     whole_idle = (
-        f"({held})\n* on (namespace, pod) group_left () "
+        f"({held})\nand on (namespace, pod) "
         f"(({pod.mean} < {_num(idle_mean)}) and ({pod.p95} < {_num(idle_p95)}) and {_judged(pod, idle_cov)})"
     )
     waiting = (

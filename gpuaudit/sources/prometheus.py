@@ -33,6 +33,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import http.client
+import itertools
 import json
 import math
 import re
@@ -47,6 +48,8 @@ from datetime import datetime, timedelta, timezone
 from email.message import Message
 from typing import Any
 from urllib.parse import unquote, urlencode, urljoin, urlsplit, urlunsplit
+
+import msgspec
 
 from gpuaudit.model import telemetry
 from gpuaudit.model.telemetry import TelemetryUnavailable
@@ -598,6 +601,18 @@ class _Rows:
             row["values"][field.name] = (number if field.name not in row["values"]
                                          else telemetry.combine(op, (old, number)))
 
+    def finish_split(self, field: Field, failed: set[str]) -> None:
+        """An average read in parts: its sums over its counts, per row. A
+        field one of whose parts failed is missing, never a thinner value."""
+        sums, counts = f"{field.name}{_PART_OF}sum", f"{field.name}{_PART_OF}count"
+        for row in self.rows.values():
+            values = row["values"]
+            total, count = values.pop(sums, None), values.pop(counts, None)
+            if field.name in failed:
+                values.pop(field.name, None)
+            elif field.promql.startswith("avg_over_time(") and count:
+                values[field.name] = (total or 0.0) / count
+
 
 def query_telemetry(url: str, *, window_seconds: int, end: datetime | None = None,
                     step_seconds: int = 60, params: Mapping[str, Any] | None = None,
@@ -667,20 +682,29 @@ def query_telemetry(url: str, *, window_seconds: int, end: datetime | None = Non
             f"and {telemetry.iso(end)}")
 
     fields = [f for f in spec.fields if all(chosen.get(s) for s in f.requires)]
+    expected = _expected_steps(end, window_seconds, step_seconds)
+    # gpuaudit's recording rules, when installed and alike: a cheap range over
+    # their per-interval values in place of each subquery
+    recorded, why_not = (_recorded(client, chosen, merged_params, start, end, step_seconds, expected)
+                         if counts.get(RULES_INFO) else (False, None))
+    if why_not:
+        record("recorded series", f"warning: gpuaudit's recorded series not used: {why_not}")
     wanted = {(ns, pod) for ns, pod in pods} if pods is not None else None
     if wanted is not None and not wanted:
         fields = []  # an empty filter: nothing to ask for
-    expected = _expected_steps(end, window_seconds, step_seconds)
     render_kw = {"range_s": window_seconds, "step_s": step_seconds, "expected_steps": expected,
                  "params": merged_params}
     budget = int(merged_params.get("max_points_per_query", 0) or 0)
 
-    def shards_for(field: Field) -> list[str]:
+    def shards_for(field: Field, steps: int = expected) -> list[str]:
         if "${step}" not in field.promql:  # only subqueries hold series x steps points
             return [""]
         series = max((counts.get(c.metric, 0) for s in field.requires
                       if (c := chosen.get(s)) is not None), default=0)
-        return promql.shard_matchers(spec.shard_label, _shard_count(series * expected, budget))
+        return promql.shard_matchers(spec.shard_label, _shard_count(series * steps, budget))
+
+    part_seconds = int(merged_params.get("max_subquery_seconds", 0) or 0)
+    parts = _window_parts(end.timestamp(), window_seconds, part_seconds, step_seconds)
 
     # 2. Server-side pod filter chunks, unless that takes too many queries.
     chunks: list[list[tuple[str, str]] | None] = [None]
@@ -699,26 +723,35 @@ def query_telemetry(url: str, *, window_seconds: int, end: datetime | None = Non
 
     out_of_time = f"not sent: the telemetry deadline of {_seconds(deadline)}s passed"
 
-    def run(field: Field, chunk: list[tuple[str, str]] | None, shard: str) -> None:
+    failed: set[str] = set()
+
+    def run(field: Field, chunk: list[tuple[str, str]] | None, shard: str,
+            part: _Part | None = None, use_recorded: bool = False) -> None:
         nonlocal succeeded, transport_failures, aborted
         if aborted:
             return
-        if client.out_of_time():  # between the chunks or shards of one field
+        if client.out_of_time():  # between the chunks, shards or parts of one field
             aborted = out_of_time
             record(field.name, aborted)
             return
         forms = _chunk_forms(spec, chunk) if chunk else [""]
         sets = [",".join(x for x in (form, shard) if x) for form in forms]
-        query = promql.render_field(spec, field, chosen=chosen, matcher_sets=sets, **render_kw)
+        kw = dict(render_kw)
+        if part is not None:
+            kw.update(range_s=part.range_s, expected_steps=part.steps)
+        query = promql.render_field(spec, field, chosen=chosen, matcher_sets=sets, recorded=use_recorded,
+                                    template=part.template if part else None, **kw)
         try:
-            series = client.instant(query, at)
+            series = client.instant(query, part.at if part else at)
         except _QueryFailed as exc:
             if exc.too_large and chunk and len(chunk) > 1:
                 half = len(chunk) // 2
-                run(field, chunk[:half], shard)
-                run(field, chunk[half:], shard)
+                run(field, chunk[:half], shard, part, use_recorded)
+                run(field, chunk[half:], shard, part, use_recorded)
                 return
-            record(field.name, str(exc))
+            name = field.name.split(_PART_OF)[0]
+            failed.add(name)
+            record(name + (f" ({part.label})" if part else ""), str(exc))
             transport_failures = transport_failures + 1 if exc.transport else 0
             if client.out_of_time():
                 aborted = out_of_time
@@ -737,9 +770,18 @@ def query_telemetry(url: str, *, window_seconds: int, end: datetime | None = Non
         if aborted:  # after failures in a row, or past the deadline: the rest is not sent
             record(",".join(f.name for f in fields[i:]), aborted)
             break
+        use_recorded = recorded and field.recorded is not None
+        split = None if use_recorded else _split_forms(field, parts)
         for chunk in chunks:
-            for shard in shards_for(field):
-                run(field, chunk, shard)
+            if split is None:
+                for shard in [""] if use_recorded else shards_for(field):
+                    run(field, chunk, shard, use_recorded=use_recorded)
+                continue
+            for form, part in split:
+                for shard in shards_for(field, part.steps):
+                    run(form, chunk, shard, part)
+        if split is not None:
+            rows.finish_split(field, failed)
     if fields and not succeeded:
         reason = errors[0]["message"] if errors else "no query succeeded"
         raise TelemetryUnavailable(f"Prometheus at {client.endpoint}: {reason}")
@@ -747,12 +789,134 @@ def query_telemetry(url: str, *, window_seconds: int, end: datetime | None = Non
     gpu_rows, pod_only = _build_rows(rows, fields, wanted, start=start.timestamp(),
                                      step=step_seconds)
     extra_rollup = {f.name: f.rollup for f in fields if not promql.field_output_is_standard(f)}
-    return telemetry.result(
+    out = telemetry.result(
         source="prometheus", endpoint=client.endpoint,
         window=telemetry.window(start, end, step_seconds),
         signals={name: (c.metric if c else None) for name, c in chosen.items()},
         params=merged_params, queries=client.sent, gpu_rows=gpu_rows, pod_only_rows=pod_only,
         errors=errors, extra_rollup=extra_rollup)
+    # how the subqueries were read: gpuaudit's recorded series, the window in
+    # parts, or each in one query
+    out["subqueries"] = "recorded" if recorded else (f"{len(parts)} parts" if len(parts) > 1 else "whole")
+    return out
+
+
+# --- the recorded series of `gpuaudit monitoring rules` -------------------------------
+
+# Named as gpuaudit/report/monitoring_rules.py records them (sources may not import report).
+RULES_INFO = "gpuaudit:gpu_rules:info"
+RECORDED_COMPUTE = "gpuaudit:gpu_compute:ratio"
+
+
+def _recorded(client: _Client, chosen: Mapping[str, Candidate | None], params: Mapping[str, Any],
+              start: datetime, end: datetime, step_seconds: int, expected: int
+              ) -> tuple[bool, str | None]:
+    """Whether gpuaudit's recorded series can stand in for the subqueries:
+    installed over the whole window, evaluated every ``step_seconds``, made
+    with the same telemetry params and from the compute metric chosen here.
+    (False, why) when they exist but differ; (False, None) when absent."""
+    range_s = max(1, round((end - start).total_seconds()))
+    try:
+        info = client.instant(f"count_over_time({RULES_INFO}[{range_s}s])", end.timestamp())
+    except _QueryFailed as exc:
+        return False, f"cannot read {RULES_INFO}: {exc}"
+    if not info:
+        return False, None
+    if len(info) > 1:
+        return False, f"{len(info)} different sets of gpuaudit rules are installed"
+    labels = info[0].get("metric") or {}
+    evaluations = telemetry.clean((info[0].get("value") or [None, None])[1]) or 0
+
+    def differs(name: str, ours: Any) -> bool:
+        try:
+            return not math.isclose(float(labels.get(name, "nan")), float(ours))
+        except (TypeError, ValueError):
+            return True
+
+    if differs("interval_seconds", step_seconds):
+        return False, (f"the rules are evaluated every {_clip(labels.get('interval_seconds'), 20)}s, "
+                       f"the audit's --step is {step_seconds}s")
+    for name in ("resident_fb_mib", "idle_compute"):
+        if differs(name, params.get(name)):
+            return False, (f"the rules were made with {name} {_clip(labels.get(name), 20)}, the audit "
+                           f"uses {params.get(name)}")
+    if evaluations < expected - 1:
+        return False, (f"they cover {int(evaluations):,} of the window's {expected:,} steps "
+                       "(installed after the window began)")
+    compute = chosen.get("compute")
+    try:
+        signals = {(item.get("metric") or {}).get("signal") for item in client.instant(
+            f"count by (signal) (last_over_time({RECORDED_COMPUTE}[{range_s}s]))", end.timestamp())}
+    except _QueryFailed as exc:
+        return False, f"cannot read {RECORDED_COMPUTE}: {exc}"
+    if compute is None or signals - {compute.metric}:
+        return False, (f"they record {', '.join(sorted(str(x) for x in signals))} where the audit reads "
+                       f"{compute.metric if compute else 'no compute signal'}")
+    return True, None
+
+
+# --- a long window in parts ---------------------------------------------------------------
+
+# Separates a field's name from its part form's suffix (never in a field name).
+_PART_OF = "#"
+_SPLITTABLE = {"count_over_time(": "sum", "sum_over_time(": "sum", "min_over_time(": "min",
+               "max_over_time(": "max"}
+
+
+class _Part:
+    """One part of the window: evaluated at ``at``, over ``range_s`` seconds
+    holding ``steps`` subquery steps; ``template``: the field's form for it."""
+
+    def __init__(self, at: float, range_s: float, steps: int, label: str, template: str | None = None):
+        self.at, self.range_s, self.steps, self.label, self.template = at, range_s, steps, label, template
+
+    def with_template(self, template: str) -> _Part:
+        return _Part(self.at, self.range_s, self.steps, self.label, template)
+
+
+def _window_parts(end: float, window_seconds: int, part_seconds: int, step_seconds: int) -> list[_Part]:
+    """The window cut into consecutive parts of at most ``part_seconds``
+    (whole steps), newest last. A range takes both ends, so every part but
+    the oldest ends 1 ms after its predecessor ends: each subquery step
+    belongs to exactly one part."""
+    if part_seconds <= 0 or window_seconds <= part_seconds:
+        return [_Part(end, window_seconds, 0, "whole")]
+    part_seconds = max(step_seconds, part_seconds - part_seconds % step_seconds)
+    start = end - window_seconds
+    bounds = [end]
+    while bounds[-1] - part_seconds > start:
+        bounds.append(bounds[-1] - part_seconds)
+    bounds.append(start)
+    bounds.reverse()
+    parts = []
+    for i, (lo, hi) in enumerate(itertools.pairwise(bounds)):
+        range_s = hi - lo if i == 0 else hi - lo - 0.001
+        steps = math.floor(hi / step_seconds) - math.ceil((hi - range_s) / step_seconds) + 1
+        until = telemetry.iso(datetime.fromtimestamp(hi, timezone.utc))
+        parts.append(_Part(hi, range_s, max(steps, 0), f"part {i + 1}/{len(bounds) - 1} to {until}"))
+    return parts
+
+
+def _split_forms(field: Field, parts: Sequence[_Part]) -> list[tuple[Field, _Part]] | None:
+    """The queries of ``field`` over ``parts`` whose answers combine exactly
+    into the whole window's: counts and sums add, minima and maxima take
+    theirs, an average is its parts' sums over their counts. None: one query
+    (a plain range, a single part, or a form that does not combine)."""
+    if len(parts) < 2 or "${step}" not in field.promql:
+        return None
+    text = field.promql
+    if text.startswith("avg_over_time("):
+        body = text[len("avg_over_time("):]
+        forms = []
+        for op in ("sum", "count"):
+            form = msgspec.structs.replace(field, name=f"{field.name}{_PART_OF}{op}", merge="sum",
+                                           promql=f"{op}_over_time({body}")
+            forms += [(form, part.with_template(form.promql)) for part in parts]
+        return forms
+    for prefix, merge in _SPLITTABLE.items():
+        if text.startswith(prefix) and field.merge == merge:
+            return [(field, part.with_template(text)) for part in parts]
+    return None
 
 
 def _probe(client: _Client, spec: QuerySpec, start: datetime, end: datetime) -> dict[str, int]:
@@ -761,13 +925,13 @@ def _probe(client: _Client, spec: QuerySpec, start: datetime, end: datetime) -> 
     present); when the answer names none, which of them the label index has."""
     counts: dict[str, int] = {}
     range_s = max(1, round((end - start).total_seconds()))
-    for item in client.instant(promql.probe_query(spec, range_s), end.timestamp()):
+    for item in client.instant(promql.probe_query(spec, range_s, [RULES_INFO]), end.timestamp()):
         labels = item.get("metric") or {}
         name = labels.get("metric") or labels.get("__name__")
         number = telemetry.clean((item.get("value") or [None, None])[1])
         if name:
             counts[name] = int(number or 0)
-    if not counts:
+    if not set(counts) - {RULES_INFO}:
         match = "{__name__=~" + promql.string_literal(
             "|".join(promql.regex_escape(m) for m in spec.probe_metrics())) + "}"
         for name in client.label_values("__name__", match, start.timestamp(), end.timestamp()):

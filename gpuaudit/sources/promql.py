@@ -61,6 +61,10 @@ class Field(msgspec.Struct, frozen=True):
     merge: str  # PromQL aggregator over duplicate series of one GPU row
     rollup: str  # how a pod's GPU rows combine (site fields; standard keys use ROLLUP)
     requires: frozenset[str]  # signals the template names
+    # The same field read from gpuaudit's recording rules (`gpuaudit
+    # monitoring rules`), a plain range over per-interval values, when they
+    # are installed; None: the field is always read from the raw series.
+    recorded: str | None = None
 
 
 class Signal(msgspec.Struct, frozen=True):
@@ -183,8 +187,13 @@ def _parse(raw: Mapping[str, Any]) -> QuerySpec:
             seen_fields.add(fname)
             if isinstance(fraw, str):
                 fraw = {"promql": fraw}
-            if not isinstance(fraw, Mapping) or set(fraw) - {"promql", "merge", "rollup"}:
-                raise _fail(fwhere, "must be a PromQL string or {promql, merge, rollup}")
+            if not isinstance(fraw, Mapping) or set(fraw) - {"promql", "merge", "rollup", "recorded"}:
+                raise _fail(fwhere, "must be a PromQL string or {promql, merge, rollup, recorded}")
+            recorded = fraw.get("recorded")
+            if recorded is not None and (not isinstance(recorded, str) or not recorded.strip()):
+                raise _fail(fwhere, "recorded must be a non-empty string")
+            if recorded is not None and set(_PLACEHOLDER.findall(recorded)) - (_BUILTIN_PLACEHOLDERS | set(params)):
+                raise _fail(fwhere, "recorded names only ${sel}, ${range} and params")
             promql = fraw.get("promql")
             if not isinstance(promql, str) or not promql.strip():
                 raise _fail(fwhere, "promql must be a non-empty string")
@@ -199,7 +208,8 @@ def _parse(raw: Mapping[str, Any]) -> QuerySpec:
                 raise _fail(fwhere, f"rollup must be one of {sorted(_ROLLUP_OPS)}")
             requires = {p.removesuffix("_divisor") for p in used} & names
             fields.append(
-                Field(str(fname), str(sname), " ".join(promql.split()), merge, rollup, frozenset(requires | {sname}))
+                Field(str(fname), str(sname), " ".join(promql.split()), merge, rollup, frozenset(requires | {sname}),
+                      " ".join(recorded.split()) if recorded else None)
             )
         signals[str(sname)] = Signal(str(sname), tuple(cands), tuple(fields))
     return QuerySpec(dict(params), keys, shard_label, signals)
@@ -218,7 +228,7 @@ def string_literal(text: str) -> str:
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
 
 
-def probe_query(spec: QuerySpec, range_s: int) -> str:
+def probe_query(spec: QuerySpec, range_s: int, extra: Sequence[str] = ()) -> str:
     """Which candidate metrics have samples anywhere in the window, and how
     many series each: one ``count(last_over_time(m[range]))`` per metric,
     named by a ``metric`` label. A series whose last sample is a few minutes
@@ -226,7 +236,7 @@ def probe_query(spec: QuerySpec, range_s: int) -> str:
     would call the whole signal absent)."""
     parts = [
         f'label_replace(count(last_over_time({m}[{range_s}s])), "metric", {string_literal(m)}, "", "")'
-        for m in spec.probe_metrics()
+        for m in [*spec.probe_metrics(), *extra]
     ]
     return " or ".join(parts)
 
@@ -275,15 +285,25 @@ def render_field(
     *,
     chosen: Mapping[str, Candidate | None],
     matcher_sets: Sequence[str],
-    range_s: int,
+    range_s: float,
     step_s: int,
     expected_steps: int,
     params: Mapping[str, Any],
+    recorded: bool = False,
+    template: str | None = None,
 ) -> str:
     """The complete PromQL for one field: the template rendered once per matcher
-    set (joined with ``or``), canonicalised and aggregated per GPU row."""
+    set (joined with ``or``), canonicalised and aggregated per GPU row.
+    ``recorded``: its ``recorded`` form, over series whose labels are the
+    canonical keys themselves (gpuaudit's recording rules); ``template``: a
+    form of the field's own template (a part of a split window)."""
+    if recorded and field.recorded is None:
+        raise ValueError(f"field {field.name} has no recorded form")
+    text = template or (field.recorded if recorded else field.promql)
     values: dict[str, str] = {k: _number(v) for k, v in params.items()}
-    values.update(range=f"{range_s}s", step=f"{step_s}s", step_seconds=str(step_s), expected_steps=str(expected_steps))
+    values.update(
+        range=range_text(range_s), step=f"{step_s}s", step_seconds=str(step_s), expected_steps=str(expected_steps)
+    )
     parts = []
     for matchers in matcher_sets:
         sel = f"{{{matchers}}}" if matchers else ""
@@ -292,9 +312,26 @@ def render_field(
             if cand is not None:
                 values[name] = cand.metric + sel
                 values[f"{name}_divisor"] = _number(cand.divisor)
-        parts.append(_substitute(field.promql, values))
+        part = _substitute(text, values)
+        parts.append(_from_recorded(spec, part) if recorded else part)
     inner = parts[0] if len(parts) == 1 else " or ".join(f"({p})" for p in parts)
     return canonicalise(spec, inner, field.merge)
+
+
+def range_text(seconds: float) -> str:
+    """A PromQL duration: whole seconds, else milliseconds (PromQL takes no fractions)."""
+    if float(seconds).is_integer():
+        return f"{int(seconds)}s"
+    return f"{round(seconds * 1000)}ms"
+
+
+def _from_recorded(spec: QuerySpec, expr: str) -> str:
+    """Recorded series carry each key under its own name (node, uuid, model...);
+    copy it to the label canonicalise keeps (the last of the key's list)."""
+    for key, labels in spec.keys.items():
+        if labels[-1] != key:
+            expr = f'label_replace({expr}, "{labels[-1]}", "$1", "{key}", "(.+)")'
+    return expr
 
 
 def canonicalise(spec: QuerySpec, expr: str, merge: str) -> str:
