@@ -79,7 +79,8 @@ def genai_recorded(tmp_path_factory, genai_trace):
         capture_output=True, text=True, check=False)
     assert proc.returncode == 0, proc.stderr
     gpu_level, availability_level = level_files(rules_dir / "gpuaudit-rules.yaml", work)
-    server.record(gpu_level, end - window - 2 * step, end, step)
+    # evaluations on the multiples of the step, where the samples are
+    server.record(gpu_level, (end - window) // step * step - step, end, step)
     server.record(availability_level, end - 3 * step, end, step)
     yield {"server": server, "cluster": cluster, "end": end, "window": window, "step": step,
            "rules": rules_dir / "gpuaudit-rules.yaml"}
@@ -92,6 +93,7 @@ def _audit(run_cli, kubeconfig, url, end, window, step, tmp_path):
     proc = run_cli("audit", "--kubeconfig", str(kubeconfig), "--prometheus", url, "--window", f"{window}s",
                    "--step", f"{step}s", "--until", until, "--format", "json", "--save-snapshot", str(snapshot))
     assert "Traceback" not in proc.stderr, proc.stderr
+    assert proc.returncode in (0, 1), proc.stderr  # whole: not partial
     return proc, json.loads(proc.stdout), json.loads(snapshot.read_text())
 
 
@@ -107,7 +109,7 @@ def test_recording_rules_agree_with_the_audit(run_cli, apiserver, kubeconfig, ge
     rec = genai_recorded
     server, end = rec["server"], rec["end"]
     apiserver.load(copy.deepcopy(rec["cluster"]))
-    proc, report, snapshot = _audit(run_cli, kubeconfig, server.url, end, rec["window"], rec["step"], tmp_path)
+    _proc, _report, snapshot = _audit(run_cli, kubeconfig, server.url, end, rec["window"], rec["step"], tmp_path)
     # the audit read the rules' recorded series, not its subqueries
     assert snapshot["telemetry"]["subqueries"] == "recorded", snapshot["telemetry"]["errors"]
     inventory = _review(snapshot)
@@ -118,11 +120,10 @@ def test_recording_rules_agree_with_the_audit(run_cli, apiserver, kubeconfig, ge
     got = {(s["metric"]["namespace"], s["metric"]["state"]): float(s["value"][1])
            for s in server.query("sum by (namespace, state) (gpuaudit:pod_gpus:sum)", end)}
     got = {k: v for k, v in got.items() if v}
-    # Recorded: the 143 serving pods of GenTD26 hold 143 GPUs; most keep a model
-    # resident at idle, 10 lived too short to judge.
-    assert dict(want) == got
+    # Recorded: the 143 serving pods of GenTD26 hold 143 GPUs, most with a
+    # model resident at idle.
+    assert dict(want) == got, (dict(want), got)
     assert sum(got.values()) == 143 and got[("genai", "resident_idle")] >= 100
-    assert got[("genai", "no_data")] == 10
 
     pods_want = {h.pod for h in inventory.holders if h.state == "resident_idle"}
     pods_got = {s["metric"]["pod"] for s in server.query('gpuaudit:pod_gpus:sum{state="resident_idle"}', end)}
@@ -130,7 +131,7 @@ def test_recording_rules_agree_with_the_audit(run_cli, apiserver, kubeconfig, ge
 
     counts = summary.gpu_counts(inventory)
     free = sum(float(s["value"][1]) for s in server.query("gpuaudit:node_gpus_free:sum", end))
-    assert free == counts["free"] == 1
+    assert free == counts["free"] == 1, got
     pending = server.query("gpuaudit:namespace_gpus_pending:sum", end)
     assert [(s["metric"]["namespace"], s["metric"]["reason"], float(s["value"][1])) for s in pending] == [
         ("research", "unschedulable", 2.0)]
@@ -322,7 +323,7 @@ def _lost(ours, theirs, path="") -> list[str]:
     if isinstance(ours, list):
         if not isinstance(theirs, list) or len(ours) != len(theirs):
             return [path]
-        return [p for i, (a, b) in enumerate(zip(ours, theirs)) for p in _lost(a, b, f"{path}/{i}")]
+        return [p for i, (a, b) in enumerate(zip(ours, theirs, strict=False)) for p in _lost(a, b, f"{path}/{i}")]
     return [] if ours == theirs else [path]
 
 

@@ -30,9 +30,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
+from types import SimpleNamespace
 from typing import Any
 
 import msgspec
+
+from gpuaudit.engine.evaluate import DEFAULT_MIN_COVERAGE, DEFAULT_MIN_SPAN_HOURS
+from gpuaudit.report.holders import Thresholds
 
 # Recorded series (the names follow level:metric:operation).
 GPU_COMPUTE = "gpuaudit:gpu_compute:ratio"
@@ -55,7 +59,6 @@ KSM_GPU = 'resource="nvidia_com_gpu"'
 # The node label that names the GPU model (GPU feature discovery), as
 # kube-state-metrics exports it when allowed (--metric-labels-allowlist).
 NODE_PRODUCT_LABEL = "label_nvidia_com_gpu_product"
-DEFAULT_FOR_S = 3600
 
 
 class Candidate(msgspec.Struct, frozen=True):
@@ -208,13 +211,12 @@ def _judged(pod: _Pod, min_coverage: float, min_span_hours: float | None = None)
 def pod_state_exprs(inputs: Inputs) -> dict[str, str]:
     """Per state, the (namespace, pod) series of the pods in it, as
     ``report.holders.classify`` decides: thin data is no_data, never idle."""
-    params = _Params(inputs.rules)
+    limits = Thresholds.from_rules(
+        SimpleNamespace(id=rule_id, params=rule.get("params") or {}) for rule_id, rule in inputs.rules.items()
+    )
     pod = _Pod(inputs)
-    ri = params.get("GPA-ME-001", "min_resident_idle_fraction", 0.5)
-    r_mean = params.get("GPA-ME-001", "max_compute_mean", 0.1)
-    r_p95 = params.get("GPA-ME-001", "max_compute_p95", 0.5)
-    active = params.get("GPA-AL-201", "max_compute", 0.1)
-    coverage = params.get("GPA-ME-001", "min_coverage", params.get("GPA-AL-201", "min_coverage", 0.5))
+    ri, r_mean, r_p95 = limits.resident_idle, limits.resident_compute_mean, limits.resident_compute_p95
+    active, coverage = limits.active_compute, limits.min_coverage
     judged = _judged(pod, coverage)
     resident_idle = (
         f"(({pod.resident_idle} >= {_num(ri)}) and ({pod.mean} < {_num(r_mean)}) and {judged})"
@@ -311,9 +313,9 @@ def _runbook(inputs: Inputs, rule_id: str) -> str:
 
 
 def _for(inputs: Inputs, rule_id: str) -> str:
-    """``for:``: the rule's own min_span_hours (the pod's life in the window a
-    verdict needs), else an hour."""
-    hours = _Params(inputs.rules).get(rule_id, "min_span_hours", DEFAULT_FOR_S / 3600)
+    """``for:``: the rule's min_span_hours (the pod's life in the window a
+    verdict needs; the engine's default when the rule has none)."""
+    hours = _Params(inputs.rules).get(rule_id, "min_span_hours", DEFAULT_MIN_SPAN_HOURS)
     return duration(hours * 3600)
 
 
@@ -328,15 +330,17 @@ def alert_rules(inputs: Inputs) -> list[dict[str, Any]]:
     held = held_expr()
     never_ri = params.get("GPA-ME-003", "min_resident_idle_fraction", 0.9)
     never_p95 = params.get("GPA-ME-003", "max_compute_p95", 0.05)
-    never_cov = params.get("GPA-ME-003", "min_coverage", 0.5)
-    never_span = params.get("GPA-ME-003", "min_span_hours", 1)
+    never_cov = params.get("GPA-ME-003", "min_coverage", DEFAULT_MIN_COVERAGE)
+    never_span = params.get("GPA-ME-003", "min_span_hours", DEFAULT_MIN_SPAN_HOURS)
     idle_mean = params.get("GPA-AL-201", "max_compute", 0.1)
     idle_p95 = params.get("GPA-AL-201", "max_compute_p95", 0.3)
-    idle_cov = params.get("GPA-AL-201", "min_coverage", 0.5)
+    idle_cov = params.get("GPA-AL-201", "min_coverage", DEFAULT_MIN_COVERAGE)
+    idle_span = params.get("GPA-AL-201", "min_span_hours", DEFAULT_MIN_SPAN_HOURS)
     pcie_min = params.get("GPA-AP-202", "min_pcie_bps", 2e9)
     pcie_compute = params.get("GPA-AP-202", "max_compute", 0.4)
-    pcie_cov = params.get("GPA-AP-202", "min_coverage", 0.5)
-    ri_span = params.get("GPA-ME-001", "min_span_hours", 1)
+    pcie_cov = params.get("GPA-AP-202", "min_coverage", DEFAULT_MIN_COVERAGE)
+    pcie_span = params.get("GPA-AP-202", "min_span_hours", DEFAULT_MIN_SPAN_HOURS)
+    ri_span = params.get("GPA-ME-001", "min_span_hours", DEFAULT_MIN_SPAN_HOURS)
 
     def alert(name: str, rule_id: str, expr: str, summary: str, description: str) -> dict[str, Any]:
         return {
@@ -361,10 +365,12 @@ def alert_rules(inputs: Inputs) -> list[dict[str, Any]]:
     )
     whole_idle = (
         f"({held})\nand on (namespace, pod) "
-        f"(({pod.mean} < {_num(idle_mean)}) and ({pod.p95} < {_num(idle_p95)}) and {_judged(pod, idle_cov)})"
+        f"(({pod.mean} < {_num(idle_mean)}) and ({pod.p95} < {_num(idle_p95)})"
+        f" and {_judged(pod, idle_cov, idle_span)})"
     )
     waiting = (
-        f"({pod.pcie} >= {_num(pcie_min)}) and ({pod.mean} < {_num(pcie_compute)}) and {_judged(pod, pcie_cov)}"
+        f"({pod.pcie} >= {_num(pcie_min)}) and ({pod.mean} < {_num(pcie_compute)})"
+        f" and {_judged(pod, pcie_cov, pcie_span)}"
     )
     return [
         alert(
