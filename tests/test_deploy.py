@@ -42,6 +42,7 @@ BUILDS = {
     "nvml-sampler": DEPLOY / "overlays" / "nvml-sampler",
     "ml-operators": DEPLOY / "overlays" / "ml-operators",
     "report-server": DEPLOY / "overlays" / "report-server",
+    "monitoring": DEPLOY / "overlays" / "monitoring",
 }
 # A neutral placeholder the user replaces (Kustomize `images:`, the chart's
 # image.repository): the name `docker build -t` gives a local build.
@@ -55,6 +56,10 @@ COMPONENTS = {
     "ml-operators": "mlOperators",
     "report-server": "reportServer",
 }
+
+# Components the chart turns on with values of their own (not `<value>.enabled`).
+MONITORING = {"monitoring": ["monitoring.prometheusRule.enabled=true", "monitoring.serviceMonitor.enabled=true",
+                             "monitoring.dashboard.enabled=true"]}
 
 
 # --- helpers ------------------------------------------------------------------
@@ -220,7 +225,7 @@ def site_build(kubectl: str, tmp_path: Path, components: list[str]) -> list[dict
 
 def test_every_component_composes_in_one_kustomization(kubectl, tmp_path):
     # the opt-in components, and the images every build pins
-    assert sorted(p.name for p in (DEPLOY / "components").iterdir()) == sorted([*COMPONENTS, "images"])
+    assert sorted(p.name for p in (DEPLOY / "components").iterdir()) == sorted([*COMPONENTS, *MONITORING, "images"])
     docs = site_build(kubectl, tmp_path, list(COMPONENTS))
     names = {(d["kind"], d["metadata"]["name"]) for d in docs}
     assert ("CronJob", "gpuaudit-policyreports") in names
@@ -903,3 +908,40 @@ def test_chart_version_is_gpuaudits():
     assert chart["appVersion"] == chart["version"] == gpuaudit.__version__
     assert (CHART / "files" / "base").resolve() == (DEPLOY / "base").resolve()
     assert (CHART / "files" / "components").resolve() == (DEPLOY / "components").resolve()
+
+
+def test_monitoring_is_opt_in_and_the_chart_installs_what_the_overlay_does(helm, built, tmp_path):
+    """The PrometheusRule, the ServiceMonitor of the report server's /metrics
+    and the dashboard ConfigMap Grafana's sidecar loads: none by default, the
+    same objects from the chart and from deploy/overlays/monitoring."""
+    kinds = {"PrometheusRule", "ServiceMonitor"}
+    assert not [d for d in helm_template(helm, tmp_path) if d["kind"] in kinds]
+    assert not [d for d in built["report-server"] if d["kind"] in kinds]
+    docs = built["monitoring"]
+    rule = one(docs, "PrometheusRule", "gpuaudit")
+    assert {g["name"] for g in rule["spec"]["groups"]} == {"gpuaudit-gpu", "gpuaudit-availability", "gpuaudit-alerts"}
+    monitor = one(docs, "ServiceMonitor", "gpuaudit-report-server")
+    service = one(docs, "Service", "gpuaudit-report-server")
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
+    assert monitor["spec"]["endpoints"] == [{"port": "http", "path": "/metrics", "interval": "1m"}]
+    assert [p["name"] for p in service["spec"]["ports"]] == ["http"]
+    dashboard = one(docs, "ConfigMap", "gpuaudit-dashboard")
+    assert dashboard["metadata"]["labels"]["grafana_dashboard"] == "1"
+    assert json.loads(dashboard["data"]["gpuaudit-dashboard.json"])["uid"] == "gpuaudit-gpus"
+    templated = helm_template(helm, tmp_path, "reportServer.enabled=true", *MONITORING["monitoring"])
+    _same_objects(docs, templated)
+    labelled = helm_template(helm, tmp_path, *MONITORING["monitoring"], "monitoring.prometheusRule.labels.release=kps",
+                             "monitoring.serviceMonitor.interval=30s")
+    assert one(labelled, "PrometheusRule", "gpuaudit")["metadata"]["labels"]["release"] == "kps"
+    assert one(labelled, "ServiceMonitor", "gpuaudit-report-server")["spec"]["endpoints"][0]["interval"] == "30s"
+
+
+def test_the_monitoring_component_holds_what_gpuaudit_monitoring_writes(run_cli, tmp_path):
+    """The chart and the component embed the files `gpuaudit monitoring` makes
+    from the default policy pack: regenerate them when a rule changes."""
+    folder = DEPLOY / "components" / "monitoring"
+    assert run_cli("monitoring", "rules", "--namespace", "gpuaudit", "-o", str(tmp_path)).returncode == 0
+    assert run_cli("monitoring", "dashboard", "-o", str(tmp_path)).returncode == 0
+    for name in ("gpuaudit-prometheusrule.yaml", "gpuaudit-dashboard.json"):
+        assert (folder / name).read_text() == (tmp_path / name).read_text(), (
+            f"{name} is stale: gpuaudit monitoring rules|dashboard -o deploy/components/monitoring")

@@ -61,13 +61,14 @@ def _run(write: Callable[..., list[Path]], config_path: Path | None, policy_dirs
 @policy_options
 @click.option("--label", "labels", multiple=True, metavar="KEY=VALUE",
               help="A label on the PrometheusRule object (e.g. release=prometheus; repeatable).")
-def rules_command(labels: tuple[str, ...], **options: Any) -> int:
+@click.option("--namespace", help="The PrometheusRule object's namespace (default: none, kubectl's).")
+def rules_command(labels: tuple[str, ...], namespace: str | None, **options: Any) -> int:
     """Write gpuaudit-rules.yaml (Prometheus rule_files) and
     gpuaudit-prometheusrule.yaml (prometheus-operator)."""
     pairs = dict(label.split("=", 1) for label in labels if "=" in label)
     if len(pairs) != len(labels):
         raise click.BadParameter("labels are KEY=VALUE", param_hint="--label")
-    return _run(pipeline.write_rules, labels=pairs, **options)
+    return _run(pipeline.write_rules, labels=pairs, namespace=namespace, **options)
 
 
 @monitoring.command("dashboard")

@@ -60,12 +60,13 @@ def dump_yaml(value: Any) -> str:
     return yaml.dump(value, Dumper=_Block, sort_keys=False, width=1000, allow_unicode=True)
 
 
-def write_rules(folder: Path, data: Inputs, *, labels: Mapping[str, str] | None = None) -> list[Path]:
+def write_rules(folder: Path, data: Inputs, *, labels: Mapping[str, str] | None = None,
+                namespace: str | None = None) -> list[Path]:
     groups = monitoring_rules.rule_groups(data)
     plain = folder / RULES_FILE
     operator = folder / PROMETHEUS_RULE_FILE
     write_atomic(plain, dump_yaml({"groups": groups}))
-    write_atomic(operator, dump_yaml(monitoring_rules.prometheus_rule(groups, labels=labels)))
+    write_atomic(operator, dump_yaml(monitoring_rules.prometheus_rule(groups, namespace=namespace, labels=labels)))
     return [plain, operator]
 
 

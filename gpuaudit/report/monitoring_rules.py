@@ -421,9 +421,12 @@ def rule_groups(inputs: Inputs) -> list[dict[str, Any]]:
     ]
 
 
-def prometheus_rule(groups: Sequence[Mapping[str, Any]], *, name: str = "gpuaudit",
+def prometheus_rule(groups: Sequence[Mapping[str, Any]], *, name: str = "gpuaudit", namespace: str | None = None,
                     labels: Mapping[str, str] | None = None) -> dict[str, Any]:
     """The prometheus-operator PrometheusRule holding ``groups``."""
-    meta: dict[str, Any] = {"name": name, "labels": {"app.kubernetes.io/name": "gpuaudit", **(labels or {})}}
+    meta: dict[str, Any] = {"name": name}
+    if namespace:
+        meta["namespace"] = namespace
+    meta["labels"] = {"app.kubernetes.io/name": "gpuaudit", **(labels or {})}
     return {"apiVersion": "monitoring.coreos.com/v1", "kind": "PrometheusRule", "metadata": meta,
             "spec": {"groups": list(groups)}}
