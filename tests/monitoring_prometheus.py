@@ -148,3 +148,71 @@ class RecordedPrometheus:
             payload = json.loads(resp.read())
         assert payload["status"] == "success", payload
         return payload["data"]["result"]
+
+
+# --- small data sets ------------------------------------------------------------
+
+PENDING_POD = "train-waiting"
+
+
+def pending_pod() -> dict:
+    """A GPU pod the scheduler refused: pending GPUs in both the cluster and
+    kube-state-metrics."""
+    return {
+        "kind": "Pod", "apiVersion": "v1",
+        "metadata": {"name": PENDING_POD, "namespace": "research", "uid": "0000-pending",
+                     "creationTimestamp": "2026-11-28T08:00:00Z"},
+        "spec": {"containers": [{"name": "main", "image": "trainer:1",
+                                 "resources": {"limits": {"nvidia.com/gpu": "2"}}}]},
+        "status": {"phase": "Pending", "conditions": [
+            {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+             "message": "0/18 nodes are available: 18 Insufficient nvidia.com/gpu."}]},
+    }
+
+
+def activity_families(end: float, minutes: int = 180) -> list[Family]:
+    """Every DCGM signal the activity row shows, for three pods on one node."""
+    times = [end - (minutes - i) * 60 for i in range(minutes + 1)]
+    pods = {"idle": 0.0, "busy": 0.8, "loader": 0.2}
+
+    def series(value_of):
+        for i, (pod, busy) in enumerate(pods.items()):
+            labels = {"gpu": str(i), "UUID": f"GPU-{i:04d}", "modelName": "NVIDIA H100 80GB HBM3",
+                      "Hostname": "dgx-0", "namespace": "ml", "pod": pod, "container": "main"}
+            yield labels, [(t, value_of(pod, busy, j)) for j, t in enumerate(times)]
+
+    def ratio(pod, busy, j):
+        return busy
+
+    def fb(pod, busy, j):
+        return 40000.0
+
+    def pcie(pod, busy, j):
+        return 3e9 if pod == "loader" else 1e7
+
+    return [
+        Family("DCGM_FI_PROF_GR_ENGINE_ACTIVE", list(series(ratio))),
+        Family("DCGM_FI_PROF_SM_ACTIVE", list(series(ratio))),
+        Family("DCGM_FI_PROF_SM_OCCUPANCY", list(series(lambda p, b, j: b / 2))),
+        Family("DCGM_FI_DEV_GPU_UTIL", list(series(lambda p, b, j: b * 100))),
+        Family("DCGM_FI_DEV_FB_USED", list(series(fb))),
+        Family("DCGM_FI_DEV_FB_FREE", list(series(lambda p, b, j: 80000 - 40000.0))),
+        Family("DCGM_FI_PROF_PCIE_TX_BYTES", list(series(pcie))),
+        Family("DCGM_FI_PROF_PCIE_RX_BYTES", list(series(pcie))),
+        Family("DCGM_FI_PROF_NVLINK_TX_BYTES", list(series(lambda p, b, j: 1e8))),
+        Family("DCGM_FI_PROF_NVLINK_RX_BYTES", list(series(lambda p, b, j: 1e8))),
+    ]
+
+
+def activity_cluster() -> dict:
+    node = {"metadata": {"name": "dgx-0", "labels": {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}},
+            "spec": {}, "status": {"allocatable": {"nvidia.com/gpu": "8"}}}
+    pods = []
+    for pod in ("idle", "busy", "loader"):
+        pods.append({"metadata": {"name": pod, "namespace": "ml"},
+                     "spec": {"nodeName": "dgx-0", "containers": [
+                         {"name": "main", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]},
+                     "status": {"phase": "Running"}})
+    pending = pending_pod()
+    pending["metadata"]["namespace"] = "ml"
+    return {"nodes": [node], "pods": [*pods, pending]}

@@ -25,27 +25,18 @@ from gpuaudit.report.monitoring_dashboard import panel_queries
 from gpuaudit.sources.user_config import load_config
 from tests import genai_trace as genai_series
 from tests.clusters import genai
-from tests.monitoring_prometheus import RecordedPrometheus, ksm_families, level_files
-from tests.prometheus_server import Family, tools_available
+from tests.monitoring_prometheus import (
+    RecordedPrometheus,
+    activity_cluster,
+    activity_families,
+    ksm_families,
+    level_files,
+    pending_pod,
+)
+from tests.prometheus_server import tools_available
 
 pytestmark = pytest.mark.skipif(not tools_available(), reason="promtool/prometheus not installed")
 
-PENDING_POD = "train-waiting"
-
-
-def _pending_pod() -> dict:
-    """A GPU pod the scheduler refused: pending GPUs in both the cluster and
-    kube-state-metrics."""
-    return {
-        "kind": "Pod", "apiVersion": "v1",
-        "metadata": {"name": PENDING_POD, "namespace": "research", "uid": "0000-pending",
-                     "creationTimestamp": genai.CREATED},
-        "spec": {"containers": [{"name": "main", "image": "trainer:1",
-                                 "resources": {"limits": {"nvidia.com/gpu": "2"}}}]},
-        "status": {"phase": "Pending", "conditions": [
-            {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
-             "message": "0/18 nodes are available: 18 Insufficient nvidia.com/gpu."}]},
-    }
 
 
 def _generate(run_cli, out: Path, *args: str) -> Path:
@@ -66,7 +57,7 @@ def genai_recorded(tmp_path_factory, genai_trace):
     window = int(trace.end - trace.start) + 720
     work = tmp_path_factory.mktemp("genai-rules")
     cluster = genai.build()
-    cluster["pods"].append(_pending_pod())
+    cluster["pods"].append(pending_pod())
     first = end - window - 3600
     times = [first + i * step for i in range(int((end - first) // step) + 1)]
     server = RecordedPrometheus(work).load([*genai_series.families(trace), *ksm_families(cluster, times)])
@@ -327,59 +318,11 @@ def _lost(ours, theirs, path="") -> list[str]:
     return [] if ours == theirs else [path]
 
 
-def _activity_families(end: float, minutes: int = 180) -> list[Family]:
-    """Every DCGM signal the activity row shows, for three pods on one node."""
-    times = [end - (minutes - i) * 60 for i in range(minutes + 1)]
-    pods = {"idle": 0.0, "busy": 0.8, "loader": 0.2}
-
-    def series(value_of):
-        for i, (pod, busy) in enumerate(pods.items()):
-            labels = {"gpu": str(i), "UUID": f"GPU-{i:04d}", "modelName": "NVIDIA H100 80GB HBM3",
-                      "Hostname": "dgx-0", "namespace": "ml", "pod": pod, "container": "main"}
-            yield labels, [(t, value_of(pod, busy, j)) for j, t in enumerate(times)]
-
-    def ratio(pod, busy, j):
-        return busy
-
-    def fb(pod, busy, j):
-        return 40000.0
-
-    def pcie(pod, busy, j):
-        return 3e9 if pod == "loader" else 1e7
-
-    return [
-        Family("DCGM_FI_PROF_GR_ENGINE_ACTIVE", list(series(ratio))),
-        Family("DCGM_FI_PROF_SM_ACTIVE", list(series(ratio))),
-        Family("DCGM_FI_PROF_SM_OCCUPANCY", list(series(lambda p, b, j: b / 2))),
-        Family("DCGM_FI_DEV_GPU_UTIL", list(series(lambda p, b, j: b * 100))),
-        Family("DCGM_FI_DEV_FB_USED", list(series(fb))),
-        Family("DCGM_FI_DEV_FB_FREE", list(series(lambda p, b, j: 80000 - 40000.0))),
-        Family("DCGM_FI_PROF_PCIE_TX_BYTES", list(series(pcie))),
-        Family("DCGM_FI_PROF_PCIE_RX_BYTES", list(series(pcie))),
-        Family("DCGM_FI_PROF_NVLINK_TX_BYTES", list(series(lambda p, b, j: 1e8))),
-        Family("DCGM_FI_PROF_NVLINK_RX_BYTES", list(series(lambda p, b, j: 1e8))),
-    ]
-
-
-def _activity_cluster() -> dict:
-    node = {"metadata": {"name": "dgx-0", "labels": {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}},
-            "spec": {}, "status": {"allocatable": {"nvidia.com/gpu": "8"}}}
-    pods = []
-    for pod in ("idle", "busy", "loader"):
-        pods.append({"metadata": {"name": pod, "namespace": "ml"},
-                     "spec": {"nodeName": "dgx-0", "containers": [
-                         {"name": "main", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]},
-                     "status": {"phase": "Running"}})
-    pending = _pending_pod()
-    pending["metadata"]["namespace"] = "ml"
-    return {"nodes": [node], "pods": [*pods, pending]}
-
-
 def test_every_dashboard_panel_returns_data(run_cli, tmp_path_factory):
     work = tmp_path_factory.mktemp("dashboard")
     end = math.floor(datetime.now(timezone.utc).timestamp() / 60) * 60 - 3600
     times = [end - (180 - i) * 60 for i in range(181)]
-    server = RecordedPrometheus(work).load([*_activity_families(end), *ksm_families(_activity_cluster(), times)])
+    server = RecordedPrometheus(work).load([*activity_families(end), *ksm_families(activity_cluster(), times)])
     try:
         rules = _generate(run_cli, work / "rules", "--window", "2h", "--interval", "1m", "--class-interval", "1m")
         gpu_level, availability_level = level_files(rules, work)

@@ -9,7 +9,14 @@ the number of pods; it grows only when
 - a subquery would hold more points than ``max_points_per_query`` (split by
   GPU UUID, at most 16 parts), or
 - a ``pods`` filter needs its names split into chunks (at most ``max_chunks``;
-  beyond that everything is read and filtered here).
+  beyond that everything is read and filtered here);
+- the window is longer than ``max_subquery_seconds`` (a day): each subquery
+  is read in day parts that hold samples (one cheap count per part finds
+  them), combined exactly (sums and counts add, first/last are min/max).
+
+When gpuaudit's recording rules (`gpuaudit monitoring rules`) cover the
+window with the same step and params, the subquery fields read their
+recorded per-interval values instead (a plain range each).
 
 Failures never raise, they land in ``errors``; only when nothing at all could
 be read does :class:`TelemetryUnavailable` carry the reason to the caller.
@@ -705,6 +712,12 @@ def query_telemetry(url: str, *, window_seconds: int, end: datetime | None = Non
 
     part_seconds = int(merged_params.get("max_subquery_seconds", 0) or 0)
     parts = _window_parts(end.timestamp(), window_seconds, part_seconds, step_seconds)
+    split = len(parts) > 1 and not recorded and any("${step}" in f.promql for f in fields)
+    cut = len(parts)
+    if split:  # a part without a sample of the subqueries' metrics is not asked
+        subquery_metrics = sorted({c.metric for f in fields if "${step}" in f.promql for s in f.requires
+                                   if (c := chosen.get(s)) is not None})
+        parts = [p for p in parts if _part_has_samples(client, subquery_metrics, p)]
 
     # 2. Server-side pod filter chunks, unless that takes too many queries.
     chunks: list[list[tuple[str, str]] | None] = [None]
@@ -771,16 +784,16 @@ def query_telemetry(url: str, *, window_seconds: int, end: datetime | None = Non
             record(",".join(f.name for f in fields[i:]), aborted)
             break
         use_recorded = recorded and field.recorded is not None
-        split = None if use_recorded else _split_forms(field, parts)
+        forms = None if use_recorded or not split else _split_forms(field, parts)
         for chunk in chunks:
-            if split is None:
+            if forms is None:
                 for shard in [""] if use_recorded else shards_for(field):
                     run(field, chunk, shard, use_recorded=use_recorded)
                 continue
-            for form, part in split:
+            for form, part in forms:
                 for shard in shards_for(field, part.steps):
                     run(form, chunk, shard, part)
-        if split is not None:
+        if forms is not None:
             rows.finish_split(field, failed)
     if fields and not succeeded:
         reason = errors[0]["message"] if errors else "no query succeeded"
@@ -797,7 +810,7 @@ def query_telemetry(url: str, *, window_seconds: int, end: datetime | None = Non
         errors=errors, extra_rollup=extra_rollup)
     # how the subqueries were read: gpuaudit's recorded series, the window in
     # parts, or each in one query
-    out["subqueries"] = "recorded" if recorded else (f"{len(parts)} parts" if len(parts) > 1 else "whole")
+    out["subqueries"] = "recorded" if recorded else (f"{len(parts)} of {cut} parts" if split else "whole")
     return out
 
 
@@ -901,12 +914,26 @@ def _window_parts(end: float, window_seconds: int, part_seconds: int, step_secon
     return parts
 
 
+def _part_has_samples(client: _Client, metrics: Sequence[str], part: _Part) -> bool:
+    """Whether any of ``metrics`` has a sample in ``part`` (a plain range
+    count, cheap); when that cannot be read, the part is asked anyway."""
+    if not metrics:
+        return True
+    names = "|".join(promql.regex_escape(m) for m in metrics)
+    query = (f"count(count_over_time({{__name__=~{promql.string_literal(names)}}}"
+             f"[{promql.range_text(part.range_s)}]))")
+    try:
+        return bool(client.instant(query, part.at))
+    except _QueryFailed:
+        return True
+
+
 def _split_forms(field: Field, parts: Sequence[_Part]) -> list[tuple[Field, _Part]] | None:
     """The queries of ``field`` over ``parts`` whose answers combine exactly
     into the whole window's: counts and sums add, minima and maxima take
     theirs, an average is its parts' sums over their counts. None: one query
-    (a plain range, a single part, or a form that does not combine)."""
-    if len(parts) < 2 or "${step}" not in field.promql:
+    (a plain range, or a form that does not combine)."""
+    if "${step}" not in field.promql:
         return None
     text = field.promql
     if text.startswith("avg_over_time("):
