@@ -51,8 +51,30 @@ def fix_overlay(snapshot: Mapping[str, Any], result: AuditResult, config: Config
     try:
         plan, _ = plan_fix([], dict(snapshot), "snapshot", None, config, result.rules, {})
     except Exception as exc:
-        return {"available": False, "problem": f"the fix plan could not be made: {exc}", "shares": [], "replicas": None}
+        return {
+            "available": False,
+            "problem": f"the fix plan could not be made: {exc}",
+            "shares": [],
+            "replicas": None,
+            "rules": {},
+        }
     shares = []
+    # per rule: the patches the plan writes for its findings, and why it declines the others
+    outcomes: dict[str, dict[str, Any]] = {}
+    for change in plan.changes:
+        for rule in change.rules:
+            outcome = outcomes.setdefault(rule, {"patched": 0, "declined": 0, "reasons": []})
+            outcome["patched"] += 1
+            outcome.setdefault("targets", []).append(list(change.target[1:]))  # [kind, namespace, name]
+            if change.remediation not in outcome.setdefault("remediations", []):
+                outcome["remediations"].append(change.remediation)
+    for skip in plan.skipped:
+        outcome = outcomes.setdefault(skip.finding.rule, {"patched": 0, "declined": 0, "reasons": []})
+        outcome["declined"] += 1
+        res = skip.finding.resource
+        outcome.setdefault("declines", []).append([res.kind, res.namespace, res.name, skip.reason])
+        if skip.reason not in outcome["reasons"] and len(outcome["reasons"]) < 3:
+            outcome["reasons"].append(skip.reason)
     replicas = None
     for change in plan.changes:
         proposal = change.proposal
@@ -77,7 +99,7 @@ def fix_overlay(snapshot: Mapping[str, Any], result: AuditResult, config: Config
                 "confidence": proposal.confidence,
             }
         )
-    return {"available": True, "problem": None, "shares": shares, "replicas": replicas}
+    return {"available": True, "problem": None, "shares": shares, "replicas": replicas, "rules": outcomes}
 
 
 def write_review(

@@ -17,7 +17,7 @@ import msgspec
 
 from gpuaudit import __version__
 from gpuaudit.model import CATEGORIES, AuditResult, ClusterState
-from gpuaudit.report import gate, summary
+from gpuaudit.report import actions, gate, summary
 from gpuaudit.report.history import RunSummary
 from gpuaudit.report.holders import Inventory, Thresholds, collect, pod_fact_index
 from gpuaudit.report.period import Period, integrate, trend
@@ -140,39 +140,6 @@ def _usd_month(gpus: float | None, price: float | None) -> int | None:
     return round(gpus * price * summary.HOURS_PER_MONTH)
 
 
-def actions(
-    reached: Mapping[str, Any], causes: Sequence[Mapping[str, Any]], prices: Prices, count: int = 5
-) -> list[dict[str, Any]]:
-    """The changes to make first: each workload the fix overlay moves to a
-    share and that frees GPUs, with the GPUs it frees, their price per month
-    (730 h) at the configured prices, the owning team, and the command and
-    patch that do it; ranked by money, then GPUs."""
-    rows = []
-    for w in reached.get("by_workload") or []:
-        if not w["counted"] or not w["freed"]:
-            continue
-        rules = ",".join(w["rules"]) or "GPA-AL-001"
-        target = (w["mig_profile"] and f"MIG profile {w['mig_profile']}") or f"{w['resource']} (time-sliced)"
-        steps = [f"`gpuaudit fix --rules {rules} --out overlays/gpuaudit`: {w['remediation']} patch, {target}"]
-        if not w["mig_profile"]:
-            steps.append("with its enable-time-slicing patch; label the nodes `nvidia.com/device-plugin.config=shared`")
-        rows.append(
-            {
-                "workload": {"namespace": w["namespace"], "kind": w["kind"], "name": w["name"]},
-                "team": w["team"],
-                "model": w["model"],
-                "gpus_freed": w["freed"],
-                "usd_per_month": _usd_month(w["freed"], prices.of(w["model"] or "")),
-                "how": steps,
-                "rules": w["rules"],
-            }
-        )
-    rows.sort(
-        key=lambda a: (-(a["usd_per_month"] or 0), -a["gpus_freed"], a["workload"]["namespace"], a["workload"]["name"])
-    )
-    return rows[:count]
-
-
 def analyse(
     state: ClusterState,
     subjects: Iterable[Any],
@@ -202,7 +169,8 @@ def analyse(
             gpus[key] = None
     coverage = summary.coverage(inventory, state.telemetry)
     pending = summary.pending(inventory, cluster_doc)
-    causes = summary.root_causes(result.findings, result.rules, inventory)
+    planned = overlay.get("rules") if overlay is not None and overlay.get("available") else None
+    causes = summary.root_causes(result.findings, result.rules, inventory, planned)
     biggest = summary.biggest_causes(causes)
     whatif = simulate(inventory, thresholds, settings.whatif, None if "whatif" in unknown else overlay)
     reached = whatif["achievable"]
@@ -277,7 +245,9 @@ def analyse(
         "biggest_causes": biggest,
         "idle_unattributed": None if "root_causes" in unknown else summary.idle_unattributed(causes, gpus),
         "whatif": whatif,
-        "actions": [] if partial["partial"] else actions(reached, causes, settings.prices),
+        "actions": actions.plan(
+            Inventory((), (), (), None, None) if partial["partial"] else inventory, reached, settings.prices
+        ),
         "showback": [] if "showback" in unknown else summary.showback(inventory, settings.prices),
         "gate": {
             "rule": GATE_RULE,
@@ -375,7 +345,8 @@ def assemble(
         "biggest_causes": doc["biggest_causes"],
         "idle_unattributed": doc["idle_unattributed"],
         "whatif": doc["whatif"]["best"],
-        "actions": doc["actions"],
+        "actions": doc["actions"]["shown"],
+        "actions_cover": {k: v for k, v in doc["actions"].items() if k not in ("shown", "all", "bundles")},
         "hardware_needed": {"gap": verdict["gap"], "per_model": verdict["per_model"]},
         "gate": {k: v for k, v in verdict.items() if k not in ("per_model", "gap")},
     }
@@ -401,6 +372,8 @@ def assemble(
         "scheduler": doc["pending"],
         "root_causes": doc["root_causes"],
         "whatif": doc["whatif"],
+        "actions": doc["actions"]["all"],
+        "action_bundles": doc["actions"]["bundles"],
         "showback": doc["showback"],
         "trend": trend(runs, analysis.collected_at),
         "gate": doc["gate"],

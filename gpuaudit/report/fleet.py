@@ -79,7 +79,14 @@ def fleet(documents: Sequence[tuple[Mapping[str, Any], str]], *, generated_at: s
         for document, _ in documents
         for action in document["first_screen"]["actions"]
     ]
-    actions.sort(key=lambda a: (-(a["usd_per_month"] or 0), -a["gpus_freed"], a["cluster"], a["workload"]["name"]))
+    actions.sort(
+        key=lambda a: (
+            -(a["usd_per_month"] or 0),
+            -(a["gpus_freed"] or 0),
+            a["cluster"],
+            (a["workload"] or {}).get("name") or a["title"],
+        )
+    )
     showback: dict[str, dict[str, Any]] = {}
     for document, _ in documents:
         for team in document.get("showback") or []:

@@ -81,6 +81,7 @@ class Holder(msgspec.Struct, frozen=True):
     state: str
     telemetry: Mapping[str, Any] | None
     requests: tuple[float, float] = (0.0, 0.0)  # (CPU cores, memory bytes) the scheduler reserves for it
+    stuck: str | None = None  # CrashLoopBackOff, ImagePullBackOff, ...: it holds GPUs and does no work
 
 
 class Waiting(msgspec.Struct, frozen=True):
@@ -207,6 +208,7 @@ def collect(
                     state=classify(telemetry, thresholds),
                     telemetry=telemetry,
                     requests=pod_requests(as_map(pod.workload.document.obj.get("spec"))),
+                    stuck=(facts.get("status") or {}).get("stuck_reason"),
                 )
             )
             held[pod.node] = held.get(pod.node, 0.0) + share

@@ -458,7 +458,12 @@ def finding_keys(finding: Finding) -> list[tuple[str, ...]]:
     return []
 
 
-def root_causes(findings: Sequence[Finding], rules: Iterable[Any], inventory: Inventory) -> list[dict[str, Any]]:
+def root_causes(
+    findings: Sequence[Finding],
+    rules: Iterable[Any],
+    inventory: Inventory,
+    outcomes: Mapping[str, Mapping[str, Any]] | None = None,
+) -> list[dict[str, Any]]:
     """Findings by category in diagnostic order, then by rule.
 
     ``gpus``: allocated GPUs the findings' pods hold (or, for a node finding,
@@ -468,7 +473,12 @@ def root_causes(findings: Sequence[Finding], rules: Iterable[Any], inventory: In
     diagnostic order (category, then severity, then rule id) whose findings
     name its pod or its node. So the attributed GPUs of all causes add up to
     at most the idle allocated GPUs; free GPUs and pending requests are never
-    in them."""
+    in them.
+
+    ``outcomes``: what the fix plan did with each rule's findings (patches
+    written and their targets, declines and their reasons;
+    pipelines/report.py), None when no plan was made: a cause points at a
+    `gpuaudit fix` patch only when the plan writes one for it."""
     known = {r.id: r for r in rules}
     held = {(h.namespace, h.pod): h for h in inventory.holders}
     on_node: dict[str, list[Holder]] = defaultdict(list)
@@ -541,7 +551,8 @@ def root_causes(findings: Sequence[Finding], rules: Iterable[Any], inventory: In
                     "namespaces": len({ns for ns, _, _ in offenders if ns}),
                     "symptom": rule_id in SYMPTOM_RULES,
                     "remediation": remediation,
-                    "fix": fix_hint(rule_id, remediation),
+                    **fix_hint(rule_id, remediation, None if outcomes is None else outcomes.get(rule_id, {})),
+                    **_fix_reach(mine, held, None if outcomes is None else outcomes.get(rule_id, {})),
                     "docs": f"gpuaudit rules explain {rule_id}",
                     "requires": list(getattr(known.get(rule_id), "requires", ()) or ()),
                     "top": top,
@@ -569,14 +580,51 @@ def idle_unattributed(causes: Sequence[Mapping[str, Any]], gpus: Mapping[str, An
     return r1(max(idle - sum(c["gpus_idle"] or 0 for c in causes), 0.0))
 
 
-def fix_hint(rule_id: str, remediation: str | None) -> str | None:
-    """What `gpuaudit fix` would write for this rule's findings."""
+def _fix_reach(
+    mine: Iterable[tuple[str, str]], held: Mapping[tuple[str, str], Holder], outcome: Mapping[str, Any] | None
+) -> dict[str, Any]:
+    """Of the idle GPUs attributed to a rule, those whose workload the plan
+    patches; and, for the rest, the planner's reason for the workload that
+    holds the most of them (the manual step that matters most)."""
+    if outcome is None:
+        return {"gpus_idle_patched": None}
+    patched = {tuple(t) for t in outcome.get("targets") or []}
+    declined = {(k, ns, n): reason for k, ns, n, reason in outcome.get("declines") or []}
+    reached = 0.0
+    left: dict[tuple[str, str, str], float] = defaultdict(float)
+    for pod in mine:
+        h = held[pod]
+        key = (h.owner_kind, h.namespace, h.owner)
+        if key in patched:
+            reached += h.gpus
+        elif key in declined:
+            left[key] += h.gpus
+    extra: dict[str, Any] = {"gpus_idle_patched": r1(reached)}
+    if left:
+        extra["manual"] = declined[max(left, key=lambda k: (left[k], k))]
+    return extra
+
+
+def fix_hint(rule_id: str, remediation: str | None, outcome: Mapping[str, Any] | None) -> dict[str, Any]:
+    """What to do about a rule's findings: the `gpuaudit fix` command when
+    the plan writes a patch for at least one of them (``fix``), else the
+    manual step the planner names when it declines (``manual``). A
+    remediation the planner declines for every finding (``enable-mig``
+    always does) is never offered as a patch."""
+    none: dict[str, Any] = {"fix": None, "manual": None, "patched": 0, "declined": 0, "patches": []}
     if not remediation:
-        return None
-    return (
-        f"gpuaudit fix MANIFESTS --rules {rule_id} --out overlays/gpuaudit "
-        f"(patches/*-{remediation}-*.yaml and REVIEW.md)"
-    )
+        return none
+    if outcome is None:
+        return {**none, "manual": "no fix plan was made for this run"}
+    patched, declined = int(outcome.get("patched") or 0), int(outcome.get("declined") or 0)
+    reasons = list(outcome.get("reasons") or [])
+    return {
+        "fix": f"gpuaudit fix --snapshot SNAPSHOT --rules {rule_id} --out overlays/gpuaudit" if patched else None,
+        "manual": reasons[0] if reasons else (None if patched else "gpuaudit writes no patch for these findings"),
+        "patched": patched,
+        "declined": declined,
+        "patches": list(outcome.get("remediations") or []),
+    }
 
 
 def biggest_causes(causes: Sequence[Mapping[str, Any]], count: int = 3) -> list[dict[str, Any]]:
@@ -598,6 +646,11 @@ def biggest_causes(causes: Sequence[Mapping[str, Any]], count: int = 3) -> list[
             "gpus_idle": r["gpus_idle"],
             "findings": r["findings"],
             "workloads": r["workloads"],
+            "fix": r.get("fix"),
+            "manual": r.get("manual"),
+            "gpus_idle_patched": r.get("gpus_idle_patched"),
+            "patched": r.get("patched"),
+            "patches": r.get("patches"),
         }
         for r in rules[:count]
     ]
