@@ -35,6 +35,10 @@ class ReportSettings(msgspec.Struct, frozen=True):
     cluster_name: str | None = None
     currency: str = "USD"
     whatif: WhatIfSettings = msgspec.field(default_factory=WhatIfSettings)
+    # the share of allocated GPUs the telemetry (residency) and an application
+    # signal must cover for their diagnostic step to count as done
+    min_telemetry_coverage: float = gate.MIN_COVERAGE
+    min_signal_coverage: float = gate.MIN_SIGNAL_COVERAGE
 
 
 def settings_from_config(
@@ -56,6 +60,8 @@ def settings_from_config(
             time_slicing_replicas=replicas,
             vram_headroom=float(report.get("vram_headroom", 0.2)),
         ),
+        min_telemetry_coverage=float(report.get("min_telemetry_coverage", gate.MIN_COVERAGE)),
+        min_signal_coverage=float(report.get("min_signal_coverage", gate.MIN_SIGNAL_COVERAGE)),
     )
 
 
@@ -167,7 +173,7 @@ def analyse(
     for key in PARTIAL_COUNTS:
         if key in unknown:
             gpus[key] = None
-    coverage = summary.coverage(inventory, state.telemetry)
+    coverage = summary.coverage(inventory, state.telemetry, state.collected_at)
     pending = summary.pending(inventory, cluster_doc)
     planned = overlay.get("rules") if overlay is not None and overlay.get("available") else None
     causes = summary.root_causes(result.findings, result.rules, inventory, planned)
@@ -184,24 +190,30 @@ def analyse(
         coverage=coverage,
         pending=pending,
         signals=(state.telemetry or {}).get("signals") or {},
-        signals_measured=gate.signals_with_data(h.telemetry for h in inventory.holders),
+        signals_measured=gate.signal_coverage(inventory.holders),
         extra_metrics=_extra_metrics(state.telemetry),
         sharing={
             "nodes": (cluster_doc.get("sharing") or {}).get("active_nodes") or 0,
             "pods": shared_pods,
         },
         workloads=len(workloads),
+        min_coverage=settings.min_telemetry_coverage,
+        min_signal_coverage=settings.min_signal_coverage,
+        telemetry_lag_hours=coverage["lag_hours"],
     )
-    free_by_model: dict[str, float] = {}
-    for node in inventory.nodes:
-        if not node.unschedulable:
-            free_by_model[node.model] = free_by_model.get(node.model, 0.0) + max(node.gpus - node.allocated, 0.0)
-    decision = gate.verdict(flow, pending["hardware_demand"], reached, free_by_model)
+    demand_pods = [
+        {"model": w.model or gate.ANY_MODEL, "gpus": w.gpus, "nodes": w.nodes}
+        for w in inventory.waiting
+        if w.hardware_demand
+    ]
+    free_nodes = {n.name: (n.model, max(n.gpus - n.allocated, 0.0)) for n in inventory.nodes if not n.unschedulable}
+    decision = gate.verdict(flow, pending["hardware_demand"], reached, demand_pods, free_nodes)
     if "hardware_demand" in unknown:
         decision = {
             **decision,
             "gap": None,
             "per_model": [],
+            "free_unusable": [],
             **(
                 {}
                 if decision["decision"] == "hold"
@@ -213,7 +225,7 @@ def analyse(
             ),
         }
     if "whatif" in unknown:  # neither what is freed nor what waits is known
-        decision = {**decision, "gap": None, "per_model": []}
+        decision = {**decision, "gap": None, "per_model": [], "free_unusable": []}
         whatif["best"].update(theoretical_low=None, theoretical_high=None)
     by_category = Counter(f.category for f in result.findings)
     cost = summary.hourly_cost(inventory, settings.prices)
@@ -265,6 +277,8 @@ def analyse(
                 "active_compute": thresholds.active_compute,
                 "resident_idle_fraction": thresholds.resident_idle,
                 "min_coverage": thresholds.min_coverage,
+                "min_telemetry_coverage": settings.min_telemetry_coverage,
+                "min_signal_coverage": settings.min_signal_coverage,
             },
             "team_label": settings.team_label,
             "pool_label": settings.pool_label,
@@ -335,6 +349,9 @@ def assemble(
             "allocated_gpus_measured": doc["coverage"]["allocated_gpus_measured"],
             "allocated_gpus": doc["coverage"]["allocated_gpus"],
             "present": doc["coverage"]["present"],
+            "window": doc["coverage"]["window"],
+            "lag_hours": doc["coverage"]["lag_hours"],
+            "stale": doc["coverage"]["stale"],
         },
         "pending": {
             "pods": doc["pending"]["pods"],
@@ -348,7 +365,7 @@ def assemble(
         "actions": doc["actions"]["shown"],
         "actions_cover": {k: v for k, v in doc["actions"].items() if k not in ("shown", "all", "bundles")},
         "hardware_needed": {"gap": verdict["gap"], "per_model": verdict["per_model"]},
-        "gate": {k: v for k, v in verdict.items() if k not in ("per_model", "gap")},
+        "gate": {k: v for k, v in verdict.items() if k not in ("per_model", "gap", "free_unusable")},
     }
     method = dict(doc["method"])
     method["history"] = history

@@ -14,9 +14,12 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from datetime import datetime
 from typing import Any
 
+from gpuaudit.kube.timestamps import parse_time
 from gpuaudit.model import CATEGORIES, Finding
+from gpuaudit.report.gate import ANY_MODEL, STALE_HOURS
 from gpuaudit.report.holders import (
     ACTIVE,
     IDLE,
@@ -220,9 +223,13 @@ def activity(inventory: Inventory, cluster: str) -> dict[str, list[dict[str, Any
 # --- coverage, cost, pending ---------------------------------------------------------
 
 
-def coverage(inventory: Inventory, telemetry: Mapping[str, Any] | None) -> dict[str, Any]:
+def coverage(
+    inventory: Inventory, telemetry: Mapping[str, Any] | None, collected_at: datetime | None = None
+) -> dict[str, Any]:
     """How much of the allocated capacity the telemetry saw: what is not
-    covered is 'no data', never idle."""
+    covered is 'no data', never idle. ``lag_hours``: how long before the
+    snapshot (``collected_at``) the telemetry window ended; ``stale`` when
+    more than gate.STALE_HOURS (the window measured another cluster state)."""
     allocated = sum(h.gpus for h in inventory.holders)
     measured = sum(h.gpus for h in inventory.holders if h.state != NO_DATA)
     devices: set[tuple[str, str]] = set()
@@ -234,7 +241,11 @@ def coverage(inventory: Inventory, telemetry: Mapping[str, Any] | None) -> dict[
             if row.get("node") in nodes and (row.get("uuid") or row.get("gpu") is not None):
                 devices.add((str(row.get("node")), str(row.get("uuid") or row.get("gpu"))))
     signal = ((telemetry or {}).get("signals") or {}).get("compute")
+    end = parse_time((window or {}).get("end")) if window else None
+    lag = round((collected_at - end).total_seconds() / 3600, 1) if end and collected_at else None
     return {
+        "lag_hours": lag,
+        "stale": lag is not None and lag > STALE_HOURS,
         "present": bool(telemetry),
         "source": (telemetry or {}).get("source"),
         "signal": signal,
@@ -281,9 +292,8 @@ NOT_HARDWARE = {
     "gated": "held back by a scheduling gate",
     "dra": "waits for a DRA claim to be allocated",
     "unknown": "no known cause (no FailedScheduling event): not counted until one is recorded",
-    "allocation": "asks for more GPUs than any node that admits it has",
+    "allocation": "fits no node that admits it (more GPUs, CPU or memory than any such node has allocatable)",
 }
-ANY_MODEL = "any model"
 
 
 def _sizes(waiting: Iterable[Waiting]) -> list[dict[str, Any]]:
@@ -408,7 +418,10 @@ HOURS_PER_MONTH = 730  # 365 x 24 / 12
 
 def showback(inventory: Inventory, prices: Prices) -> list[dict[str, Any]]:
     """Cost per team per month at the configured prices: the GPUs each team
-    holds now, priced per GPU model, over 730 hours (None without a price)."""
+    holds now, priced per GPU model, over 730 hours (None without a price).
+    ``coverage``: the share of its GPUs the telemetry measured. A team with
+    none measured has its idle GPUs and idle cost unknown (None), never 0;
+    one measured in part has them over its measured GPUs only."""
     rows = []
     for team, members in _group(inventory.holders, lambda h: h.team).items():
         allocated = idle = 0.0
@@ -421,13 +434,18 @@ def showback(inventory: Inventory, prices: Prices) -> list[dict[str, Any]]:
             allocated += h.gpus * price * HOURS_PER_MONTH
             if h.state in (IDLE, RESIDENT_IDLE):
                 idle += h.gpus * price * HOURS_PER_MONTH
+        gpus_held = sum(h.gpus for h in members)
+        measured = sum(h.gpus for h in members if h.state != NO_DATA)
+        known = measured > 0
         rows.append(
             {
                 "team": team,
-                "gpus": r1(sum(h.gpus for h in members)),
-                "gpus_idle": r1(sum(h.gpus for h in members if h.state in (IDLE, RESIDENT_IDLE))),
+                "gpus": r1(gpus_held),
+                "gpus_no_data": r1(gpus_held - measured),
+                "coverage": round(measured / gpus_held, 3) if gpus_held else None,
+                "gpus_idle": r1(sum(h.gpus for h in members if h.state in (IDLE, RESIDENT_IDLE))) if known else None,
                 "cost_per_month": round(allocated) if priced and prices.known else None,
-                "idle_cost_per_month": round(idle) if priced and prices.known else None,
+                "idle_cost_per_month": round(idle) if priced and prices.known and known else None,
             }
         )
     rows.sort(key=lambda r: (-(r["cost_per_month"] or 0), -(r["gpus"] or 0), r["team"]))
