@@ -268,7 +268,7 @@ def _bundles(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
                 "kind": "owner",
                 "title": f"Team {team}, {len(members)} workload(s): "
                 + ", ".join(f"{LABELS[k]} {sum(1 for m in members if m['kind'] == k)}" for k in kinds),
-                "model": ", ".join(sorted({m["model"] for m in members})),
+                "model": ", ".join(sorted({part for m in members for part in m["model"].split(", ")})),
                 "evidence": f"the largest: {first['workload']['namespace']}/{first['workload']['name']}, "
                 f"{first['title'].lower().rstrip(':')} ({first['evidence']})",
                 "workloads": len(members),
@@ -279,8 +279,8 @@ def _bundles(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
                 if any(u is None for u in usd)
                 else sum(min(m["usd_per_month"], m["idle_usd_per_month"] or 0) for m in members),
                 "how": [
-                    f"ask team {team} to take its {len(members)} action(s): each, with its command, in "
-                    f"report.json (actions, team {team}); the largest: " + "; ".join(first["how"])
+                    f"ask team {team}: its {len(members)} action(s), each with its command, are in report.json",
+                    "the largest: " + "; ".join(first["how"]),
                 ],
             }
         )
