@@ -23,7 +23,7 @@ from gpuaudit.report import actions, gate, summary
 from gpuaudit.report.history import RunSummary
 from gpuaudit.report.history import runs as history_runs
 from gpuaudit.report.holders import IDLE, RESIDENT_IDLE, GpuNode, Holder, Inventory, Thresholds, Waiting
-from gpuaudit.report.period import integrate, month, trend
+from gpuaudit.report.period import forecast, integrate, month, trend
 from gpuaudit.report.prices import Prices
 from gpuaudit.report.whatif import WhatIfSettings, simulate
 
@@ -457,6 +457,53 @@ def test_several_runs_are_integrated_and_their_sampling_said() -> None:
     # 216 h: days 0-8 held 24 h each (alternating 4 and 5), day 9 ends at its own moment
     assert hours["allocated"] == 5 * 24 * 4 + 4 * 24 * 5
     assert isinstance(hours["allocated"], int)
+
+
+def test_the_forecast_is_a_line_through_at_least_three_months() -> None:
+    moments = [datetime(2026, m, 15, tzinfo=timezone.utc) for m in (8, 9, 10, 11)]
+    allocated = [100, 120, 140, 160]  # 20 more a month: December is 180
+    runs = [_run(t, 400, a) for t, a in zip(moments, allocated, strict=True)]
+    monthly = trend(runs, moments[-1])
+    ahead = forecast(monthly)
+    assert ahead["period"] == "2026-12" and ahead["months"] == 4
+    assert ahead["allocated"] == 180 and ahead["active"] == 180 and ahead["idle_total"] == 0
+    two = forecast(trend(runs[:2], moments[1]))
+    assert two["allocated"] is None and "2 month(s)" in two["basis"]
+    falling = forecast(trend([_run(t, 400, a) for t, a in zip(moments, [30, 20, 10, 5], strict=True)], moments[-1]))
+    assert falling["allocated"] == 0  # never below zero
+
+
+def test_showback_efficiency_and_the_unallocated_cost_shared_out() -> None:
+    nodes = (_node("a100-0", 6), _node("a100-1", 2))  # 8 + 8 GPUs, 8 held: 8 free
+    holders = (
+        *(_holder("a", i, team="vision", state="active") for i in range(4)),
+        *(_holder("b", i, team="vision") for i in range(2)),
+        *(_holder("c", i, team="ml", telemetry=False, state="no_data") for i in range(2)),
+    )
+    inventory = Inventory(nodes, holders, (), None, None)
+    rows = {r["team"]: r for r in summary.showback(inventory, Prices(default=2.0), share_unallocated=True)}
+    free_cost = 8 * 2.0 * 730
+    assert rows["vision"]["unallocated_share_per_month"] == round(free_cost * 6 / 8)
+    assert rows["ml"]["unallocated_share_per_month"] == round(free_cost * 2 / 8)
+    assert rows["vision"]["efficiency"] == round(4 / 6, 3) and rows["ml"]["efficiency"] is None
+    plain = {r["team"]: r for r in summary.showback(inventory, Prices(default=2.0))}
+    assert plain["vision"]["unallocated_share_per_month"] is None  # an option, off by default
+
+
+def test_a_resident_model_moves_to_a_cheaper_gpu_that_holds_it() -> None:
+    nodes = (_node("a100-0", 2), _node("l4-0", 0, model="L4-24GB", gpus=1))
+    nodes = (nodes[0], replace(nodes[1], memory_mib=24 * GIB))
+    holders = tuple(_holder("small", i, state="active", peak_gib=12, p95=0.6) for i in range(2))
+    prices = Prices(default=2.5, per_model={"L4-24GB": 0.8})
+    planned = actions.plan(Inventory(nodes, holders, (), None, None), {}, prices)
+    assert planned["count"] == 0  # nothing idle: no action, however cheap the move
+    idle = tuple(replace(h, state=IDLE) for h in holders)
+    planned = actions.plan(Inventory(nodes, idle, (), None, None), {}, prices)
+    move = next(a for a in planned["all"] if a["workload"]["name"] == "small")
+    assert "smaller_gpu" in [move["kind"], *move["alternatives"]]
+    big = tuple(replace(h, telemetry={**(h.telemetry or {}), "fb_used_max_mib": 21 * GIB}) for h in idle)
+    planned = actions.plan(Inventory(nodes, big, (), None, None), {}, prices)
+    assert "smaller_gpu" not in [planned["all"][0]["kind"], *planned["all"][0]["alternatives"]]  # 21 GiB x 1.2 > 24
 
 
 def test_free_gpus_on_cordoned_nodes_are_not_free() -> None:

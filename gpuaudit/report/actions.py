@@ -16,7 +16,12 @@ workload and how to do it:
 - ``scale_to_zero``: a model resident on a GPU that sits idle most of the
   window: scaled to zero when idle, the idle share of the window is freed;
 - ``stop``: every measured pod idle over the whole window: ask its team
-  whether it is still needed, then scale it to zero or delete it.
+  whether it is still needed, then scale it to zero or delete it;
+- ``smaller_gpu``: single-GPU pods whose peak VRAM (with headroom) fits a
+  cheaper GPU model the cluster has: the price difference, where prices per
+  model say there is one;
+- ``ask``: idle pods of a workload no other action fits: a named manual
+  action for its owner.
 
 The telemetry aggregate holds no daily shape (means and p95s over the
 window), so an off-hours schedule is not derived from it: ``scale_to_zero``
@@ -40,13 +45,16 @@ from gpuaudit.report.prices import Prices
 HOURS_PER_MONTH = 730  # 365 x 24 / 12, as summary.HOURS_PER_MONTH
 SHOWN = 10  # actions on the first screen; all of them are in report.json
 SCALABLE = ("Deployment", "StatefulSet", "ReplicaSet")
-KIND_ORDER = ("patch", "release", "consolidate", "scale_to_zero", "stop", "ask")  # ties: the firmer evidence first
+# ties: the firmer evidence first
+KIND_ORDER = ("patch", "release", "consolidate", "scale_to_zero", "stop", "smaller_gpu", "ask")
+HEADROOM = 1.2  # peak VRAM and a fifth more must fit the smaller GPU, as the what-if's low estimate
 TITLES = {
     "patch": "Share",
     "release": "Release stuck pods of",
     "consolidate": "Consolidate replicas of",
     "scale_to_zero": "Scale to zero when idle:",
     "stop": "Stop (ask first):",
+    "smaller_gpu": "Move to a smaller GPU:",
     "ask": "Ask the owner about",
 }
 LABELS = {
@@ -55,6 +63,7 @@ LABELS = {
     "consolidate": "consolidate replicas",
     "scale_to_zero": "scale to zero when idle",
     "stop": "stop (ask first)",
+    "smaller_gpu": "move to a smaller GPU",
     "ask": "ask about idle pods",
 }
 
@@ -229,6 +238,46 @@ def _stop(key: WorkloadKey, pods: Sequence[Holder], prices: Prices) -> dict[str,
     }
 
 
+def _smaller_gpu(
+    key: WorkloadKey, pods: Sequence[Holder], prices: Prices, models: Mapping[str, float]
+) -> dict[str, Any] | None:
+    """The cheapest GPU model of the cluster (``models``: model -> memory
+    MiB) whose memory holds the workload's peak VRAM with headroom, when it
+    costs less per hour than the one it holds; single-GPU pods only."""
+    if not pods or any(h.whole != 1 or h.mig_profiles for h in pods):
+        return None
+    peaks = [(h.telemetry or {}).get("fb_used_max_mib") for h in pods if h.state != NO_DATA]
+    if not peaks or len(peaks) < len(pods) or any(not isinstance(v, (int, float)) for v in peaks):
+        return None  # a replica without telemetry could need more: unknown, no move
+    need = max(float(v) for v in peaks) * HEADROOM  # type: ignore[arg-type]
+    now = pods[0].model
+    price_now = prices.of(now)
+    if price_now is None or any(h.model != now for h in pods):
+        return None
+    options = [
+        (price, model)
+        for model, memory in models.items()
+        if memory >= need and model != now and (price := prices.of(model)) is not None and price < price_now
+    ]
+    if not options:
+        return None
+    price, model = min(options)
+    gpus = float(len(pods))
+    team = pods[0].team
+    return {
+        "kind": "smaller_gpu",
+        "gpus": _n(gpus),
+        "usd_per_month": round(gpus * (price_now - price) * HOURS_PER_MONTH),
+        "how": [
+            f"ask team {team}: select {model} (nodeSelector nvidia.com/gpu.product) for "
+            f"{key[1]} {key[0]}/{key[2]}; its {_n(gpus):g} GPU(s) cost {price_now:g} -> {price:g} per hour"
+        ],
+        "patch": None,
+        "evidence": f"peak VRAM {need / HEADROOM / 1024:.1f} GiB (+20%) fits {model}'s "
+        f"{models[model] / 1024:.0f} GiB",
+    }
+
+
 def _ask(key: WorkloadKey, pods: Sequence[Holder], prices: Prices) -> dict[str, Any] | None:
     """Idle pods of a workload no other action fits (workers of a Job, pods
     of an operator's kind): a named manual action, priced at their GPUs."""
@@ -301,6 +350,10 @@ def plan(inventory: Inventory, reached: Mapping[str, Any], prices: Prices, shown
     for h in inventory.holders:
         groups[(h.namespace, h.owner_kind, h.owner)].append(h)
     patched = {(r["namespace"], r["kind"], r["name"]): r for r in reached.get("by_workload") or []}
+    models: dict[str, float] = {}
+    for node in inventory.nodes:
+        if node.memory_mib and not node.unschedulable:
+            models[node.model] = node.memory_mib
     rows = []
     idle_total = 0.0
     priced = prices.known
@@ -323,6 +376,7 @@ def plan(inventory: Inventory, reached: Mapping[str, Any], prices: Prices, shown
                 _scale_to_zero(key, pods, prices),
                 # a service whose measured load fits fewer replicas keeps them
                 _stop(key, pods, prices) if consolidate is None else None,
+                _smaller_gpu(key, pods, prices, models),
             )
             if c is not None
         ] or [c for c in (_ask(key, pods, prices),) if c is not None]

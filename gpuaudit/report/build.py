@@ -20,7 +20,7 @@ from gpuaudit.model import CATEGORIES, AuditResult, ClusterState
 from gpuaudit.report import actions, gate, summary
 from gpuaudit.report.history import RunSummary
 from gpuaudit.report.holders import Inventory, Thresholds, collect, pod_fact_index
-from gpuaudit.report.period import Period, integrate, trend
+from gpuaudit.report.period import Period, forecast, integrate, trend
 from gpuaudit.report.prices import Prices, parse_prices
 from gpuaudit.report.whatif import WhatIfSettings, simulate
 
@@ -39,6 +39,8 @@ class ReportSettings(msgspec.Struct, frozen=True):
     # signal must cover for their diagnostic step to count as done
     min_telemetry_coverage: float = gate.MIN_COVERAGE
     min_signal_coverage: float = gate.MIN_SIGNAL_COVERAGE
+    # showback: the cost of GPUs no pod holds shared out to the teams
+    share_unallocated: bool = False
 
 
 def settings_from_config(
@@ -62,6 +64,7 @@ def settings_from_config(
         ),
         min_telemetry_coverage=float(report.get("min_telemetry_coverage", gate.MIN_COVERAGE)),
         min_signal_coverage=float(report.get("min_signal_coverage", gate.MIN_SIGNAL_COVERAGE)),
+        share_unallocated=bool(report.get("share_unallocated", False)),
     )
 
 
@@ -260,7 +263,9 @@ def analyse(
         "actions": actions.plan(
             Inventory((), (), (), None, None) if partial["partial"] else inventory, reached, settings.prices
         ),
-        "showback": [] if "showback" in unknown else summary.showback(inventory, settings.prices),
+        "showback": []
+        if "showback" in unknown
+        else summary.showback(inventory, settings.prices, settings.share_unallocated),
         "gate": {
             "rule": GATE_RULE,
             "steps": flow,
@@ -282,6 +287,7 @@ def analyse(
             },
             "team_label": settings.team_label,
             "pool_label": settings.pool_label,
+            "share_unallocated": settings.share_unallocated,
             "time_slicing_replicas": settings.whatif.time_slicing_replicas,
             "vram_headroom": settings.whatif.vram_headroom,
             "hours_per_month": summary.HOURS_PER_MONTH,
@@ -392,7 +398,8 @@ def assemble(
         "actions": doc["actions"]["all"],
         "action_bundles": doc["actions"]["bundles"],
         "showback": doc["showback"],
-        "trend": trend(runs, analysis.collected_at),
+        "trend": (monthly := trend(runs, analysis.collected_at)),
+        "forecast": forecast(monthly),
         "gate": doc["gate"],
         "cost_per_hour": cost,
         "coverage": doc["coverage"],

@@ -416,12 +416,26 @@ def pending(inventory: Inventory, kueue: Mapping[str, Any] | None) -> dict[str, 
 HOURS_PER_MONTH = 730  # 365 x 24 / 12
 
 
-def showback(inventory: Inventory, prices: Prices) -> list[dict[str, Any]]:
+def showback(inventory: Inventory, prices: Prices, share_unallocated: bool = False) -> list[dict[str, Any]]:
     """Cost per team per month at the configured prices: the GPUs each team
     holds now, priced per GPU model, over 730 hours (None without a price).
     ``coverage``: the share of its GPUs the telemetry measured. A team with
     none measured has its idle GPUs and idle cost unknown (None), never 0;
-    one measured in part has them over its measured GPUs only."""
+    one measured in part has them over its measured GPUs only.
+    ``efficiency``: the share of its measured GPUs actively computing.
+    ``share_unallocated`` (config ``report.share_unallocated``): the cost of
+    the GPUs no pod holds (free, and free on cordoned nodes) shared out to the
+    teams by the GPUs each holds, as OpenCost and Kubecost share idle
+    capacity; None when not asked for."""
+    unallocated: float | None = 0.0
+    for node in inventory.nodes:
+        price = prices.of(node.model)
+        spare = max(node.gpus - node.allocated, 0.0)
+        if spare and (price is None or unallocated is None):
+            unallocated = None
+        elif spare and unallocated is not None:
+            unallocated += spare * price * HOURS_PER_MONTH  # type: ignore[operator]
+    held_total = sum(h.gpus for h in inventory.holders)
     rows = []
     for team, members in _group(inventory.holders, lambda h: h.team).items():
         allocated = idle = 0.0
@@ -437,6 +451,12 @@ def showback(inventory: Inventory, prices: Prices) -> list[dict[str, Any]]:
         gpus_held = sum(h.gpus for h in members)
         measured = sum(h.gpus for h in members if h.state != NO_DATA)
         known = measured > 0
+        active = sum(h.gpus for h in members if h.state == ACTIVE)
+        shared = (
+            round(unallocated * gpus_held / held_total)
+            if share_unallocated and unallocated is not None and held_total and prices.known
+            else None
+        )
         rows.append(
             {
                 "team": team,
@@ -446,6 +466,8 @@ def showback(inventory: Inventory, prices: Prices) -> list[dict[str, Any]]:
                 "gpus_idle": r1(sum(h.gpus for h in members if h.state in (IDLE, RESIDENT_IDLE))) if known else None,
                 "cost_per_month": round(allocated) if priced and prices.known else None,
                 "idle_cost_per_month": round(idle) if priced and prices.known and known else None,
+                "efficiency": round(active / measured, 3) if known else None,
+                "unallocated_share_per_month": shared,
             }
         )
     rows.sort(key=lambda r: (-(r["cost_per_month"] or 0), -(r["gpus"] or 0), r["team"]))
