@@ -402,7 +402,8 @@ def test_teams_without_telemetry_read_unknown_not_idle_zero(run_cli, tmp_path: P
     assert teams["serve"]["gpus_idle"] == 4 and teams["serve"]["coverage"] == 1
     html = (tmp_path / "r" / "report.html").read_text()
     row = html[html.index('<table id="showback">') :].split("<td>ops</td>")[1].split("</tr>")[0]
-    assert row.count("unknown") == 2
+    assert row.count("unknown") == 3  # idle cost, idle GPUs, efficiency
+    assert teams["ops"]["efficiency"] is None and teams["serve"]["efficiency"] == round(2 / 6, 3)
 
 
 def test_stale_telemetry_is_flagged_with_its_dates(run_cli, tmp_path: Path) -> None:
