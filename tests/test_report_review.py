@@ -616,6 +616,7 @@ def test_a_partial_read_shows_a_banner_marks_json_and_records_nothing(run_cli, t
     assert first["hardware_needed"] == {"gap": None, "per_model": []}
     assert first["whatif"]["theoretical_high"] is None
     assert first["pending"]["gpus"] is None and first["whatif"]["achievable"] is None
+    assert first["actions"] == [] and first["actions_cover"]["idle_usd_per_month"] is None
     assert first["gate"]["decision"] == "hold"
     html = (out / "report.html").read_text()
     assert 'id="partial"' in html and html.index('id="partial"') < html.index('id="gate-verdict"')

@@ -149,6 +149,14 @@ def _usd_month(gpus: float | None, price: float | None) -> int | None:
     return round(gpus * price * summary.HOURS_PER_MONTH)
 
 
+def _actions(inventory: Inventory, reached: Mapping[str, Any], prices: Prices, *, partial: bool) -> dict[str, Any]:
+    """The actions; on partial input none, and the money they would cover unknown."""
+    if not partial:
+        return actions.plan(inventory, reached, prices)
+    empty = actions.plan(Inventory((), (), (), None, None), {}, prices)
+    return {**empty, **{k: None for k in empty if k.endswith("_usd_per_month")}}
+
+
 def analyse(
     state: ClusterState,
     subjects: Iterable[Any],
@@ -260,9 +268,7 @@ def analyse(
         "biggest_causes": biggest,
         "idle_unattributed": None if "root_causes" in unknown else summary.idle_unattributed(causes, gpus),
         "whatif": whatif,
-        "actions": actions.plan(
-            Inventory((), (), (), None, None) if partial["partial"] else inventory, reached, settings.prices
-        ),
+        "actions": _actions(inventory, reached, settings.prices, partial=partial["partial"]),
         "showback": []
         if "showback" in unknown
         else summary.showback(inventory, settings.prices, settings.share_unallocated),
