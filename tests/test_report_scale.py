@@ -22,6 +22,7 @@ import copy
 import gzip
 import json
 import math
+import re
 from pathlib import Path
 from typing import Any
 
@@ -468,3 +469,35 @@ def test_fleet_view_has_a_telemetry_coverage_column(run_cli, tmp_path: Path) -> 
     assert rows == {"scale-test": round(measured / allocated, 3), "other": 0}
     assert fleet["totals"]["telemetry_coverage"] == round(measured / (2 * allocated), 3)
     assert "Telemetry covers" in (out / "report.html").read_text()
+
+
+# --- 7. a cause's fix is one gpuaudit writes -------------------------------------------
+
+
+def test_every_fix_a_cause_names_writes_patches_and_declined_ones_name_a_manual_step(
+    run_cli, tmp_path: Path
+) -> None:
+    """On the demo: each root cause that points at `gpuaudit fix` is run as
+    written (SNAPSHOT the demo) and must write patches for the rule; a
+    remediation the planner declines for every finding (enable-mig always
+    does) points at no command, only at the planner's manual step."""
+    report = _report(run_cli, tmp_path, json.loads(gzip.decompress(DEMO.read_bytes())), "demo")
+    rules = [r for c in report["root_causes"] for r in c["rules"] if r["remediation"]]
+    assert {r["rule"] for r in rules if r["fix"]} and {r["rule"] for r in rules if not r["fix"]}
+    for rule in rules:
+        out = tmp_path / f"fix-{rule['rule']}"
+        if rule["fix"]:
+            args = rule["fix"].split()[2:]  # after `gpuaudit fix`
+            args = [str(DEMO) if a == "SNAPSHOT" else str(out) if a == "overlays/gpuaudit" else a for a in args]
+            proc = run_cli("fix", *args)
+            assert proc.returncode in (0, 1), proc.stderr
+            written = int(re.search(r"wrote \S+: (\d+) patch", proc.stderr + proc.stdout).group(1))
+            assert written > 0, (rule["rule"], proc.stderr)
+            assert rule["patched"] > 0
+        else:
+            assert rule["patched"] == 0 and rule["manual"], rule["rule"]
+    mig = next(r for r in rules if r["remediation"] == "enable-mig")
+    assert mig["fix"] is None and "nvidia.com/mig.config" in mig["manual"]
+    # the largest idle cause says how many of its idle GPUs the patches reach
+    top = report["first_screen"]["biggest_causes"][0]
+    assert 0 <= top["gpus_idle_patched"] <= top["gpus_idle"]

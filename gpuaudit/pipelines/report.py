@@ -57,8 +57,10 @@ def fix_overlay(snapshot: Mapping[str, Any], result: AuditResult, config: Config
             "shares": [],
             "replicas": None,
             "rules": {},
+            "sharing_rules": [],
         }
     shares = []
+    sharing_rules: set[str] = set()
     # per rule: the patches the plan writes for its findings, and why it declines the others
     outcomes: dict[str, dict[str, Any]] = {}
     for change in plan.changes:
@@ -80,10 +82,14 @@ def fix_overlay(snapshot: Mapping[str, Any], result: AuditResult, config: Config
         proposal = change.proposal
         share = getattr(proposal, "share", None)
         if change.remediation == "enable-time-slicing":
+            sharing_rules.update(change.rules)
             value = (proposal.params or {}).get("replicas")
             replicas = int(value) if isinstance(value, int) and value > 1 else replicas
         if share is None:
             continue
+        if share.mig_profile is None:  # time-sliced: needs the sharing config's patch beside it
+            for rule in change.rules:
+                outcomes[rule]["time_sliced"] = True
         _, kind, namespace, name = change.target
         shares.append(
             {
@@ -99,7 +105,17 @@ def fix_overlay(snapshot: Mapping[str, Any], result: AuditResult, config: Config
                 "confidence": proposal.confidence,
             }
         )
-    return {"available": True, "problem": None, "shares": shares, "replicas": replicas, "rules": outcomes}
+    for rule, outcome in outcomes.items():
+        if outcome.get("time_sliced"):  # a command that fixes this rule alone would write none of it
+            outcome["with_rules"] = sorted(sharing_rules - {rule})
+    return {
+        "available": True,
+        "problem": None,
+        "shares": shares,
+        "replicas": replicas,
+        "rules": outcomes,
+        "sharing_rules": sorted(sharing_rules),
+    }
 
 
 def write_review(

@@ -105,11 +105,15 @@ def _remove_command(key: WorkloadKey, remaining: int) -> str:
     return f"scale {kind} {namespace}/{name} down through its operator (spec replicas or workers)"
 
 
-def _patch(key: WorkloadKey, row: Mapping[str, Any], pods: Sequence[Holder], prices: Prices) -> dict[str, Any] | None:
+def _patch(
+    key: WorkloadKey, row: Mapping[str, Any], pods: Sequence[Holder], prices: Prices, sharing_rules: Sequence[str]
+) -> dict[str, Any] | None:
     freed = row.get("freed") or 0
     if not row.get("counted") or freed <= 0 or not pods:
         return None
-    rules = ",".join(row.get("rules") or []) or "GPA-AL-001"
+    # a time-sliced share needs the sharing config's patch in the same overlay
+    named = [*(row.get("rules") or []), *([] if row.get("mig_profile") else sharing_rules)]
+    rules = ",".join(dict.fromkeys(named)) or "GPA-AL-001"
     target = (row.get("mig_profile") and f"MIG profile {row['mig_profile']}") or f"{row.get('resource')} (time-sliced)"
     how = [
         f"`gpuaudit fix --snapshot SNAPSHOT --rules {rules} --out overlays/gpuaudit`: its "
@@ -370,7 +374,9 @@ def plan(inventory: Inventory, reached: Mapping[str, Any], prices: Prices, shown
         candidates = [
             c
             for c in (
-                _patch(key, patched[key], pods, prices) if key in patched else None,
+                _patch(key, patched[key], pods, prices, reached.get("sharing_rules") or ())
+                if key in patched
+                else None,
                 _release(key, pods, prices),
                 consolidate,
                 _scale_to_zero(key, pods, prices),

@@ -658,8 +658,12 @@ def fix_hint(rule_id: str, remediation: str | None, outcome: Mapping[str, Any] |
         return {**none, "manual": "no fix plan was made for this run"}
     patched, declined = int(outcome.get("patched") or 0), int(outcome.get("declined") or 0)
     reasons = list(outcome.get("reasons") or [])
+    # rules whose patches this rule's need in the same overlay (the time-slicing config)
+    with_rules = list(outcome.get("with_rules") or [])
     return {
-        "fix": f"gpuaudit fix --snapshot SNAPSHOT --rules {rule_id} --out overlays/gpuaudit" if patched else None,
+        "fix": f"gpuaudit fix --snapshot SNAPSHOT --rules {','.join([rule_id, *with_rules])} --out overlays/gpuaudit"
+        if patched
+        else None,
         "manual": reasons[0] if reasons else (None if patched else "gpuaudit writes no patch for these findings"),
         "patched": patched,
         "declined": declined,
