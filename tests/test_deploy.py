@@ -816,8 +816,39 @@ def by_identity(docs: list[dict[str, Any]]) -> dict[tuple[str, str, str], dict[s
     return out
 
 
+# The labels only Helm adds (templates/_values.tpl): every object and pod the
+# chart renders carries them, deploy/'s do not. Everything else must be equal.
+HELM_LABELS = (
+    "helm.sh/chart",
+    "app.kubernetes.io/instance",
+    "app.kubernetes.io/version",
+    "app.kubernetes.io/managed-by",
+)
+
+
+def label_holders(obj: dict[str, Any]) -> list[dict[str, Any]]:
+    """The metadata of an object and, for a workload, of its pods."""
+    holders = [obj["metadata"]]
+    if obj["kind"] in ("CronJob", "DaemonSet", "Deployment"):
+        spec = obj["spec"]["jobTemplate"]["spec"] if obj["kind"] == "CronJob" else obj["spec"]
+        holders.append(spec["template"]["metadata"])
+    return holders
+
+
+def without_helm_labels(obj: dict[str, Any]) -> dict[str, Any]:
+    """The object as deploy/ has it: Helm's labels, which must be there, removed."""
+    obj = json.loads(json.dumps(obj))
+    for metadata in label_holders(obj):
+        labels = metadata.get("labels") or {}
+        missing = [key for key in HELM_LABELS if key not in labels]
+        assert missing == [], f"{obj['kind']} {obj['metadata']['name']}: no {missing}"
+        for key in HELM_LABELS:
+            del labels[key]
+    return obj
+
+
 def _same_objects(kustomized: list[dict[str, Any]], templated: list[dict[str, Any]]) -> None:
-    want, got = by_identity(kustomized), by_identity(templated)
+    want, got = by_identity(kustomized), by_identity([without_helm_labels(d) for d in templated])
     assert set(got) == set(want)
     for key in want:
         if key[0] in ("ClusterRole", "Role"):
