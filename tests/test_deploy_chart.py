@@ -481,3 +481,43 @@ def test_the_dry_run_refuses_what_the_api_server_would(helm, kubectl, api_server
     named(docs, "CronJob", "gpuaudit-audit")["spec"]["timeZone"] = "Mars/Olympus_Mons"
     proc = dry_run(kubectl, api_server, docs)
     assert proc.returncode != 0 and "timeZone" in proc.stderr
+
+
+# --- the docs ------------------------------------------------------------------------
+
+DOCS_PAGE = ROOT / "docs" / "helm.md"
+
+
+def test_the_docs_quote_helms_refusal_as_helm_prints_it(helm, tmp_path):
+    page = DOCS_PAGE.read_text()
+    block = page[page.index("\n$ helm template") + 1 :].split("```", 1)[0]
+    command, *printed = block.strip().splitlines()
+    args = command.removeprefix("$ helm ").split()
+    assert args[:3] == ["template", "gpuaudit", "deploy/helm/gpuaudit"]
+    proc = helm_run(helm, *args[:2], str(CHART), *args[3:], cwd=tmp_path)
+    assert proc.returncode == 1
+    # less helm's notices about the chart's links (files/) and a blank last line
+    shown = [line for line in proc.stderr.splitlines() if line and not line.startswith("level=")]
+    assert shown == printed
+
+
+def test_the_docs_list_every_ci_values_file():
+    page = DOCS_PAGE.read_text()
+    assert [f.name for f in CI_FILES if f"`{f.name}`" not in page] == []
+
+
+def test_the_values_table_refuses_a_value_without_a_meaning(tmp_path, monkeypatch):
+    from tests.test_docs import gen_docs
+
+    module = gen_docs()
+    chart = tmp_path / "chart"
+    chart.mkdir()
+    (chart / "values.yaml").write_text("described: 1\nbare: 2\n")
+    schema = {"type": "object", "properties": {"described": {"type": "integer", "description": "yes"}, "bare": {}}}
+    (chart / "values.schema.json").write_text(json.dumps(schema))
+    monkeypatch.setattr(module, "CHART", chart)
+    with pytest.raises(module.DocsError, match="bare"):
+        module.chart_values()
+    del schema["properties"]["bare"]
+    (chart / "values.schema.json").write_text(json.dumps(schema))
+    assert "| `described` | integer | `1` | yes |" in module.chart_values()
