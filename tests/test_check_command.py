@@ -61,7 +61,7 @@ def test_json_output_has_the_documented_keys_and_exit_code_1(run_cli):
     }
     assert report["summary"]["findings"] == len(report["findings"])
     assert sum(report["summary"]["by_severity"].values()) == len(report["findings"])
-    rules = json.loads(run_cli("rules", "list", "--format", "json").stdout)
+    rules = json.loads(run_cli("rules", "list", "-o", "json").stdout)
     cluster_only = {r["id"] for r in rules if "manifest" not in r["scope"]}
     assert "GPA-ME-001" in cluster_only
     needs_site = {r["id"] for r in rules if any(x.startswith("site.") for x in r["requires"])}
