@@ -28,10 +28,11 @@ COMMANDS = {
     "report": "gpuaudit.cli.report:report",
     "rules": "gpuaudit.cli.rules:rules",
     "sample": "gpuaudit.cli.sample:sample",
+    "serve": "gpuaudit.cli.serve:serve",
     "snapshot": "gpuaudit.cli.snapshot:snapshot",
 }
 # Commands that run until stopped: they keep Python's cycle collector.
-LONG_RUNNING = frozenset({"sample"})
+LONG_RUNNING = frozenset({"sample", "serve"})
 CRASH_EXIT_CODE = 3
 DEBUG = "gpuaudit.debug"  # ctx.meta key: print the trace of a crash
 
