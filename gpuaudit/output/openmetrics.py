@@ -121,10 +121,12 @@ def _gpus(states: Mapping[str, Any]) -> Iterator[Metric]:
         by_state.add_metric([row["state"], row["namespace"], row["model"]], row["gpus"])
         key = (row["namespace"], row["model"])
         held[key] = held.get(key, 0.0) + row["gpus"]
-    for row in states.get("nodes") or []:
-        by_state.add_metric(["free", "", row["model"]], row["free"])
-        by_state.add_metric(["cordoned", "", row["model"]], row["cordoned"])
-        node_gpus.add_metric([row["model"]], row["total"])
+    for row in states.get("nodes") or []:  # None: unknown in a partial run, left out
+        for state in ("free", "cordoned"):
+            if row[state] is not None:
+                by_state.add_metric([state, "", row["model"]], row[state])
+        if row["total"] is not None:
+            node_gpus.add_metric([row["model"]], row["total"])
     for (namespace, model), gpus in sorted(held.items()):
         allocated.add_metric([namespace, model], round(gpus, 2))
     pending_gpus = _gauge(
@@ -142,7 +144,7 @@ def _gpus(states: Mapping[str, Any]) -> Iterator[Metric]:
         pending_pods.add_metric([row["namespace"], row["cause"]], row["pods"])
     unknown = _gauge(
         "gpuaudit_gpus_unknown",
-        "1 for each count this partial run could not make (held, nodes, pending): its families have no samples.",
+        "1 for each count this partial run could not make (held, total, free, pending): its samples are left out.",
         ("count",),
     )
     for name in states.get("unknown") or []:

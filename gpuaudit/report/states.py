@@ -24,15 +24,18 @@ def gpu_states(state: ClusterState, subjects: Iterable[Any], rules: Iterable[Any
     - held: {namespace, model, state, gpus} per class of allocated GPU
       (active, resident_idle, idle, no_data: what telemetry cannot judge);
     - nodes: {model, total, free, cordoned} per GPU model (free: on
-      schedulable nodes; cordoned: unallocated on cordoned nodes);
+      schedulable nodes; cordoned: unallocated on cordoned nodes), each
+      None when unknown;
     - pending: {namespace, cause, pods, gpus} per pending cause;
-    - unknown: which of held, nodes, pending this run could not count."""
+    - unknown: which of held, total, free, pending this run could not count
+      (unread pods leave who holds what, what is free and what waits unknown)."""
     inventory = collect(state, pod_fact_index(subjects), Thresholds.from_rules(rules))
     unknown_counts = set(partial_input(state)["unknown"])
     unknown = sorted(
         {
             *(["held", "pending"] if "allocated" in unknown_counts else []),
-            *(["nodes"] if {"total", "free"} & unknown_counts else []),
+            *(["total"] if "total" in unknown_counts else []),
+            *(["free"] if "free" in unknown_counts else []),
         }
     )
     held: dict[tuple[str, str, str], float] = {}
@@ -56,10 +59,13 @@ def gpu_states(state: ClusterState, subjects: Iterable[Any], rules: Iterable[Any
             {"namespace": ns, "model": model, "state": st, "gpus": r1(gpus)}
             for (ns, model, st), gpus in sorted(held.items())
         ],
-        "nodes": []
-        if "nodes" in unknown
-        else [
-            {"model": model, "total": r1(total), "free": r1(free), "cordoned": r1(cordoned)}
+        "nodes": [
+            {
+                "model": model,
+                "total": None if "total" in unknown else r1(total),
+                "free": None if "free" in unknown else r1(free),
+                "cordoned": None if "free" in unknown else r1(cordoned),
+            }
             for model, (total, free, cordoned) in sorted(nodes.items())
         ],
         "pending": []
