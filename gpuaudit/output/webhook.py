@@ -117,7 +117,7 @@ def slack(msg: Mapping[str, Any]) -> dict[str, Any]:
         blocks.append({"type": "section", "text": {"type": "mrkdwn", "text": _clip(text, _SECTION_CHARS)}})
     if msg.get("actions"):
         lines = [
-            f"• {_mrkdwn(a['workload'])}: frees {_count(a['gpus_freed'])} GPUs"
+            f"• {_mrkdwn(a['workload'])}: frees {_count(a['gpus_freed'])} GPU{'' if a['gpus_freed'] == 1 else 's'}"
             + (f" (${a['usd_per_month']:,}/month)" if a.get("usd_per_month") is not None else "")
             + f": {_mrkdwn(a['how'])}"
             for a in msg["actions"]
