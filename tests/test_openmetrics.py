@@ -171,3 +171,21 @@ def test_a_manifest_check_writes_findings_without_gpu_counts(run_cli, tmp_path):
     families = parsed(proc.stdout)
     assert any(s.labels["rule"] == "GPA-PL-001" for s in families["gpuaudit_findings"])
     assert "gpuaudit_gpus" not in families
+
+
+def test_without_the_metrics_extra_the_format_names_it(tmp_path):
+    """prometheus-client comes with gpuaudit[metrics]: an install without it
+    says so (exit 2) rather than crash."""
+    import sys
+
+    (tmp_path / "pinned.yaml").write_text(PINNED)
+    missing = "import sys; sys.modules['prometheus_client'] = None; from gpuaudit.cli.main import main; main()"
+    proc = subprocess.run(
+        [sys.executable, "-c", missing, "check", "pinned.yaml", "-o", "openmetrics"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=120,
+    )
+    assert proc.returncode == 2
+    assert "needs prometheus-client, which is not installed: pip install 'gpuaudit[metrics]'" in proc.stderr

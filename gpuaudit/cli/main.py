@@ -43,6 +43,7 @@ OPTIONAL = {
     "jinja2": ("jinja2", "report"),
     "markupsafe": ("jinja2", "report"),
     "pynvml": ("nvidia-ml-py", "nvml"),
+    "prometheus_client": ("prometheus-client", "metrics"),
 }
 # `fix` renders its patches with Jinja2: its own extra names what it is for.
 EXTRA_FOR_COMMAND = {("jinja2", "fix"): "fix"}
