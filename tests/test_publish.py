@@ -155,7 +155,8 @@ def test_audit_posts_the_plain_json_message(run_cli, tmp_path, capture):
     assert message["decision"] is None and message["report_url"] is None  # an audit has no gate
     severities = [r["severity"] for r in message["top_findings"]]
     assert severities == sorted(severities, key=["critical", "high", "medium", "low", "info"].index)
-    assert "91.86 of 112 GPUs allocated" in message["headline"]
+    assert message["headline"].startswith("demo: 91.86 of 112 GPUs allocated")
+    assert message["cluster"] == "demo"  # the kubeconfig context, as the review names it
     assert SECRET not in request["body"].decode()
 
 
@@ -235,3 +236,21 @@ def test_cluster_text_cannot_make_slack_links_or_mentions():
     assert "<!channel>" not in body and "<!here>" not in body and "<@U1>" not in body
     assert "&lt;!channel&gt; &amp; &lt;https://evil.example|click&gt;" in body
     assert "<https://r.example.com/a%7Cb%3Ec|Open the report>" in body
+
+
+def test_a_webhook_needs_no_metrics_extra(tmp_path, capture):
+    """Only -o openmetrics and --pushgateway need prometheus-client."""
+    import sys
+
+    hook = capture()
+    blocked = "import sys; sys.modules['prometheus_client'] = None; from gpuaudit.cli.main import main; main()"
+    proc = subprocess.run(
+        [sys.executable, "-c", blocked, "audit", "--snapshot", str(DEMO), "-q", "--webhook-url", f"{hook.url}/h"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=120,
+    )
+    assert proc.returncode == 1, proc.stderr
+    # the cluster as the review names it (the kubeconfig context), not its API server's address
+    assert json.loads(hook.requests[0]["body"])["text"].startswith("demo: 91.86 of 112 GPUs allocated")

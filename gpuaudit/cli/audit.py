@@ -104,15 +104,17 @@ def audit(
         except (HistoryError, ValueError) as exc:
             failed.append(f"history not recorded: {exc}")
     # Sent last, once every file is written: a webhook that is down loses nothing else.
-    failed += _publish(publishing, result, context)
+    failed += _publish(publishing, result, context, config, snapshot)
     fail_with(failed)
     return exit_code(result, threshold)
 
 
-def _publish(targets: Targets, result: Any, context: dict[str, Any]) -> list[str]:
+def _publish(targets: Targets, result: Any, context: dict[str, Any], config: Any, snapshot: dict) -> list[str]:
     if not targets.any:
         return []
     from gpuaudit.output.openmetrics import partial, render_text
+    from gpuaudit.report.build import cluster_name  # the name the review gives the cluster
 
+    cluster = cluster_name(config.report, snapshot)
     text = render_text(result, **context) if targets.pushgateway else None
-    return publish(targets, result, command="audit", metrics_text=text, partial=partial(result))
+    return publish(targets, result, command="audit", metrics_text=text, cluster=cluster, partial=partial(result))

@@ -22,13 +22,14 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterator, Mapping
-from typing import Any
-
-from prometheus_client.core import GaugeMetricFamily, Metric
-from prometheus_client.registry import CollectorRegistry
+from typing import TYPE_CHECKING, Any
 
 from gpuaudit import __version__
 from gpuaudit.model import AuditResult
+
+if TYPE_CHECKING:  # prometheus_client is imported when metrics are made: `partial` needs none of it
+    from prometheus_client.core import GaugeMetricFamily, Metric
+    from prometheus_client.registry import CollectorRegistry
 
 CONTENT_TYPE = "application/openmetrics-text; version=1.0.0; charset=utf-8"
 # The Prometheus text format (0.0.4): what a Pushgateway is sent.
@@ -36,6 +37,8 @@ TEXT_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 
 def _gauge(name: str, documentation: str, labels: tuple[str, ...] = (), unit: str = "") -> GaugeMetricFamily:
+    from prometheus_client.core import GaugeMetricFamily
+
     return GaugeMetricFamily(name, documentation, labels=list(labels), unit=unit)
 
 
@@ -163,6 +166,8 @@ class _Collected:
 
 
 def _registry(metrics: list[Metric]) -> CollectorRegistry:
+    from prometheus_client.registry import CollectorRegistry
+
     registry = CollectorRegistry(auto_describe=False)
     registry.register(_Collected(metrics))
     return registry

@@ -34,12 +34,15 @@ def message(
     result: AuditResult,
     *,
     command: str,
+    cluster: str | None = None,
     review: Mapping[str, Any] | None = None,
     report_url: str | None = None,
     partial: bool = False,
 ) -> dict[str, Any]:
-    """The notification as plain data. ``review``: the capacity review's
-    document (report.json) when ``report`` sends it."""
+    """The notification as plain data. ``cluster``: the name the review
+    gives it (config ``report.cluster_name``, else the kubeconfig context);
+    ``review``: the capacity review's document (report.json) when ``report``
+    sends it."""
     severities = Counter(f.severity for f in result.findings)
     by_rule: dict[str, dict[str, Any]] = {}
     for f in result.findings:
@@ -48,17 +51,17 @@ def message(
     top = sorted(by_rule.values(), key=lambda r: (SEVERITIES.index(r["severity"]), -r["findings"], r["rule"]))[:TOP]
     counted = ", ".join(f"{severities[s]} {s}" for s in SEVERITIES if severities.get(s))
     findings_line = f"{len(result.findings)} findings" + (f" ({counted})" if counted else "")
-    cluster = result.cluster or {}
+    totals = result.cluster or {}
     decision = None
     actions: list[dict[str, Any]] = []
-    name = one_line((result.state.source if result.state is not None else None) or "the cluster")
+    name = one_line((review or {}).get("cluster") or cluster or "the cluster")
     if review is not None:
         first = review.get("first_screen") or {}
         gate = first.get("gate") or {}
         decision = {k: one_line(gate.get(k) or "") for k in ("decision", "headline", "reason")}
         gpus, pending = first.get("gpus") or {}, first.get("pending") or {}
         headline = (
-            f"{one_line(review.get('cluster') or name)}, {one_line((review.get('period') or {}).get('name') or '')}: "
+            f"{name}, {one_line((review.get('period') or {}).get('name') or '')}: "
             f"{decision['headline']}. {_count(gpus.get('allocated'))} of {_count(gpus.get('total'))} GPUs allocated, "
             f"{_count(gpus.get('active'))} active, {_count(gpus.get('resident_idle'))} resident and idle; "
             f"{_count(pending.get('gpus'))} GPUs pending; {findings_line}."
@@ -73,10 +76,10 @@ def message(
                     "how": one_line((a.get("how") or [""])[0]),
                 }
             )
-    elif cluster:
+    elif totals:
         headline = (
-            f"{name}: {_count(cluster.get('gpus_allocated'))} of {_count(cluster.get('gpus_total'))} GPUs "
-            f"allocated, {_count(cluster.get('pending_gpu_pods'))} GPU pods pending; {findings_line}."
+            f"{name}: {_count(totals.get('gpus_allocated'))} of {_count(totals.get('gpus_total'))} GPUs "
+            f"allocated, {_count(totals.get('pending_gpu_pods'))} GPU pods pending; {findings_line}."
         )
     else:
         headline = f"{findings_line} in {result.resources} objects."
@@ -84,7 +87,7 @@ def message(
         "kind": "gpuaudit-notification",
         "version": 1,
         "command": command,
-        "cluster": name if cluster else None,
+        "cluster": name if totals else None,
         "headline": ("Partial run: " if partial else "") + headline,
         "partial": partial,
         "decision": decision,

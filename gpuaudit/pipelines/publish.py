@@ -81,6 +81,7 @@ def notify(
     result: AuditResult,
     *,
     command: str,
+    cluster: str | None = None,
     review: Mapping[str, Any] | None = None,
     report_url: str | None = None,
     partial: bool = False,
@@ -90,7 +91,9 @@ def notify(
     json). None, or why not (naming the webhook's origin only)."""
     from gpuaudit.output import webhook
 
-    msg = webhook.message(result, command=command, review=review, report_url=report_url, partial=partial)
+    msg = webhook.message(
+        result, command=command, cluster=cluster, review=review, report_url=report_url, partial=partial
+    )
     payload = json.dumps(webhook.body(msg, fmt), ensure_ascii=True).encode()
     try:
         send(url, payload, what="webhook", content_type="application/json", timeout=timeout)
@@ -105,6 +108,7 @@ def publish(
     *,
     command: str,
     metrics_text: str | None = None,
+    cluster: str | None = None,
     review: Mapping[str, Any] | None = None,
     partial: bool = False,
 ) -> list[str]:
@@ -119,6 +123,7 @@ def publish(
                 targets.webhook_format,
                 result,
                 command=command,
+                cluster=cluster,
                 review=review,
                 report_url=targets.report_url,
                 partial=partial,
