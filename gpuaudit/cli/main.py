@@ -17,6 +17,7 @@ from typing import Any
 import click
 
 from gpuaudit import __version__
+from gpuaudit.cli.groups import SuggestingGroup
 from gpuaudit.output.terminal import CleanStream
 
 # name -> "module:attribute"
@@ -80,7 +81,7 @@ class _NeedsExtra(click.Command):
         ctx.exit(2)
 
 
-class LazyGroup(click.Group):
+class LazyGroup(SuggestingGroup):
     """Imports a command's module only when that command runs, and turns the
     command's return value into the exit code."""
 
