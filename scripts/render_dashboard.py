@@ -111,6 +111,7 @@ def render(model: dict, url: str, start: float, end: float, out: Path) -> None:
                  else _timeseries(panel, url, start, end, int(w), int(h)))
         blocks.append(f'<div class="panel" style="left:{x}px;top:{y}px;width:{w}px;height:{h}px">'
                       f'<div class="title">{title}</div>{inner}</div>')
+    out = out.resolve()
     page = out.with_suffix(".html")
     page.write_text(
         "<html><head><style>body{margin:0;background:#111217;font-family:sans-serif;color:#ccc}"

@@ -201,6 +201,10 @@ def activity_families(end: float, minutes: int = 180) -> list[Family]:
         Family("DCGM_FI_PROF_PCIE_RX_BYTES", list(series(pcie))),
         Family("DCGM_FI_PROF_NVLINK_TX_BYTES", list(series(lambda p, b, j: 1e8))),
         Family("DCGM_FI_PROF_NVLINK_RX_BYTES", list(series(lambda p, b, j: 1e8))),
+        # what the report server's /metrics says of the pending pod (gpuaudit_pending_gpus
+        # of output/openmetrics.py, as a ServiceMonitor scrapes it)
+        Family("gpuaudit_pending_gpus", [({"namespace": "ml", "cause": "allocation", "job": "gpuaudit-report-server"},
+                                          [(t, 2.0) for t in times])]),
     ]
 
 

@@ -129,9 +129,16 @@ def availability_row(layout: _Layout, window: str) -> None:
         w=6, stacked=True,
     )
     layout.panel(
+        "timeseries", "GPUs pending, by the scheduler's cause (last gpuaudit audit)",
+        "The daily audit's metrics (the report server's /metrics, gpuaudit_pending_gpus): allocation, "
+        "placement, quota, dra, gated, unknown, as `gpuaudit audit` reads each pod's scheduling message.",
+        [('sum by (cause) (gpuaudit_pending_gpus{cluster=~"$cluster", namespace=~"$namespace"})', "{{cause}}")],
+        w=6, stacked=True,
+    )
+    layout.panel(
         "table", "Per team (namespace): GPUs by state",
         "Who holds the GPUs and in which class, now.",
-        [(f"sum by (namespace, state) ({POD_GPUS}{{{AVAIL_SEL}}})", "")], w=12, instant=True,
+        [(f"sum by (namespace, state) ({POD_GPUS}{{{AVAIL_SEL}}})", "")], w=6, instant=True,
     )
     layout.panel(
         "timeseries", "Per team (namespace): GPUs resident-idle",
