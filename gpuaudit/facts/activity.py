@@ -13,18 +13,21 @@ from __future__ import annotations
 import posixpath
 import re
 from collections.abc import Mapping, Sequence
+from functools import cache
 from typing import Any
 
+from gpuaudit.bundled import data_yaml
 from gpuaudit.facts.cmdline import expand
 from gpuaudit.model import Container, PodTemplate
 
 # Programs that never touch a GPU's compute (nvidia-smi only reads it).
 _IDLE_PROGRAMS = frozenset(
     {"sleep", "true", ":", "echo", "printf", "nvidia-smi", "tail", "cat", "env", "printenv",
-     "ls", "date", "hostname", "exit", "wait", "pause",
-     # CUDA samples that finish in milliseconds: device checks, not work
-     "vectoradd", "vectoradd_hip", "devicequery", "bandwidthtest"}
+     "ls", "date", "hostname", "exit", "wait", "pause", "trap"}
 )
+# CUDA samples that finish in milliseconds: run once, a device check, not
+# work; run in an endless loop (a time-slicing demo), GPU work without pause.
+_CUDA_SAMPLES = frozenset({"vectoradd", "vectoradd_hip", "devicequery", "bandwidthtest"})
 _SHELLS = frozenset({"sh", "bash", "dash", "ash", "zsh"})
 # Words that only shape a shell script (`while true; do sleep 30; done`).
 _SHELL_KEYWORDS = frozenset({"do", "done", "then", "fi", "else", "exec", "set", "{", "}", "(", ")"})
@@ -73,9 +76,30 @@ def container_activity(c: Container) -> dict[str, Any]:
     segments = [s for s in segments if s]
     if not segments or not all(_idle(s) for s in segments):
         return {"command_kind": None, "command_text": None}
-    forever = _loops_forever(lowered) or any(_waits_forever(s) for s in segments)
-    shown = _shown(lowered)
+    loops = _loops_forever(lowered)
+    if loops and any(posixpath.basename(s[0]).lower() in _CUDA_SAMPLES for s in segments):
+        return {"command_kind": None, "command_text": None}
+    forever = loops or any(_waits_forever(s) for s in segments)
+    shown = _shown(" ".join(script.split()))
     return {"command_kind": "idle_forever" if forever else "idle", "command_text": shown}
+
+
+@cache
+def _saturating() -> frozenset[str]:
+    return frozenset(str(p).lower() for p in data_yaml("gpu_programs.yaml")["saturating"])
+
+
+def saturates_gpus(c: Container) -> bool:
+    """Whether the container runs a stress or burn-in test (gpu-burn,
+    dcgmproftester: data/gpu_programs.yaml), a program that exists to load
+    whole GPUs: a predicate a pod's purpose can later be built on."""
+    tools = _saturating()
+    repository = c.image.lower().split("@", 1)[0]
+    if repository.rsplit("/", 1)[-1].split(":", 1)[0] in tools:
+        return True
+    script = _script(c).lower()
+    words = {posixpath.basename(w) for w in re.split(r"[\s;|&()'\"]+", script) if w}
+    return not tools.isdisjoint(words)
 
 
 def pod_activity(t: PodTemplate, containers: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
@@ -83,16 +107,17 @@ def pod_activity(t: PodTemplate, containers: Mapping[str, Mapping[str, Any]]) ->
     idle only when every one of them is; a server when any one is.
     ``containers``: container_activity by container pointer."""
     holders = [c for c in t.containers if c.gpus]
+    saturating = {"saturates_gpus": any(saturates_gpus(c) for c in holders)}
     kinds = [containers[c.pointer] for c in holders]
     if not kinds:
-        return {"gpu_command_kind": None, "gpu_command_text": None}
+        return {"gpu_command_kind": None, "gpu_command_text": None, **saturating}
     if any(k["command_kind"] == "server" for k in kinds):
-        return {"gpu_command_kind": "server", "gpu_command_text": None}
+        return {"gpu_command_kind": "server", "gpu_command_text": None, **saturating}
     if all(k["command_kind"] in ("idle", "idle_forever") for k in kinds):
         forever = any(k["command_kind"] == "idle_forever" for k in kinds)
         text = next(k["command_text"] for k in kinds if k["command_text"])
-        return {"gpu_command_kind": "idle_forever" if forever else "idle", "gpu_command_text": text}
-    return {"gpu_command_kind": None, "gpu_command_text": None}
+        return {"gpu_command_kind": "idle_forever" if forever else "idle", "gpu_command_text": text, **saturating}
+    return {"gpu_command_kind": None, "gpu_command_text": None, **saturating}
 
 
 def _script(c: Container) -> str:
@@ -117,7 +142,7 @@ def _idle(words: Sequence[str]) -> bool:
     program = posixpath.basename(words[0]).lower()
     if program == "tail":
         return "/dev/null" in words
-    return program in _IDLE_PROGRAMS or program in ("true", "false")
+    return program in _IDLE_PROGRAMS or program in _CUDA_SAMPLES or program in ("true", "false")
 
 
 def _waits_forever(words: Sequence[str]) -> bool:
