@@ -17,6 +17,8 @@ _SHARING_LABELS = (
     "nvidia.com/gpu.sharing-strategy",
     "cloud.google.com/gke-gpu-sharing-strategy",
     "cloud.google.com/gke-max-shared-clients-per-gpu",
+    # GKE's MIG partitions: each `nvidia.com/gpu` there is a slice.
+    "cloud.google.com/gke-gpu-partition-size",
     "nvidia.com/mig.config",
 )
 _POOL_LABELS = (

@@ -275,7 +275,7 @@ class _TemplateBuilder:
             name=role,
             pointer=at,
             init=False,
-            image=str(node.get("image") or ""),
+            image=_image(node.get("image")),
             command=_str_list(node.get("command")),
             args=_str_list(node.get("args")),
             env=_env(node.get("env")),
@@ -413,6 +413,17 @@ def _int32_problem(value: Any) -> str | None:
     if value > MAX_INT32:
         return f"{value!r:.40} is out of range"
     return None
+
+
+def _image(value: Any) -> str:
+    """An image as text; operators write it as a mapping too (NIMService's
+    ``image: {repository, tag}``)."""
+    if isinstance(value, Mapping):
+        repository, tag = value.get("repository"), value.get("tag")
+        if not isinstance(repository, str) or not repository:
+            return ""
+        return f"{repository}:{tag}" if isinstance(tag, (str, int, float)) and str(tag) else repository
+    return str(value or "")
 
 
 def _str_map(value: Any) -> dict[str, str]:
