@@ -50,8 +50,10 @@ _SERVER_IMAGES = ("vllm-openai", "text-generation-inference", "ollama/ollama", "
 
 
 def container_activity(c: Container) -> dict[str, Any]:
-    """``command_kind``: idle | idle_forever | server | None, and the command
-    shown in messages (``sleep infinity``)."""
+    """``command_kind``: idle | idle_forever | server | gpu_test | None, and
+    the command shown in messages (``sleep infinity``). gpu_test: a GPU test
+    program that loads no model (a CUDA sample in an endless loop, a stress
+    test such as gpu-burn): real GPU work, not idle, and no model server."""
     image = c.image.lower()
     if not c.command:
         if _PAUSE_IMAGE.search(image):
@@ -62,6 +64,8 @@ def container_activity(c: Container) -> dict[str, Any]:
             return {"command_kind": "idle", "command_text": f"{c.image} (a CUDA sample that exits)"}
         if any(marker in image for marker in _SERVER_IMAGES) and not c.args:
             return {"command_kind": "server", "command_text": None}
+    if saturates_gpus(c):
+        return {"command_kind": "gpu_test", "command_text": None}
     script = _script(c)
     program = _PROGRAM_IMAGES.search(image)
     if not c.command and program and program.group(1) == "sleep":
@@ -78,7 +82,7 @@ def container_activity(c: Container) -> dict[str, Any]:
         return {"command_kind": None, "command_text": None}
     loops = _loops_forever(lowered)
     if loops and any(posixpath.basename(s[0]).lower() in _CUDA_SAMPLES for s in segments):
-        return {"command_kind": None, "command_text": None}
+        return {"command_kind": "gpu_test", "command_text": _shown(" ".join(script.split()))}
     forever = loops or any(_waits_forever(s) for s in segments)
     shown = _shown(" ".join(script.split()))
     return {"command_kind": "idle_forever" if forever else "idle", "command_text": shown}
@@ -113,6 +117,8 @@ def pod_activity(t: PodTemplate, containers: Mapping[str, Mapping[str, Any]]) ->
         return {"gpu_command_kind": None, "gpu_command_text": None, **saturating}
     if any(k["command_kind"] == "server" for k in kinds):
         return {"gpu_command_kind": "server", "gpu_command_text": None, **saturating}
+    if all(k["command_kind"] == "gpu_test" for k in kinds):
+        return {"gpu_command_kind": "gpu_test", "gpu_command_text": kinds[0]["command_text"], **saturating}
     if all(k["command_kind"] in ("idle", "idle_forever") for k in kinds):
         forever = any(k["command_kind"] == "idle_forever" for k in kinds)
         text = next(k["command_text"] for k in kinds if k["command_text"])

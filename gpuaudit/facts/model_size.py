@@ -65,6 +65,7 @@ class Heuristic(msgspec.Struct, frozen=True):
     predictive_images: tuple[str, ...]
     llm_markers: tuple[str, ...]
     model_images: tuple[str, ...]
+    notebook_images: tuple[str, ...]
 
 
 @cache
@@ -81,6 +82,7 @@ def heuristic() -> Heuristic:
         predictive_images=tuple(data["predictive_servers"]["images"]),
         llm_markers=tuple(data["predictive_servers"]["markers_llm"]),
         model_images=tuple(data["model_images"]),
+        notebook_images=tuple(data["predictive_servers"]["notebook_images"]),
     )
 
 
@@ -260,8 +262,12 @@ _NAMING_SOURCES = ("args", "env", "label", "spec", "image")
 def predictive_server(model_format: str | None, words: Sequence[str], image: str) -> str | None:
     """What serves a predictive (non-generative) model here, or None: a KServe
     predictive model format, or a predictive server's program or image with
-    nothing that says it serves an LLM (data/models.yaml predictive_servers)."""
+    nothing that says it serves an LLM (data/models.yaml predictive_servers).
+    An interactive notebook counts too: its use comes in bursts, whatever it
+    loads, which is what sharing a GPU is for."""
     h = heuristic()
+    if any(marker in image.lower() for marker in h.notebook_images):
+        return f"an interactive notebook ({image})"
     if model_format and model_format.lower() in h.predictive_formats:
         return f"KServe model format {model_format.lower()}"
     text = " ".join([image, *words]).lower()
@@ -286,6 +292,8 @@ def model_scale(model: Mapping[str, Any] | None, named: ModelRef | None, server:
             "scale": "small" if small else "large",
             "basis": f"{model['name']}: about {model['need_gib']} GiB of {model['gpu_memory_gib']} GiB",
         }
+    if named is not None and "$" in named.name:  # an unexpanded $(VAR) names nothing
+        named = None
     if named is not None and named.source in _NAMING_SOURCES:
         return {"scale": "unknown", "basis": f"model unknown: {named.name} carries no size gpuaudit knows"}
     if server is not None:
