@@ -66,6 +66,9 @@ class Heuristic(msgspec.Struct, frozen=True):
     llm_markers: tuple[str, ...]
     model_images: tuple[str, ...]
     notebook_images: tuple[str, ...]
+    fraction_flags: tuple[str, ...]
+    fraction_env: tuple[str, ...]
+    fraction_fits_share: float
 
 
 @cache
@@ -83,6 +86,9 @@ def heuristic() -> Heuristic:
         llm_markers=tuple(data["predictive_servers"]["markers_llm"]),
         model_images=tuple(data["model_images"]),
         notebook_images=tuple(data["predictive_servers"]["notebook_images"]),
+        fraction_flags=tuple(data["engine_memory_fraction"]["flags"]),
+        fraction_env=tuple(data["engine_memory_fraction"]["env"]),
+        fraction_fits_share=float(data["engine_memory_fraction"]["fits_share_at_most"]),
     )
 
 
@@ -281,11 +287,39 @@ def predictive_server(model_format: str | None, words: Sequence[str], image: str
     return next((i for i in h.predictive_images if i in image), None)
 
 
-def model_scale(model: Mapping[str, Any] | None, named: ModelRef | None, server: str | None) -> dict[str, Any]:
+def engine_memory_fraction(words: Sequence[Token], env: Mapping[str, str]) -> tuple[float, str] | None:
+    """The share of GPU memory a serving engine is told to take
+    (``--gpu-memory-utilization 0.2``, ``--mem-frac 0.15``), and the flag."""
+    h = heuristic()
+    found = flag(words, h.fraction_flags)
+    stated = [(found.text, "flag")] if found is not None else []
+    stated += [(env[n], n) for n in h.fraction_env if env.get(n)]
+    for text, where in stated:
+        try:
+            value = float(text)
+        except ValueError:
+            continue
+        if 0 < value <= 1:
+            return value, where
+    return None
+
+
+def model_scale(
+    model: Mapping[str, Any] | None,
+    named: ModelRef | None,
+    server: str | None,
+    memory_fraction: float | None = None,
+) -> dict[str, Any]:
     """Whether the model a pod serves is known to leave room on its GPU:
-    ``small`` (fits half a GPU, or a predictive model), ``large`` (needs more),
-    ``unknown`` (no model named, or a name that carries no size). Only a
-    small model makes sharing the GPU an advice worth giving."""
+    ``small`` (fits half a GPU, a predictive model, or an engine told to take
+    a small share of the memory), ``large`` (needs more), ``unknown`` (no
+    model named, or a name that carries no size). Only a small model makes
+    sharing the GPU an advice worth giving."""
+    if memory_fraction is not None and memory_fraction <= heuristic().fraction_fits_share:
+        return {
+            "scale": "small",
+            "basis": f"the engine is told to take {memory_fraction:g} of the GPU's memory",
+        }
     if model is not None:
         small = bool(model["fits_half_gpu"])
         return {

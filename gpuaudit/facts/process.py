@@ -16,6 +16,7 @@ from gpuaudit.facts.context import Context
 from gpuaudit.facts.device_plugin import parse_config_text
 from gpuaudit.facts.model_size import (
     ModelRef,
+    engine_memory_fraction,
     find_dtype,
     find_model,
     model_candidates,
@@ -80,6 +81,7 @@ def pod_process_facts(
     model = None
     named: ModelRef | None = None
     server: str | None = None
+    fraction: float | None = None
     workers: int | None = None
     for c in t.containers:
         line = lines[c.pointer]
@@ -91,10 +93,14 @@ def pod_process_facts(
             model, ref = _model(w, t, c, line, placement, context)
             named = named or ref
         server = server or predictive_server(_model_format(w, c), [tok.text for tok in line.words], c.image)
+        stated = engine_memory_fraction(line.words, c.env)
+        if stated is not None:
+            fraction = stated[0] if fraction is None else max(fraction, stated[0])
     return {
         "parallelism": parallelism,
         "model": model,
-        "model_scale": model_scale(model, named, server),
+        "model_scale": model_scale(model, named, server, fraction),
+        "engine_memory_fraction": fraction,
         "dataloader_workers": workers,
     }
 
