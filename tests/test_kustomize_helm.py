@@ -150,7 +150,9 @@ spec:
 """
 
 
-@pytest.mark.parametrize(("model", "advised"), [("Qwen/Qwen2.5-1.5B-Instruct", True), ("Qwen/Qwen2.5-32B-Instruct", False)])
+@pytest.mark.parametrize(
+    ("model", "advised"), [("Qwen/Qwen2.5-1.5B-Instruct", True), ("Qwen/Qwen2.5-32B-Instruct", False)]
+)
 def test_a_model_named_in_a_config_map_generator_env_file_is_read(run_cli, tools_path, tmp_path, model, advised):
     """kustomize renders `configMapGenerator: envs: [runtime.env]` to a
     ConfigMap with a hashed name and points envFrom at it: the model is read

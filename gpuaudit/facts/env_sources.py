@@ -36,7 +36,9 @@ def _lookup(config_maps: ConfigMaps, namespace: str, name: str) -> Mapping[str, 
     return found
 
 
-def resolved_env(raw: Mapping[str, Any], env: Mapping[str, str], namespace: str, config_maps: ConfigMaps) -> dict[str, str]:
+def resolved_env(
+    raw: Mapping[str, Any], env: Mapping[str, str], namespace: str, config_maps: ConfigMaps
+) -> dict[str, str]:
     """``env`` with what the container's ConfigMap references add: envFrom
     first (its prefix applied), then each valueFrom that the manifest left
     empty; a value written in ``env`` always wins, as in Kubernetes."""
