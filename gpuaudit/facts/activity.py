@@ -50,10 +50,12 @@ _SERVER_IMAGES = ("vllm-openai", "text-generation-inference", "ollama/ollama", "
 
 
 def container_activity(c: Container) -> dict[str, Any]:
-    """``command_kind``: idle | idle_forever | server | gpu_test | None, and
-    the command shown in messages (``sleep infinity``). gpu_test: a GPU test
-    program that loads no model (a CUDA sample in an endless loop, a stress
-    test such as gpu-burn): real GPU work, not idle, and no model server."""
+    """``command_kind``: idle | idle_forever | server | gpu_test | download |
+    None, and the command shown in messages (``sleep infinity``). gpu_test: a
+    GPU test program that loads no model (a CUDA sample in an endless loop, a
+    stress test such as gpu-burn): real GPU work, not idle, and no model
+    server. download: it only fetches weights or data (hf download, aws s3
+    cp): no GPU use at all while it holds one."""
     image = c.image.lower()
     if not c.command:
         if _PAUSE_IMAGE.search(image):
@@ -78,6 +80,8 @@ def container_activity(c: Container) -> dict[str, Any]:
     segments = [s.split() for s in _SEGMENT_SPLIT.split(script)]
     segments = [_strip_keywords(s) for s in segments]
     segments = [s for s in segments if s]
+    if segments and _downloads_only(segments, lowered):
+        return {"command_kind": "download", "command_text": _shown(" ".join(script.split()))}
     if not segments or not all(_idle(s) for s in segments):
         return {"command_kind": None, "command_text": None}
     loops = _loops_forever(lowered)
@@ -106,6 +110,39 @@ def saturates_gpus(c: Container) -> bool:
     return not tools.isdisjoint(words)
 
 
+@cache
+def _download_table() -> tuple[Mapping[str, str | None], tuple[str, ...], frozenset[str]]:
+    data = data_yaml("gpu_programs.yaml")["download"]
+    return (
+        {str(k): (str(v) if v is not None else None) for k, v in data["programs"].items()},
+        tuple(data["python_calls"]),
+        frozenset(data["housekeeping"]),
+    )
+
+
+def _downloads_only(segments: Sequence[Sequence[str]], script: str) -> bool:
+    """Every command fetches weights or data (hf download, aws s3 cp, a
+    python -c calling snapshot_download) or tidies up around it, and at
+    least one fetches: data/gpu_programs.yaml download."""
+    programs, python_calls, housekeeping = _download_table()
+    fetched = False
+    for words in segments:
+        program = posixpath.basename(words[0]).lower()
+        if program in programs:
+            needed = programs[program]
+            if needed is not None and needed not in (w.lower() for w in words[1:]):
+                return False
+            fetched = True
+        elif program.startswith("python") and "-c" in words:
+            if not any(call in script for call in python_calls):
+                return False
+            fetched = True
+            break  # the code after -c is python, not shell commands
+        elif program not in housekeeping:
+            return False
+    return fetched
+
+
 def pod_activity(t: PodTemplate, containers: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
     """What the GPU-holding containers of a pod run, judged together:
     idle only when every one of them is; a server when any one is.
@@ -117,6 +154,8 @@ def pod_activity(t: PodTemplate, containers: Mapping[str, Mapping[str, Any]]) ->
         return {"gpu_command_kind": None, "gpu_command_text": None, **saturating}
     if any(k["command_kind"] == "server" for k in kinds):
         return {"gpu_command_kind": "server", "gpu_command_text": None, **saturating}
+    if all(k["command_kind"] == "download" for k in kinds):
+        return {"gpu_command_kind": "download", "gpu_command_text": kinds[0]["command_text"], **saturating}
     if all(k["command_kind"] == "gpu_test" for k in kinds):
         return {"gpu_command_kind": "gpu_test", "gpu_command_text": kinds[0]["command_text"], **saturating}
     if all(k["command_kind"] in ("idle", "idle_forever") for k in kinds):

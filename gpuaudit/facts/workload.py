@@ -202,6 +202,8 @@ def pod_facts(
         **activity,
         "role": t.role,
         "replicas": t.replicas,
+        "restart_policy": str(t.spec["restartPolicy"]) if t.spec.get("restartPolicy") is not None else None,
+        "restart_policy_pointer": f"{t.pointer}/restartPolicy" if "restartPolicy" in t.spec else t.pointer,
         "pointer": t.pointer,
         "containers": len(t.containers),
         "gpu": gpu,
