@@ -427,6 +427,7 @@ def prometheus_rule(groups: Sequence[Mapping[str, Any]], *, name: str = "gpuaudi
     meta: dict[str, Any] = {"name": name}
     if namespace:
         meta["namespace"] = namespace
-    meta["labels"] = {"app.kubernetes.io/name": "gpuaudit", **(labels or {})}
+    meta["labels"] = {"app.kubernetes.io/name": "gpuaudit", "app.kubernetes.io/component": "monitoring",
+                      **(labels or {})}
     return {"apiVersion": "monitoring.coreos.com/v1", "kind": "PrometheusRule", "metadata": meta,
             "spec": {"groups": list(groups)}}
