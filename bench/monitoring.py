@@ -134,7 +134,7 @@ def main() -> None:
             raw = read(server.url, window, end, args.scrape, args.deadline)
             print(json.dumps({"mode": "raw series", **raw}), flush=True)
             rules = work / "rules"
-            subprocess.run([sys.executable, "-m", "gpuaudit", "monitoring", "rules", "-o", str(rules),
+            subprocess.run([sys.executable, "-m", "gpuaudit", "monitoring", "rules", "--out", str(rules),
                             "--interval", f"{args.scrape}s"], check=True, capture_output=True)
             gpu_level = level_files(rules / "gpuaudit-rules.yaml", work)[0]
             began = time.monotonic()

@@ -152,7 +152,7 @@ def main() -> None:
         work = Path(tmp)
         server = RecordedPrometheus(work).load([*activity_families(end), *ksm_families(activity_cluster(), times)])
         try:
-            subprocess.run([sys.executable, "-m", "gpuaudit", "monitoring", "rules", "-o", str(work / "rules"),
+            subprocess.run([sys.executable, "-m", "gpuaudit", "monitoring", "rules", "--out", str(work / "rules"),
                             "--window", "2h", "--interval", "1m", "--class-interval", "1m"],
                            check=True, capture_output=True)
             gpu_level, availability_level = level_files(work / "rules" / "gpuaudit-rules.yaml", work)

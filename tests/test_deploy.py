@@ -999,8 +999,8 @@ def test_the_monitoring_component_holds_what_gpuaudit_monitoring_writes(run_cli,
     """The chart and the component embed the files `gpuaudit monitoring` makes
     from the default policy pack: regenerate them when a rule changes."""
     folder = DEPLOY / "components" / "monitoring"
-    assert run_cli("monitoring", "rules", "--namespace", "gpuaudit", "-o", str(tmp_path)).returncode == 0
-    assert run_cli("monitoring", "dashboard", "-o", str(tmp_path)).returncode == 0
+    assert run_cli("monitoring", "rules", "--namespace", "gpuaudit", "--out", str(tmp_path)).returncode == 0
+    assert run_cli("monitoring", "dashboard", "--out", str(tmp_path)).returncode == 0
     for name in ("gpuaudit-prometheusrule.yaml", "gpuaudit-dashboard.json"):
         assert (folder / name).read_text() == (tmp_path / name).read_text(), (
-            f"{name} is stale: gpuaudit monitoring rules|dashboard -o deploy/components/monitoring")
+            f"{name} is stale: gpuaudit monitoring rules|dashboard --out deploy/components/monitoring")

@@ -40,7 +40,7 @@ pytestmark = pytest.mark.skipif(not tools_available(), reason="promtool/promethe
 
 
 def _generate(run_cli, out: Path, *args: str) -> Path:
-    proc = run_cli("monitoring", "rules", "-o", str(out), *args)
+    proc = run_cli("monitoring", "rules", "--out", str(out), *args)
     assert proc.returncode == 0, proc.stderr
     return out / "gpuaudit-rules.yaml"
 
@@ -65,7 +65,7 @@ def genai_recorded(tmp_path_factory, genai_trace):
 
     rules_dir = work / "rules"
     proc = subprocess.run(
-        ["gpuaudit", "monitoring", "rules", "-o", str(rules_dir), "--window", f"{window}s",
+        ["gpuaudit", "monitoring", "rules", "--out", str(rules_dir), "--window", f"{window}s",
          "--interval", f"{step}s", "--class-interval", f"{step}s"],
         capture_output=True, text=True, check=False)
     assert proc.returncode == 0, proc.stderr
@@ -127,6 +127,34 @@ def test_recording_rules_agree_with_the_audit(run_cli, apiserver, kubeconfig, ge
     assert [(s["metric"]["namespace"], s["metric"]["reason"], float(s["value"][1])) for s in pending] == [
         ("research", "unschedulable", 2.0)]
     assert sum(w.gpus for w in inventory.waiting) == 2
+
+
+def test_recorded_series_made_otherwise_are_not_used(genai_recorded):
+    """The audit reads the recorded series only when they were made as it
+    would judge: another threshold, or another step, and it reads the raw
+    series, saying why."""
+    from datetime import datetime, timezone
+
+    from gpuaudit.sources.prometheus import query_telemetry
+
+    rec = genai_recorded
+    kw = {"window_seconds": rec["window"], "end": datetime.fromtimestamp(rec["end"], timezone.utc)}
+    same = query_telemetry(rec["server"].url, step_seconds=rec["step"], **kw)
+    assert same["subqueries"] == "recorded" and same["errors"] == []
+    other = query_telemetry(rec["server"].url, step_seconds=rec["step"], params={"resident_fb_mib": 2048}, **kw)
+    assert other["subqueries"] == "whole"
+    assert [e["message"] for e in other["errors"]] == [
+        "warning: gpuaudit's recorded series not used: the rules were made with resident_fb_mib 1024, "
+        "the audit uses 2048"]
+    coarser = query_telemetry(rec["server"].url, step_seconds=2 * rec["step"], **kw)
+    assert coarser["subqueries"] == "whole" and "evaluated every" in coarser["errors"][0]["message"]
+    # read either way, the residency of every pod is the same
+    raw = {p["pod"]: p for p in query_telemetry(rec["server"].url, step_seconds=rec["step"],
+                                                 params={"recorded_series": 0}, **kw)["pods"]}
+    assert len(raw) == len(same["pods"]) == 143
+    for pod in same["pods"]:
+        for field in ("samples", "first_seen", "last_seen", "coverage", "resident_fraction", "resident_idle_fraction"):
+            assert pod[field] == pytest.approx(raw[pod["pod"]][field], rel=1e-9, abs=1e-12), (pod["pod"], field)
 
 
 def _alert_exprs(rules_file: Path) -> dict[str, str]:
@@ -277,7 +305,7 @@ def test_dashboard_matches_the_grafana_sdk_types(run_cli, tmp_path):
     """The JSON read into grafana-foundation-sdk's Dashboard and written back
     is the same JSON: no field the SDK's types do not know, none misnamed."""
     sdk = pytest.importorskip("grafana_foundation_sdk.models.dashboard")
-    proc = run_cli("monitoring", "dashboard", "-o", str(tmp_path))
+    proc = run_cli("monitoring", "dashboard", "--out", str(tmp_path))
     assert proc.returncode == 0, proc.stderr
     model = json.loads((tmp_path / "gpuaudit-dashboard.json").read_text())
     from grafana_foundation_sdk.cog.encoder import JSONEncoder
@@ -328,7 +356,7 @@ def test_every_dashboard_panel_returns_data(run_cli, tmp_path_factory):
         gpu_level, availability_level = level_files(rules, work)
         server.record(gpu_level, end - 7200 - 120, end, 60)
         server.record(availability_level, end - 180, end, 60)
-        proc = run_cli("monitoring", "dashboard", "-o", str(work / "dash"))
+        proc = run_cli("monitoring", "dashboard", "--out", str(work / "dash"))
         assert proc.returncode == 0, proc.stderr
         model = json.loads((work / "dash" / "gpuaudit-dashboard.json").read_text())
         queries = panel_queries(model)

@@ -9,6 +9,7 @@ from typing import Any
 
 import click
 
+from gpuaudit.cli.groups import SuggestingGroup
 from gpuaudit.cli.options import input_errors_code, option_group, policy_options, read_config, split_names, stop
 from gpuaudit.cli.source_options import seconds_option
 from gpuaudit.files import WriteError
@@ -17,7 +18,7 @@ from gpuaudit.pipelines.policy import load_policy
 from gpuaudit.sources.promql import QueryConfigError
 
 shape_options = option_group(
-    click.option("-o", "--output-dir", type=click.Path(file_okay=False, path_type=Path), required=True,
+    click.option("--out", "output_dir", type=click.Path(file_okay=False, path_type=Path), required=True,
                  help="Folder to write the files into."),
     click.option("--window", default="24h", show_default=True,
                  help="Window each pod is judged over (as `audit --window`)."),
@@ -28,7 +29,7 @@ shape_options = option_group(
 )
 
 
-@click.group()
+@click.group(cls=SuggestingGroup)
 def monitoring() -> None:
     """Prometheus recording/alerting rules and a Grafana dashboard, with the
     thresholds of the rules that judge the same thing."""

@@ -589,7 +589,7 @@ def query_telemetry(url: str, *, window_seconds: int, end: datetime | None = Non
     # gpuaudit's recording rules, when installed and alike: a cheap range over
     # their per-interval values in place of each subquery
     recorded, why_not = (_recorded(client, chosen, merged_params, start, end, step_seconds, expected)
-                         if counts.get(RULES_INFO) else (False, None))
+                         if counts.get(RULES_INFO) and merged_params.get("recorded_series", 1) else (False, None))
     if why_not:
         record("recorded series", f"warning: gpuaudit's recorded series not used: {why_not}")
     wanted = {(ns, pod) for ns, pod in pods} if pods is not None else None
