@@ -77,6 +77,8 @@ def run_state(inputs: Inputs, config: Config, snapshot: Mapping[str, Any] | None
     if snapshot is not None:
         run.evidence = fix_live.evidence(snapshot)
         run.evidence_source = label
+        run.cluster = True
+        run.telemetry_window = fix_live.telemetry_window(snapshot)
     run.shared_names = inputs.shared_names(config)
     run.sharing_configs = sharing_configs(inputs.documents)
     run.world = tuple(d.obj for d in inputs.documents)

@@ -186,6 +186,21 @@ def evidence(snapshot: Mapping[str, Any]) -> dict[OwnerKey, Evidence]:
     return from_cluster(cluster_facts.subjects(state), models)
 
 
+def telemetry_window(snapshot: Mapping[str, Any]) -> str | None:
+    """The snapshot's telemetry window as REVIEW.md names it ("7 days to
+    2026-11-27T09:00:00Z"), or None when it holds no telemetry."""
+    telemetry = snapshot.get("telemetry")
+    if not isinstance(telemetry, Mapping) or not (telemetry.get("gpus") or telemetry.get("pods")):
+        return None
+    window = telemetry.get("window") if isinstance(telemetry.get("window"), Mapping) else {}
+    seconds = window.get("seconds")
+    span = f"{seconds / 86400:g} days" if isinstance(seconds, (int, float)) and seconds >= 86400 else (
+        f"{seconds / 3600:g} h" if isinstance(seconds, (int, float)) else "its window"
+    )
+    end = window.get("end") or window.get("until")
+    return f"{span}{f' to {end}' if end else ''}"
+
+
 # Snapshot lists whose objects an overlay may patch, and what they are. Pods,
 # ReplicaSets and Jobs are owned by something else or have immutable pod
 # templates; the workloads at the top of their owner chains are in
