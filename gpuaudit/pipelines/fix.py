@@ -79,6 +79,7 @@ def run_state(inputs: Inputs, config: Config, snapshot: Mapping[str, Any] | None
         run.evidence_source = label
         run.cluster = True
         run.telemetry_window = fix_live.telemetry_window(snapshot)
+        run.gpu_node_labels = fix_live.gpu_node_labels(snapshot)
     run.shared_names = inputs.shared_names(config)
     run.sharing_configs = sharing_configs(inputs.documents)
     run.world = tuple(d.obj for d in inputs.documents)

@@ -201,6 +201,18 @@ def telemetry_window(snapshot: Mapping[str, Any]) -> str | None:
     return f"{span}{f' to {end}' if end else ''}"
 
 
+def gpu_node_labels(snapshot: Mapping[str, Any]) -> tuple[dict[str, str], ...]:
+    """The labels of the snapshot's nodes that advertise GPUs."""
+    out = []
+    for node in (snapshot.get("objects") or {}).get("nodes") or []:
+        status = node.get("status") or {}
+        resources = {**(status.get("capacity") or {}), **(status.get("allocatable") or {})}
+        if any(str(k).startswith("nvidia.com/") for k in resources):
+            labels = (node.get("metadata") or {}).get("labels") or {}
+            out.append({str(k): str(v) for k, v in labels.items()})
+    return tuple(out)
+
+
 # Snapshot lists whose objects an overlay may patch, and what they are. Pods,
 # ReplicaSets and Jobs are owned by something else or have immutable pod
 # templates; the workloads at the top of their owner chains are in

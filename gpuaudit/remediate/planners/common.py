@@ -55,6 +55,9 @@ class RunState(msgspec.Struct):
     # measured fit (remediate/evidence.Evidence.covers), and the telemetry
     # window it was measured over, as REVIEW.md names it (None: no telemetry).
     cluster: bool = False
+    # The labels of the cluster's GPU nodes (fix --snapshot): what a relaxed
+    # product pin may widen to, in the pin's own label vocabulary.
+    gpu_node_labels: tuple[Mapping[str, str], ...] = ()
     telemetry_window: str | None = None
     # The coherence check (remediate/coherence.py): its setting (None: no
     # check), every object of the inputs (what advertises resources), and
