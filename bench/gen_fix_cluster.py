@@ -132,10 +132,17 @@ class Llm:
         deployment = {
             "apiVersion": "apps/v1",
             "kind": "Deployment",
-            "metadata": {"name": name, "namespace": namespace, "uid": _uid("Deployment", namespace, name),
-                         "labels": {"team": namespace}},
-            "spec": {"replicas": replicas, "selector": {"matchLabels": labels},
-                     "template": {"metadata": {"labels": labels}, "spec": spec}},
+            "metadata": {
+                "name": name,
+                "namespace": namespace,
+                "uid": _uid("Deployment", namespace, name),
+                "labels": {"team": namespace},
+            },
+            "spec": {
+                "replicas": replicas,
+                "selector": {"matchLabels": labels},
+                "template": {"metadata": {"labels": labels}, "spec": spec},
+            },
         }
         pod_hash = hashlib.sha1(f"{namespace}/{name}".encode()).hexdigest()[:9]
         rs_name = f"{name}-{pod_hash}"
@@ -143,21 +150,44 @@ class Llm:
             "apiVersion": "apps/v1",
             "kind": "ReplicaSet",
             "metadata": {
-                "name": rs_name, "namespace": namespace, "uid": _uid("ReplicaSet", namespace, rs_name),
+                "name": rs_name,
+                "namespace": namespace,
+                "uid": _uid("ReplicaSet", namespace, rs_name),
                 "labels": {**labels, "pod-template-hash": pod_hash},
-                "ownerReferences": [{"apiVersion": "apps/v1", "kind": "Deployment", "name": name,
-                                     "uid": deployment["metadata"]["uid"], "controller": True}],
+                "ownerReferences": [
+                    {
+                        "apiVersion": "apps/v1",
+                        "kind": "Deployment",
+                        "name": name,
+                        "uid": deployment["metadata"]["uid"],
+                        "controller": True,
+                    }
+                ],
             },
-            "spec": {"replicas": replicas, "selector": {"matchLabels": labels},
-                     "template": {"metadata": {"labels": {**labels, "pod-template-hash": pod_hash}}, "spec": spec}},
+            "spec": {
+                "replicas": replicas,
+                "selector": {"matchLabels": labels},
+                "template": {"metadata": {"labels": {**labels, "pod-template-hash": pod_hash}}, "spec": spec},
+            },
         }
         self.workloads.append(deployment)
         self.replicasets.append(rs)
         for i in range(replicas):
             pod_name = f"{rs_name}-{hashlib.sha1(f'{rs_name}/{i}'.encode()).hexdigest()[:5]}"
-            self._pod(pod_name, namespace, spec, {**labels, "pod-template-hash": pod_hash},
-                      {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": rs_name,
-                       "uid": rs["metadata"]["uid"], "controller": True}, metrics)
+            self._pod(
+                pod_name,
+                namespace,
+                spec,
+                {**labels, "pod-template-hash": pod_hash},
+                {
+                    "apiVersion": "apps/v1",
+                    "kind": "ReplicaSet",
+                    "name": rs_name,
+                    "uid": rs["metadata"]["uid"],
+                    "controller": True,
+                },
+                metrics,
+            )
 
     def job(self, name: str, namespace: str, spec: dict[str, Any], metrics: dict | None, owned: bool = True) -> None:
         uid = _uid("Job", namespace, name)
@@ -176,26 +206,35 @@ class Llm:
     def bare_pod(self, name: str, namespace: str, spec: dict[str, Any], metrics: dict | None) -> None:
         self._pod(name, namespace, spec, {"app": name}, None, metrics)
 
-    def _pod(self, name: str, namespace: str, spec: dict[str, Any], labels: dict, owner: dict | None,
-             metrics: dict | None) -> None:
-        meta: dict[str, Any] = {"name": name, "namespace": namespace, "uid": _uid("Pod", namespace, name),
-                                "labels": dict(labels),
-                                "creationTimestamp": _time(COLLECTED - timedelta(days=9))}
+    def _pod(
+        self, name: str, namespace: str, spec: dict[str, Any], labels: dict, owner: dict | None, metrics: dict | None
+    ) -> None:
+        meta: dict[str, Any] = {
+            "name": name,
+            "namespace": namespace,
+            "uid": _uid("Pod", namespace, name),
+            "labels": dict(labels),
+            "creationTimestamp": _time(COLLECTED - timedelta(days=9)),
+        }
         if owner:
             meta["ownerReferences"] = [owner]
-        self.pods.append({"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": copy.deepcopy(spec),
-                          "status": {}})
+        self.pods.append(
+            {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": copy.deepcopy(spec), "status": {}}
+        )
         if metrics is not None:
             self.behaviour[name] = metrics
 
 
-def _container(name: str, image: str, args: list[str], gpus: int, cpu: str = "8", memory: str = "64Gi",
-               env: list | None = None) -> dict[str, Any]:
+def _container(
+    name: str, image: str, args: list[str], gpus: int, cpu: str = "8", memory: str = "64Gi", env: list | None = None
+) -> dict[str, Any]:
     c: dict[str, Any] = {
         "name": name,
         "image": image,
-        "resources": {"requests": {"cpu": cpu, "memory": memory, "nvidia.com/gpu": str(gpus)},
-                      "limits": {"memory": memory, "nvidia.com/gpu": str(gpus)}},
+        "resources": {
+            "requests": {"cpu": cpu, "memory": memory, "nvidia.com/gpu": str(gpus)},
+            "limits": {"memory": memory, "nvidia.com/gpu": str(gpus)},
+        },
     }
     if args:
         c["args"] = args
@@ -222,39 +261,81 @@ def llm_pool() -> Llm:
     llm = Llm()
     for i in range(10):  # NIM: the model is in the image name only
         image = "nvcr.io/nim/meta/llama-3.1-8b-instruct:1.1.0"
-        llm.deployment(f"nim-llama-8b-{i:02d}", "llm", _spec([_container("nim", image, [], 1)], tolerate=True),
-                       2, dict(SERVING))
+        llm.deployment(
+            f"nim-llama-8b-{i:02d}", "llm", _spec([_container("nim", image, [], 1)], tolerate=True), 2, dict(SERVING)
+        )
     for i in range(10):  # vLLM: 90% of the memory reserved for the KV cache
         args = ["--model", "meta-llama/Llama-3.1-8B-Instruct", "--gpu-memory-utilization", "0.9"]
-        llm.deployment(f"vllm-chat-{i:02d}", "llm",
-                       _spec([_container("vllm", "vllm/vllm-openai:v0.10.0", args, 1)], tolerate=True),
-                       2, dict(SERVING))
+        llm.deployment(
+            f"vllm-chat-{i:02d}",
+            "llm",
+            _spec([_container("vllm", "vllm/vllm-openai:v0.10.0", args, 1)], tolerate=True),
+            2,
+            dict(SERVING),
+        )
     for i in range(8):  # want H100s, do not tolerate the pool's taint: Pending
         args = ["--model", "meta-llama/Llama-3.1-70B-Instruct", "--tensor-parallel-size", "4"]
-        llm.deployment(f"chat-70b-{i:02d}", "nlp",
-                       _spec([_container("server", "registry.example.com/serve:2", args, 4)], tolerate=False),
-                       1, None)
-    llm.deployment("gpu-burn-in", "ops", _spec([_container("burn", "oguzpastirmaci/gpu-burn:latest",
-                                                             ["86400"], 1, cpu="2", memory="4Gi")], tolerate=True),
-                   1, dict(BURN))
+        llm.deployment(
+            f"chat-70b-{i:02d}",
+            "nlp",
+            _spec([_container("server", "registry.example.com/serve:2", args, 4)], tolerate=False),
+            1,
+            None,
+        )
+    llm.deployment(
+        "gpu-burn-in",
+        "ops",
+        _spec(
+            [_container("burn", "oguzpastirmaci/gpu-burn:latest", ["86400"], 1, cpu="2", memory="4Gi")], tolerate=True
+        ),
+        1,
+        dict(BURN),
+    )
     for i in range(4):  # pre-training: its own args say how long it runs
-        args = ["--model_name_or_path", "meta-llama/Llama-3.1-8B", "--max_steps", "500000", "--per_device_train_batch_size",
-                "8"]
-        llm.job(f"pretrain-8b-{i}", "research",
-                _spec([_container("train", "registry.example.com/train:5", args, 8)], tolerate=True, restart="Never"),
-                dict(TRAINING))
+        args = [
+            "--model_name_or_path",
+            "meta-llama/Llama-3.1-8B",
+            "--max_steps",
+            "500000",
+            "--per_device_train_batch_size",
+            "8",
+        ]
+        llm.job(
+            f"pretrain-8b-{i}",
+            "research",
+            _spec([_container("train", "registry.example.com/train:5", args, 8)], tolerate=True, restart="Never"),
+            dict(TRAINING),
+        )
     env = [{"name": "MODEL_ID", "value": "${MODEL_ID}"}]
-    llm.deployment("templated-chat", "llm",
-                   _spec([_container("server", "registry.example.com/serve:2",
-                                     ["--model", "${MODEL_ID}", "--port", "8000"], 1, env=env)], tolerate=True),
-                   1, dict(SERVING))
-    llm.job("eval-adhoc", "research",
-            _spec([_container("eval", "registry.example.com/eval:1", ["--epochs", "3"], 1)], tolerate=True,
-                  restart="Never"), dict(TRAINING), owned=False)
-    llm.bare_pod("debug-shell", "research",
-                 _spec([_container("shell", "nvcr.io/nvidia/pytorch:24.10-py3", ["sleep", "infinity"], 1)],
-                       tolerate=True), {"compute_mean": 0.0, "compute_p95": 0.0, "fb_used_mean_mib": 900.0,
-                                        "fb_used_max_mib": 1200.0})
+    llm.deployment(
+        "templated-chat",
+        "llm",
+        _spec(
+            [
+                _container(
+                    "server", "registry.example.com/serve:2", ["--model", "${MODEL_ID}", "--port", "8000"], 1, env=env
+                )
+            ],
+            tolerate=True,
+        ),
+        1,
+        dict(SERVING),
+    )
+    llm.job(
+        "eval-adhoc",
+        "research",
+        _spec(
+            [_container("eval", "registry.example.com/eval:1", ["--epochs", "3"], 1)], tolerate=True, restart="Never"
+        ),
+        dict(TRAINING),
+        owned=False,
+    )
+    llm.bare_pod(
+        "debug-shell",
+        "research",
+        _spec([_container("shell", "nvcr.io/nvidia/pytorch:24.10-py3", ["sleep", "infinity"], 1)], tolerate=True),
+        {"compute_mean": 0.0, "compute_p95": 0.0, "fb_used_mean_mib": 900.0, "fb_used_max_mib": 1200.0},
+    )
     return llm
 
 
@@ -267,12 +348,20 @@ def _gpu_rows(pod: dict[str, Any], metrics: dict[str, float], memory: float, fir
     gpus = _gpus(pod)
     rows = []
     for g in range(gpus):
-        identity = {"node": pod["spec"]["nodeName"], "gpu": str(first_gpu + g),
-                    "uuid": f"GPU-{_uid(pod['spec']['nodeName'], first_gpu + g)}",
-                    "namespace": pod["metadata"]["namespace"], "pod": pod["metadata"]["name"],
-                    "container": pod["spec"]["containers"][0]["name"]}
-        values = {**metrics, "compute_max": min(1.0, metrics["compute_p95"] * 1.1), "fb_total_mib": memory,
-                  "coverage": 0.98}
+        identity = {
+            "node": pod["spec"]["nodeName"],
+            "gpu": str(first_gpu + g),
+            "uuid": f"GPU-{_uid(pod['spec']['nodeName'], first_gpu + g)}",
+            "namespace": pod["metadata"]["namespace"],
+            "pod": pod["metadata"]["name"],
+            "container": pod["spec"]["containers"][0]["name"],
+        }
+        values = {
+            **metrics,
+            "compute_max": min(1.0, metrics["compute_p95"] * 1.1),
+            "fb_total_mib": memory,
+            "coverage": 0.98,
+        }
         rows.append(tm.gpu_row(identity, values))
     return rows
 
@@ -295,22 +384,38 @@ def build() -> dict[str, Any]:
         node = scheduler.bind(pod)
         if node is None:
             message = scheduler.fit_error(pod)
-            pod["status"] = {"phase": "Pending", "conditions": [
-                {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message}]}
-            events.append(failed_scheduling_event(pod, message, first=_time(COLLECTED - timedelta(hours=5)),
-                                                  last=_time(COLLECTED - timedelta(minutes=2)), count=40))
+            pod["status"] = {
+                "phase": "Pending",
+                "conditions": [
+                    {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message}
+                ],
+            }
+            events.append(
+                failed_scheduling_event(
+                    pod,
+                    message,
+                    first=_time(COLLECTED - timedelta(hours=5)),
+                    last=_time(COLLECTED - timedelta(minutes=2)),
+                    count=40,
+                )
+            )
         else:
             pod["spec"]["nodeName"] = node
             started = _time(COLLECTED - timedelta(days=9))
-            pod["status"] = {"phase": "Running", "startTime": started, "conditions": [
-                {"type": "PodScheduled", "status": "True"}, {"type": "Ready", "status": "True"}],
-                "containerStatuses": [{"name": c["name"], "ready": True, "restartCount": 0,
-                                       "state": {"running": {"startedAt": started}}}
-                                      for c in pod["spec"]["containers"]]}
+            pod["status"] = {
+                "phase": "Running",
+                "startTime": started,
+                "conditions": [{"type": "PodScheduled", "status": "True"}, {"type": "Ready", "status": "True"}],
+                "containerStatuses": [
+                    {"name": c["name"], "ready": True, "restartCount": 0, "state": {"running": {"startedAt": started}}}
+                    for c in pod["spec"]["containers"]
+                ],
+            }
     telemetry_rows: list[dict] = []
     used: dict[str, int] = {}
-    memory_of = {n["metadata"]["name"]: float(n["metadata"]["labels"].get("nvidia.com/gpu.memory") or 16384)
-                 for n in nodes}
+    memory_of = {
+        n["metadata"]["name"]: float(n["metadata"]["labels"].get("nvidia.com/gpu.memory") or 16384) for n in nodes
+    }
     for pod in cluster["pods"]:
         if pod["metadata"]["namespace"] not in MEASURED_TEAMS or pod["status"].get("phase") != "Running":
             continue
@@ -318,8 +423,12 @@ def build() -> dict[str, Any]:
         node = pod["spec"]["nodeName"]
         memory = memory_of[node]
         share = milli / 1000
-        metrics = {"compute_mean": round(0.6 * share, 3), "compute_p95": round(min(1.0, 0.9 * share), 3),
-                   "fb_used_mean_mib": round(memory * share * 0.7, 1), "fb_used_max_mib": round(memory * share * 0.8, 1)}
+        metrics = {
+            "compute_mean": round(0.6 * share, 3),
+            "compute_p95": round(min(1.0, 0.9 * share), 3),
+            "fb_used_mean_mib": round(memory * share * 0.7, 1),
+            "fb_used_max_mib": round(memory * share * 0.8, 1),
+        }
         telemetry_rows += _gpu_rows(pod, metrics, memory, used.get(node, 0))
         used[node] = used.get(node, 0) + _gpus(pod)
     for pod in llm.pods:
@@ -333,8 +442,15 @@ def build() -> dict[str, Any]:
         source="prometheus",
         endpoint="http://prometheus.monitoring.svc:9090",
         window=tm.window(COLLECTED - WINDOW, COLLECTED, 60),
-        signals={"compute": "DCGM_FI_PROF_GR_ENGINE_ACTIVE", "memory": "DCGM_FI_DEV_FB_USED", "occupancy": None,
-                 "tensor": None, "dram": None, "pcie": None, "nvlink": None},
+        signals={
+            "compute": "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
+            "memory": "DCGM_FI_DEV_FB_USED",
+            "occupancy": None,
+            "tensor": None,
+            "dram": None,
+            "pcie": None,
+            "nvlink": None,
+        },
         params={"resident_fb_mib": 1024, "idle_compute": 0.05},
         queries=10,
         gpu_rows=telemetry_rows,
@@ -374,8 +490,10 @@ def main() -> None:
     snapshot = build()
     write_snapshot(snapshot, args.output)
     gpus = sum(int(n["status"]["allocatable"].get("nvidia.com/gpu", 0)) for n in snapshot["objects"]["nodes"])
-    print(f"wrote {args.output}: {len(snapshot['objects']['nodes'])} nodes, {gpus} GPUs, "
-          f"{len(snapshot['objects']['pods'])} pods, {len(snapshot['telemetry']['gpus'])} telemetry rows")
+    print(
+        f"wrote {args.output}: {len(snapshot['objects']['nodes'])} nodes, {gpus} GPUs, "
+        f"{len(snapshot['objects']['pods'])} pods, {len(snapshot['telemetry']['gpus'])} telemetry rows"
+    )
 
 
 if __name__ == "__main__":

@@ -312,7 +312,7 @@ def _previous_overlay(folder: Path) -> set[Path]:
         data = None
     if not isinstance(data, dict):
         return set()  # the new overlay's kustomization.yaml and REVIEW.md replace theirs all the same
-    found = {folder / "kustomization.yaml", folder / "REVIEW.md"}
+    found = {folder / "kustomization.yaml", folder / "REVIEW.md", folder / "NOT-REMEDIATED.md"}
     entries = [e for e in data.get("resources") or [] if isinstance(e, str)]
     entries += [e["path"] for e in data.get("patches") or [] if isinstance(e, dict) and isinstance(e.get("path"), str)]
     for entry in entries:
@@ -348,7 +348,8 @@ def verify_overlay(out_dir: Path, plan: Plan, inputs: Inputs, config: Config, ru
         return OverlayCheck(problem=str(exc))
     before = inputs.findings
     if inputs.live:  # judge the base as manifests too, so both sides ran the same rules
-        base = "---\n".join(overlay.dump(o) for o in inputs.originals.values())
+        ids = {i for s in plan.sources for i in s.ids}  # the objects this overlay holds
+        base = "---\n".join(overlay.dump(o) for oid, o in inputs.originals.items() if oid in ids)
         before = check_manifests(["-"], config, rules, stdin_text=base).findings
     world = [d.obj for d in inputs.documents]
     result = verify.verify(

@@ -300,6 +300,7 @@ def live_items(
     by_id = {rule.id: rule for rule in rules}
 
     items = []
+    node_peaks: dict[str, float] | None = None
     for finding in findings:
         subject = finding.subject
         r = finding.resource
@@ -322,7 +323,9 @@ def live_items(
         key = (group_of(r.api_version), r.kind, r.namespace or "", r.name)
         if r.kind == "Node":
             if (finding.remediation or {}).get("id") == "enable-mig" and subject is not None:
-                problem = enable_mig_reason(subject.facts)
+                if node_peaks is None:
+                    node_peaks = _node_peaks(snapshot)
+                problem = enable_mig_reason(subject.facts, node_peaks.get(r.name))
             else:
                 problem = (
                     f"{where} is a Node: the kubelet owns it and an overlay does not patch it; the "
@@ -342,6 +345,17 @@ def live_items(
         finding = msgspec.structs.replace(finding, subject=msgspec.structs.replace(subject, document=found.document))
         items.append((finding, found.source))
     return unique(items, finding_key)
+
+
+def _node_peaks(snapshot: Mapping[str, Any]) -> dict[str, float]:
+    """Per node, the largest GPU memory a pod used over the telemetry window (MiB)."""
+    telemetry = snapshot.get("telemetry") if isinstance(snapshot.get("telemetry"), Mapping) else {}
+    peaks: dict[str, float] = {}
+    for row in telemetry.get("gpus") or []:
+        value, node = row.get("fb_used_max_mib"), row.get("node")
+        if row.get("pod") and node and isinstance(value, (int, float)):
+            peaks[str(node)] = max(peaks.get(str(node), 0.0), float(value))
+    return peaks
 
 
 def _unpatchable(label: str, problem: str) -> Source:

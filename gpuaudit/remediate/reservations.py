@@ -35,7 +35,9 @@ _ENGINES: tuple[tuple[str, tuple[str, ...], tuple[str, ...], float], ...] = (
     ("SGLang", ("sglang",), ("--mem-fraction-static", "--mem_fraction_static"), 0.8),
     ("TGI", ("text-generation-inference", "text-generation-launcher"), ("--cuda-memory-fraction",), 1.0),
 )
-_STRESS = re.compile(r"(?<![a-z0-9])(gpu[-_]?burn|gpu_burn|dcgmproftester\d*|dcgm[-_]diag|stress[-_]?ng|gpu[-_]?stress)(?![a-z])")
+_STRESS = re.compile(
+    r"(?<![a-z0-9])(gpu[-_]?burn|gpu_burn|dcgmproftester\d*|dcgm[-_]diag|stress[-_]?ng|gpu[-_]?stress)(?![a-z])"
+)
 
 
 def _words(container: Container) -> list[str]:

@@ -513,7 +513,10 @@ def drop_init_container_gpus(ctx: Context) -> Proposal | Declined:
         f"pod's whole life: their GPU requests become {what}."
     )
     params = {**identity(ctx), "containers": changes}
-    return Proposal(None, params, basis, "static", f"{template.pointer}#init-gpus", lowers=frozenset({"gpu"}))
+    frees = float((ctx.facts.get("gpu") or {}).get("init_excess") or 0) * int(ctx.facts.get("replicas") or 1)
+    return Proposal(
+        None, params, basis, "static", f"{template.pointer}#init-gpus", lowers=frozenset({"gpu"}), frees_gpus=frees
+    )
 
 
 def _move_init_gpus(ctx: Context, template: Any) -> Declined:
@@ -562,8 +565,15 @@ def drop_ray_head_gpus(ctx: Context) -> Proposal | Declined:
         "containers": changes,
         "workers": ctx.facts.get("other_gpu_roles") or [],
     }
+    held = sum(float(r.count or 0) for c in template.containers for r in c.gpus)
     return Proposal(
-        None, params, basis, "static", f"{template.pointer}#ray-head-gpus", lowers=frozenset({"gpu", "pod-gpu"})
+        None,
+        params,
+        basis,
+        "static",
+        f"{template.pointer}#ray-head-gpus",
+        lowers=frozenset({"gpu", "pod-gpu"}),
+        frees_gpus=held * int(template.replicas or 1),
     )
 
 
@@ -601,7 +611,10 @@ def match_gpus_to_parallelism(ctx: Context) -> Proposal | Declined:
         f"{r.count:g} GPUs."
     )
     basis += " Lowering the GPU count is this change's purpose."
-    return Proposal(None, params, basis, "static", f"{c.pointer}#gpu-count", lowers=frozenset({"gpu"}))
+    frees = (r.count - int(total)) * int(ctx.facts.get("replicas") or 1)
+    return Proposal(
+        None, params, basis, "static", f"{c.pointer}#gpu-count", lowers=frozenset({"gpu"}), frees_gpus=frees
+    )
 
 
 @planner("drop-visible-devices-env")

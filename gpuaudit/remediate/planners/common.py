@@ -94,6 +94,10 @@ class Proposal(msgspec.Struct, frozen=True):
     # What the change lowers on purpose, said in ``basis`` (coherence.LOWERABLE:
     # cpu, memory, shm, gpu, pod-gpu); anything else that goes down makes it incoherent.
     lowers: frozenset[str] = frozenset()
+    # GPUs the change gives back across the object's replicas, as estimated
+    # from what it lowers (remediate/volume.py orders patches by it; a move
+    # to a share is counted there, from the sharing config's replicas).
+    frees_gpus: float = 0.0
 
 
 class Declined(msgspec.Struct, frozen=True):

@@ -6,9 +6,9 @@ import copy
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from gpuaudit.kube import pointers
 from gpuaudit import gpus
 from gpuaudit.facts.model_size import heuristic, parameters_b
+from gpuaudit.kube import pointers
 from gpuaudit.kube.labels import HOSTNAME_LABEL
 from gpuaudit.remediate import reservations
 from gpuaudit.remediate.planners.common import Context, Declined, Proposal, identity, needs_template, planner
@@ -198,19 +198,27 @@ def prefer_product_affinity(ctx: Context) -> Proposal | Declined:
         "required": _with_floor(existing, expression),
         "kept": expression,
         "floor_mib": int(floor_mib),
-        "floor_text": f"{floor_mib / 1024:,.0f} GiB",
-        "floor_source": floor_source,
+        "floor_gib": int(floor_mib // 1024),
     }
     memory = product.get("memory_gib")
     kept = f"{expression['key']} {expression['operator']} {expression['values']}"
-    params["kept_text"] = kept
+    params["effect_text"] = (
+        f"The pods prefer nodes with {label} in {list(values)} but can run on other GPU nodes when those are "
+        f"full, instead of waiting; only on nodes with {kept} (GPUs of at least {floor_mib:,.0f} MiB), so never "
+        "on GPUs smaller than it needs."
+    )
+    params["risk_text"] = (
+        "On another GPU model the workload may run slower, and software built for one architecture may not run "
+        f"on another. The memory floor comes from {floor_source}."
+    )
     basis = (
         f"Required {label} in {list(values)} becomes a preference (weight {ctx.params['weight']}); the pods keep "
         f"a required {kept}: GPUs of at least {floor_mib:,.0f} MiB, from {floor_source}."
         + (f" The pinned GPU has {memory:g} GiB." if memory else "")
     )
     variant = None if by == "nodeSelector" else "affinity"
-    return Proposal(variant, params, basis, "measured" if "measured" in floor_source else "static", f"{spec_ptr}#product")
+    confidence = "measured" if "measured" in floor_source else "static"
+    return Proposal(variant, params, basis, confidence, f"{spec_ptr}#product")
 
 
 def _toleration_for(taint: Mapping[str, Any]) -> dict[str, Any]:
