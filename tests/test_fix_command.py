@@ -75,7 +75,7 @@ def test_examples_overlay_builds_and_removes_every_patched_finding(tmp_path, run
     for heading in ("**Finding**", "**Sized from**", "**Expected effect**", "**Risk**"):
         assert review.count(heading) >= len(patch_files)
     assert "**Roll back**" in review
-    unpatched = int(re.search(r"; (\d+) finding\(s\) without a patch", proc.stdout).group(1))
+    unpatched = int(re.search(r"^(\d+) finding\(s\) without a patch", proc.stdout, re.M).group(1))
     assert ("## Not remediated" in review) == (unpatched > 0)
     assert "needs confirmation" in review  # no telemetry: the share is a suggestion
 

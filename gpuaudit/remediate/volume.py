@@ -98,12 +98,16 @@ def select(plan: Plan, top: int) -> Selection:
         configs = [g for g in held if any(c.remediation in SHARING_CONFIG for c in g.changes)]
         kept += configs
         held = [g for g in held if g not in configs]
+    rank = {g.target: i for i, g in enumerate(groups)}
+    kept.sort(key=lambda g: rank[g.target])
     return Selection(_subplan(plan, kept), held, sum(g.frees for g in kept))
 
 
 def _subplan(plan: Plan, groups: Sequence[Group]) -> Plan:
+    """The changes of ``groups``, in their order (an object's in plan order:
+    kustomize applies each on what the one before left), numbered from 1."""
     keep = {g.target for g in groups}
-    changes = [c for c in plan.changes if c.target in keep]  # plan order: kustomize applies them in it
+    changes = [c for g in groups for c in g.changes]
     labels = {c.source.label for c in changes}
     for number, change in enumerate(changes, start=1):
         change.number = number

@@ -177,7 +177,7 @@ def move_to_shared_gpu(ctx: Context) -> Proposal | Declined:
     unadvertised = _unadvertised(ctx)
     headroom = float(ctx.params["headroom"])
     model, model_source = _gpu_model(ctx)
-    pods = int(ctx.facts.get("replicas") or 1)
+    pods = _replicas(ctx)
     shared = str(ctx.params["shared_resource"])
     unmeasured = _unmeasured(ctx, seen)
     if unmeasured is not None:
@@ -355,6 +355,12 @@ def _unmeasured(ctx: Context, seen: Any) -> Declined | None:
     )
 
 
+def _replicas(ctx: Context) -> int:
+    """Pods of the template the change resizes (1 when it does not say)."""
+    replicas = ctx.template.replicas if ctx.template is not None else None
+    return int(replicas if replicas is not None else ctx.facts.get("replicas") or 1)
+
+
 def _advertiser(ctx: Context, resource: str) -> str:
     return ctx.run.advertised.get(resource) or "the device plugin's sharing config (none found in the inputs)"
 
@@ -513,7 +519,7 @@ def drop_init_container_gpus(ctx: Context) -> Proposal | Declined:
         f"pod's whole life: their GPU requests become {what}."
     )
     params = {**identity(ctx), "containers": changes}
-    frees = float((ctx.facts.get("gpu") or {}).get("init_excess") or 0) * int(ctx.facts.get("replicas") or 1)
+    frees = float((ctx.facts.get("gpu") or {}).get("init_excess") or 0) * _replicas(ctx)
     return Proposal(
         None, params, basis, "static", f"{template.pointer}#init-gpus", lowers=frozenset({"gpu"}), frees_gpus=frees
     )
@@ -611,7 +617,7 @@ def match_gpus_to_parallelism(ctx: Context) -> Proposal | Declined:
         f"{r.count:g} GPUs."
     )
     basis += " Lowering the GPU count is this change's purpose."
-    frees = (r.count - int(total)) * int(ctx.facts.get("replicas") or 1)
+    frees = (r.count - int(total)) * _replicas(ctx)
     return Proposal(
         None, params, basis, "static", f"{c.pointer}#gpu-count", lowers=frozenset({"gpu"}), frees_gpus=frees
     )
