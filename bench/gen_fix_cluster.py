@@ -366,7 +366,7 @@ def _gpu_rows(pod: dict[str, Any], metrics: dict[str, float], memory: float, fir
     return rows
 
 
-def build() -> dict[str, Any]:
+def build(measured_teams: tuple[str, ...] = MEASURED_TEAMS) -> dict[str, Any]:
     cluster = alibaba.build()
     nodes = cluster["nodes"] + [_h100_node(i) for i in range(16)]
     deployments = {}
@@ -417,7 +417,7 @@ def build() -> dict[str, Any]:
         n["metadata"]["name"]: float(n["metadata"]["labels"].get("nvidia.com/gpu.memory") or 16384) for n in nodes
     }
     for pod in cluster["pods"]:
-        if pod["metadata"]["namespace"] not in MEASURED_TEAMS or pod["status"].get("phase") != "Running":
+        if pod["metadata"]["namespace"] not in measured_teams or pod["status"].get("phase") != "Running":
             continue
         milli = int(pod["metadata"].get("annotations", {}).get(alibaba.MILLI_ANNOTATION, 1000))
         node = pod["spec"]["nodeName"]
@@ -484,10 +484,16 @@ def build() -> dict[str, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("-o", "--output", type=Path, required=True)
+    parser.add_argument(
+        "--measured-teams",
+        default=",".join(MEASURED_TEAMS),
+        help="trace teams the telemetry covers, comma-separated, or 'all' (default: %(default)s)",
+    )
     args = parser.parse_args()
+    teams = alibaba.TEAMS if args.measured_teams == "all" else tuple(args.measured_teams.split(","))
     if not alibaba.available():
         sys.exit(f"alibaba-gpu-v2023 not found in {alibaba.DATA_DIR}")
-    snapshot = build()
+    snapshot = build(teams)
     write_snapshot(snapshot, args.output)
     gpus = sum(int(n["status"]["allocatable"].get("nvidia.com/gpu", 0)) for n in snapshot["objects"]["nodes"])
     print(

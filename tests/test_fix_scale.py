@@ -388,3 +388,21 @@ def test_no_balanced_mig_layout_for_a_node_whose_pods_need_the_whole_gpu():
     unmeasured = enable_mig_reason(node)
     assert "none is measured: no layout is recommended" in unmeasured and "all-balanced" not in unmeasured
     assert "all-balanced when its 2g and 3g slices do" in enable_mig_reason(node, 9000.0)
+
+
+def test_split_overlays_of_a_cluster_point_at_the_sharing_config_to_apply_first(tmp_path, run_cli, kubectl):
+    """The demo cluster's moves to a share sit in their namespaces' overlays;
+    the time-slicing config they request is the cluster-wide overlay's, and
+    each is verified as applied after it."""
+    out = tmp_path / "overlay"
+    demo = ROOT / "examples" / "demo-snapshot.json.gz"
+    proc = run_cli("fix", "--snapshot", str(demo), "--out", str(out), "--split-by", "namespace", "--verify")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "unplanned difference(s)" in proc.stdout and " 0 unplanned" in proc.stdout
+    assert not re.search(r"[1-9]\d* unplanned difference", proc.stdout), proc.stdout
+    folders = sorted(p.name for p in out.iterdir() if p.is_dir())
+    assert "cluster" in folders and "notebooks" in folders
+    assert "enable-time-slicing" in " ".join(p.name for p in (out / "cluster" / "patches").iterdir())
+    notebooks = (out / "notebooks" / "REVIEW.md").read_text()
+    assert "the overlay in `../cluster/` advertises (its sharing config): apply that one first" in notebooks
+    assert "## Not remediated" not in notebooks and "## Not remediated" in (out / "REVIEW.md").read_text()

@@ -176,7 +176,10 @@ def fix(
         stop(f"{out_dir} is not empty (use --force to write into it)")
     read = paths or (str(snapshot_path),)
     folders = volume.folder_names(parts)
-    sharing = next((folders[n] for n, p in parts.items() if volume.holds_sharing_config(p.plan)), None)
+    sharing_part = next((n for n, p in parts.items() if n and volume.holds_sharing_config(p.plan)), None)
+    sharing = folders[sharing_part] if sharing_part is not None else None
+    # What the sharing config's overlay adds or changes: applied first, so the others are checked against it.
+    applied_first = volume.results(parts[sharing_part].plan) if sharing_part is not None else []
     ok = True
     for name, part in parts.items():
         directory = out_dir / folders[name] if name else out_dir
@@ -197,7 +200,9 @@ def fix(
             + (f"; {sum(len(g.changes) for g in part.held)} more held back (--top {top})" if part.held else "")
         )
         click.echo(f"build it: {overlay.build_command(part.plan, str(directory))}")
-        if check_build and not _report_verification(verify_overlay(directory, part.plan, inputs, config, rules)):
+        context = applied_first if first else []
+        check = verify_overlay(directory, part.plan, inputs, config, rules, context) if check_build else None
+        if check is not None and not _report_verification(check):
             ok = False
     if split_by is not None:
         index = review.render_index(plan, {folders[n]: p for n, p in parts.items()}, str(out_dir), read, split_by)

@@ -340,8 +340,17 @@ class OverlayCheck(msgspec.Struct):
         return self.problem is None and self.result is not None and self.result.ok
 
 
-def verify_overlay(out_dir: Path, plan: Plan, inputs: Inputs, config: Config, rules: Sequence[Rule]) -> OverlayCheck:
-    """Build the written overlay with kustomize and audit the result."""
+def verify_overlay(
+    out_dir: Path,
+    plan: Plan,
+    inputs: Inputs,
+    config: Config,
+    rules: Sequence[Rule],
+    applied_first: Sequence[Mapping[str, Any]] = (),
+) -> OverlayCheck:
+    """Build the written overlay with kustomize and audit the result.
+    ``applied_first``: objects another overlay adds or changes before this
+    one is applied (fix --split-by: the sharing config its moves request)."""
     try:
         text, built = built_objects(out_dir, plan)
     except kustomize.KustomizeError as exc:
@@ -351,7 +360,8 @@ def verify_overlay(out_dir: Path, plan: Plan, inputs: Inputs, config: Config, ru
         ids = {i for s in plan.sources for i in s.ids}  # the objects this overlay holds
         base = "---\n".join(overlay.dump(o) for oid, o in inputs.originals.items() if oid in ids)
         before = check_manifests(["-"], config, rules, stdin_text=base).findings
-    world = [d.obj for d in inputs.documents]
+    first = {object_id(o): o for o in applied_first}
+    world = [first.pop(object_id(d.obj), d.obj) for d in inputs.documents] + list(first.values())
     result = verify.verify(
         built,
         plan,

@@ -164,6 +164,11 @@ def _label(obj: Mapping[str, Any], name: str) -> str | None:
     return str(tlabels[name]) if tlabels.get(name) else None
 
 
+def results(plan: Plan) -> list[dict[str, Any]]:
+    """Every object the plan adds or changes, as its overlay builds it."""
+    return [after for _, after in plan.expected.values()] + [o for c in plan.changes for o in c.new_objects]
+
+
 def holds_sharing_config(plan: Plan) -> bool:
     return any(c.remediation in SHARING_CONFIG for c in plan.changes)
 
