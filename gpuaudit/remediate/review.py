@@ -182,10 +182,9 @@ def render(
         out.append("| # | change | fixes | frees GPUs | confidence |")
         out.append("|---|---|---|---|---|")
         for c in plan.changes:
-            out.append(
-                f"| {c.number} | {md(c.rendered.summary)} | {', '.join(c.rules)} | {freed[c.number]:,.1f} "
-                f"| {c.proposal.confidence} |"
-            )
+            # A sharing config frees nothing itself: the moves that request its share do.
+            frees = "— (the moves' share)" if c.remediation in volume.SHARING_CONFIG else f"{freed[c.number]:,.1f}"
+            out.append(f"| {c.number} | {md(c.rendered.summary)} | {', '.join(c.rules)} | {frees} | {c.proposal.confidence} |")
         out.append("")
     if held:
         out.extend(_held(held, top))
