@@ -184,7 +184,8 @@ def render(
         for c in plan.changes:
             # A sharing config frees nothing itself: the moves that request its share do.
             frees = "— (the moves' share)" if c.remediation in volume.SHARING_CONFIG else f"{freed[c.number]:,.1f}"
-            out.append(f"| {c.number} | {md(c.rendered.summary)} | {', '.join(c.rules)} | {frees} | {c.proposal.confidence} |")
+            rules = ", ".join(c.rules)
+            out.append(f"| {c.number} | {md(c.rendered.summary)} | {rules} | {frees} | {c.proposal.confidence} |")
         out.append("")
     if held:
         out.extend(_held(held, top))
