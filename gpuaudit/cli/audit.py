@@ -79,7 +79,7 @@ def audit(
     status = Status()
     status(f"judging {len(snapshot['objects'].get('pods') or []):,} pods")
     result = audit_cluster(snapshot, config, rules, telemetry_problem=problem)
-    result.errors[:0] = [*config.warnings, *rule_errors]
+    result.errors[:0] = rule_errors
     status.clear()
     threshold = fail_on or config.fail_on or "high"
     emit(result, OutputSpec.from_options(output_formats, formats, output_file, threshold, color, quiet))

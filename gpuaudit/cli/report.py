@@ -86,7 +86,7 @@ def report(
     status = Status()
     status(f"judging {len(snapshot['objects'].get('pods') or []):,} pods")
     result = audit_cluster(snapshot, config, rules, telemetry_problem=problem)
-    result.errors[:0] = [*config.warnings, *rule_errors]
+    result.errors[:0] = rule_errors
     written, document = _writing(
         out_dir,
         lambda: write_review(
@@ -158,9 +158,9 @@ def _fleet(
         refused=(ValueError,),  # two snapshots of one cluster
     )
     status.clear()
-    _print_errors([*config.warnings, *errors])
+    _print_errors(errors)
     click.echo(f"wrote {len(written)} files: a fleet review of {len(clusters)} clusters in {out_dir}", err=True)
-    return input_errors_code([*config.warnings, *errors])
+    return input_errors_code(errors)
 
 
 Written = tuple[list[Path], dict[str, Any]]
