@@ -406,3 +406,44 @@ def test_split_overlays_of_a_cluster_point_at_the_sharing_config_to_apply_first(
     notebooks = (out / "notebooks" / "REVIEW.md").read_text()
     assert "the overlay in `../cluster/` advertises (its sharing config): apply that one first" in notebooks
     assert "## Not remediated" not in notebooks and "## Not remediated" in (out / "REVIEW.md").read_text()
+
+
+def _container(image: str, command: tuple[str, ...] = (), args: tuple[str, ...] = (), env: dict | None = None):
+    from gpuaudit.model import Container
+
+    return Container(
+        "c",
+        "/spec/containers/0",
+        False,
+        image,
+        command,
+        args,
+        env or {},
+        (),
+        None,
+        None,
+        None,
+        None,
+        {},
+        "/spec/containers/0/resources",
+    )
+
+
+def test_servers_that_reserve_gpu_memory_and_stress_tests_are_recognised():
+    from gpuaudit.remediate.reservations import memory_reservation, nim_model, stress_test
+
+    vllm = memory_reservation(
+        _container("vllm/vllm-openai:v0.10.0", args=("--model", "m", "--gpu-memory-utilization=0.6"))
+    )
+    assert (vllm.engine, vllm.fraction, vllm.stated) == ("vLLM", 0.6, "--gpu-memory-utilization 0.6")
+    shell = _container("python:3.11", ("bash", "-c"), ("python -m sglang.launch_server --mem-fraction-static 0.7",))
+    assert (memory_reservation(shell).engine, memory_reservation(shell).fraction) == ("SGLang", 0.7)
+    nim = memory_reservation(_container("nvcr.io/nim/meta/llama-3.1-8b-instruct:1.1.0"))
+    assert (nim.engine, nim.fraction, nim.stated) == ("NIM", 0.9, "NIM's default 0.9")
+    assert memory_reservation(_container("registry.example.com/embedder:1")) is None
+    assert nim_model("nvidia-nim-llama-3.1-8b-instruct-1.1.0") == "llama-3.1-8b-instruct"
+    assert nim_model("nvcr.io/nim/meta/llama-3.1-70b-instruct:1.2.1") == "llama-3.1-70b-instruct"
+    assert nim_model("vllm/vllm-openai:v0.10.0") is None
+    assert stress_test(_container("oguzpastirmaci/gpu-burn:latest", args=("3600",))) == "gpu-burn"
+    assert stress_test(_container("nvcr.io/nvidia/cloud-native/dcgm:3.3", ("dcgmproftester12",))) == "dcgmproftester12"
+    assert stress_test(_container("pytorch/pytorch:2.4", ("python", "burnish.py"))) is None

@@ -239,6 +239,12 @@ def move_to_shared_gpu(ctx: Context) -> Proposal | Declined:
                     f"{observed} + {headroom:.0%} headroom"
                     + (f" and p95 compute {compute:.0%} of a GPU" if compute is not None else "")
                     + f" needs the whole {model.model}: no smaller MIG slice fits"
+                    + (
+                        f" (container {reserved[0].name}: {reserved[1].describe()}: the peak is that reservation, "
+                        "not the model's need; a smaller setting would let a slice hold it)"
+                        if reserved is not None
+                        else ""
+                    )
                 )
             resource = f"nvidia.com/mig-{choice.profile}"
             if ctx.run.coherence is not None and resource not in ctx.run.advertised:
