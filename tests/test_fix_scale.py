@@ -447,3 +447,18 @@ def test_servers_that_reserve_gpu_memory_and_stress_tests_are_recognised():
     assert stress_test(_container("oguzpastirmaci/gpu-burn:latest", args=("3600",))) == "gpu-burn"
     assert stress_test(_container("nvcr.io/nvidia/cloud-native/dcgm:3.3", ("dcgmproftester12",))) == "dcgmproftester12"
     assert stress_test(_container("pytorch/pytorch:2.4", ("python", "burnish.py"))) is None
+
+
+def test_a_job_deadline_promises_no_clean_up_it_does_not_set(tmp_path, run_cli, kubectl):
+    """A Job's lifecycle entry has a deadline and no clean-up field: the
+    summary, effect and risk speak of the deadline only."""
+    app = tmp_path / "job.yaml"
+    app.write_text(JOB.replace("  activeDeadlineSeconds: 86400\n", "").replace('"${TRAIN_NODE}"', "gpu-node-7"))
+    out = tmp_path / "overlay"
+    proc = run_cli("fix", str(app), "--out", str(out), "--rules", "GPA-AL-008", "--verify")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    section = (out / "REVIEW.md").read_text().partition("## 1. ")[2]
+    assert section.startswith("Give Job pretrain a deadline\n")
+    promised = section.partition("- **Roll back**")[0].lower().replace("has no clean-up field to set", "")
+    assert "clean" not in promised, section
+    assert "A run that hangs is stopped at its deadline" in section

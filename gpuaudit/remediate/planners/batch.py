@@ -119,11 +119,15 @@ def add_batch_deadline(ctx: Context) -> Proposal | Declined:
         return Declined("no deadline or clean-up field to set (params set to null?)")
     params = {**identity(ctx), "fields": fields, "controller": gitops}
     named = ", ".join(f"{f['field']}={json.dumps(f['value'])}" for f in fields)
-    basis = (
-        f"Sets {named}: the first deadline and clean-up fields {doc.kind} supports "
-        "(gpuaudit/data/lifecycle.yaml), with params active_deadline_seconds and "
-        "ttl_seconds_after_finished."
+    which = " and ".join(
+        n for slot, n in (("deadline", "deadline"), ("cleanup", "clean-up")) if slot in {f["slot"] for f in fields}
     )
+    basis = (
+        f"Sets {named}: the first {which} field(s) {doc.kind} supports (gpuaudit/data/lifecycle.yaml), "
+        "with params active_deadline_seconds and ttl_seconds_after_finished."
+    )
+    if "cleanup" not in {f["slot"] for f in fields} and not entry.get("cleanup"):
+        basis += f" {doc.kind} has no clean-up field to set."
     if length is not None:
         basis += (
             f" No deadline: its arguments set {length}, and how long that takes is not known here (a fixed "
@@ -190,8 +194,12 @@ def run_length(obj: Mapping[str, Any]) -> str | None:
             for key in ("command", "args", "entrypoint"):
                 value = node.get(key)
                 if isinstance(value, (list, str)):
-                    tokens = [t for w in ([value] if isinstance(value, str) else value) if isinstance(w, str)
-                              for t in w.split()]
+                    tokens = [
+                        t
+                        for w in ([value] if isinstance(value, str) else value)
+                        if isinstance(w, str)
+                        for t in w.split()
+                    ]
                     for i, token in enumerate(tokens):
                         m = RUN_LENGTH_FLAGS.match(token)
                         if not m:
