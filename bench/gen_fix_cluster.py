@@ -15,7 +15,10 @@ pool of the kinds that broke `fix` at scale:
   the scheduler's "untolerated taint" message;
 - a gpu-burn Deployment; pre-training Jobs whose args set --max_steps; a bare
   Job and a bare Pod; a Deployment whose args carry a ``${MODEL_ID}``
-  placeholder.
+  placeholder;
+- rerankers pinned to one node by hostname, torchrun Deployments without a
+  /dev/shm or with one CPU core for four GPUs, vLLM at tensor parallel 2 on
+  four GPUs.
 
 Telemetry (7 days, GR_ENGINE_ACTIVE and FB_USED per GPU) covers two of the
 six trace teams (search, nlp) and the LLM pool; the rest have none.
@@ -306,6 +309,25 @@ def llm_pool() -> Llm:
             _spec([_container("train", "registry.example.com/train:5", args, 8)], tolerate=True, restart="Never"),
             dict(TRAINING),
         )
+    for i in range(6):  # pinned to one node by hostname
+        spec = _spec([_container("ranker", "registry.example.com/rerank:3", ["--port", "8080"], 1)], tolerate=True)
+        spec["nodeSelector"] = {"kubernetes.io/hostname": f"llm-h100-{i + 10:02d}"}
+        llm.deployment(f"rerank-{i:02d}", "search", spec, 1, dict(TRAINING))
+    for i in range(4):  # multi-GPU torchrun without a /dev/shm
+        args = ["torchrun", "--nproc_per_node=4", "train.py", "--num_workers", "8"]
+        llm.deployment(f"embed-train-{i:02d}", "research",
+                       _spec([_container("train", "registry.example.com/train:5", args, 4)], tolerate=True),
+                       1, dict(TRAINING))
+    for i in range(3):  # one CPU core for four GPUs
+        args = ["torchrun", "--nproc_per_node=4", "finetune.py"]
+        llm.deployment(f"finetune-lowcpu-{i:02d}", "research",
+                       _spec([_container("train", "registry.example.com/train:5", args, 4, cpu="1")], tolerate=True),
+                       1, dict(TRAINING))
+    for i in range(3):  # tensor parallel 2 on 4 GPUs
+        args = ["--model", "meta-llama/Llama-3.1-8B-Instruct", "--tensor-parallel-size", "2"]
+        llm.deployment(f"vllm-tp2-{i:02d}", "llm",
+                       _spec([_container("vllm", "vllm/vllm-openai:v0.10.0", args, 4)], tolerate=True),
+                       1, dict(SERVING))
     env = [{"name": "MODEL_ID", "value": "${MODEL_ID}"}]
     llm.deployment(
         "templated-chat",

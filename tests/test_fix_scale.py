@@ -147,6 +147,8 @@ def cluster_snapshot(tmp_path: Path, peaks: dict[str, float]) -> Path:
     _deployment(
         objects, "ranker", "search", {"nodeSelector": {"nvidia.com/gpu.product": A100}, "containers": [_server(1)]}
     )
+    pinned = {"nodeSelector": {"kubernetes.io/hostname": "a100-0"}, "containers": [_server(1)]}
+    _deployment(objects, "notebook", "research", pinned)
     scheduler = Scheduler(nodes)
     rows = []
     for pod in objects["pods"]:
@@ -211,6 +213,23 @@ def cluster_snapshot(tmp_path: Path, peaks: dict[str, float]) -> Path:
     return path
 
 
+def test_a_hostname_pin_dropped_from_a_cluster_keeps_gpus_that_hold_the_pod(tmp_path, run_cli, kubectl):
+    """Without the pin the notebook could land on a 16 GB T4; its measured
+    peak (30,000 MiB + 20%) keeps it on the A100 and H100 products."""
+    snap = cluster_snapshot(tmp_path, {"notebook-5d8f7-x1": 30000.0})
+    out = tmp_path / "overlay"
+    proc = run_cli("fix", "--snapshot", str(snap), "--out", str(out), "--rules", "GPA-PL-001", "--verify")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    built = subprocess.run(["kubectl", "kustomize", str(out)], capture_output=True, text=True, check=True)
+    notebook = next(o for o in yaml.safe_load_all(built.stdout) if o["metadata"]["name"] == "notebook")
+    spec = notebook["spec"]["template"]["spec"]
+    assert "kubernetes.io/hostname" not in (spec.get("nodeSelector") or {})
+    required = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert required["nodeSelectorTerms"] == [
+        {"matchExpressions": [{"key": "nvidia.com/gpu.product", "operator": "In", "values": [A100, H100]}]}
+    ]
+
+
 def not_remediated(review: str, rule: str, name: str) -> str:
     table = review.partition("## Not remediated")[2]
     return next(row for row in table.splitlines() if row.startswith(f"| {rule} |") and name in row)
@@ -240,13 +259,20 @@ def test_a_pin_kept_off_its_nodes_by_a_taint_is_not_relaxed(tmp_path, run_cli, k
     assert "its measured peak of 30,000 MiB + 20% headroom" in review
 
 
-def test_a_workload_that_needs_the_largest_gpu_is_not_widened(tmp_path, run_cli, kubectl):
+def test_a_workload_that_needs_its_whole_gpu_is_widened_only_to_gpus_as_large(tmp_path, run_cli, kubectl):
+    """79,000 MiB + 20% is more than any GPU here; it ran on its 80 GB A100,
+    so the floor is that GPU's memory: the H100 (80 GB) qualifies, the T4s never."""
     snap = cluster_snapshot(tmp_path, {"ranker-5d8f7-x1": 79000.0})
     out = tmp_path / "overlay"
     proc = run_cli("fix", "--snapshot", str(snap), "--out", str(out), "--rules", "GPA-PL-101")
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    row = not_remediated((out / "REVIEW.md").read_text(), "GPA-PL-101", "ranker")
-    assert "no other GPU model among the cluster's nodes" in row
+    (patch,) = [p for p in (out / "patches").iterdir() if "ranker" in p.name]
+    required = yaml.safe_load(patch.read_text())["spec"]["template"]["spec"]["affinity"]["nodeAffinity"]
+    terms = required["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    assert terms == [
+        {"matchExpressions": [{"key": "nvidia.com/gpu.product", "operator": "In", "values": [A100, H100]}]}
+    ]
+    assert "capped at the pinned GPU's 80 GiB" in (out / "REVIEW.md").read_text()
 
 
 PARALLEL = """\

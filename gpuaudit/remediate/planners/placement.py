@@ -65,14 +65,47 @@ def drop_hostname_pin(ctx: Context) -> Proposal | Declined:
         "preferred": _preferred(HOSTNAME_LABEL, [node], ctx.params["weight"]) if keep else [],
     }
     variant = {"nodeName": "node-name", "nodeSelector": None, "affinity": "affinity"}[by]
+    existing = pointers.get(template.spec, "/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution")
     if by == "affinity":
-        params["required"] = _remaining_required(template.spec, lambda e: e.get("key") == HOSTNAME_LABEL)
+        existing = _remaining_required(template.spec, lambda e: e.get("key") == HOSTNAME_LABEL)
+    params["required"] = existing
+    params["required_floor"] = []
     basis = f"Pinned to {node} by {by}." + (
         f" A preferred affinity (weight {ctx.params['weight']}) keeps it on {node} when that node has room."
         if keep
         else ""
     )
+    floor = _pinned_node_floor(ctx, str(node))
+    if isinstance(floor, Declined):
+        return floor
+    if floor is not None:
+        expression, text = floor
+        params["required"] = _with_floor(existing, expression)
+        params["required_floor"] = [params["required"]]
+        basis += f" {text}"
     return Proposal(variant, params, basis, "static", f"{spec_ptr}#hostname")
+
+
+def _pinned_node_floor(ctx: Context, node: str) -> tuple[dict[str, Any], str] | Declined | None:
+    """From a cluster: the GPU products the pods may move to once the pin is
+    gone, those with the memory they need (the pinned node's GPU caps the
+    need: they ran there). None without the cluster's nodes or a known GPU
+    on the pinned node."""
+    labels = next((n for n in ctx.run.gpu_node_labels if n.get(HOSTNAME_LABEL) == node), None)
+    model = gpus.lookup(labels[PRODUCT_LABEL]) if labels and labels.get(PRODUCT_LABEL) else None
+    if labels is None or model is None:
+        return None
+    floor = _memory_floor(ctx, {"memory_gib": model.memory_gib})
+    if isinstance(floor, Declined):
+        return floor
+    floor_mib, source = floor
+    values = sorted({str(n[PRODUCT_LABEL]) for n in ctx.run.gpu_node_labels if PRODUCT_LABEL in n})
+    fitting = [v for v in values if (m := gpus.lookup(v)) is not None and m.memory_gib * 1024 >= floor_mib]
+    expression = {"key": PRODUCT_LABEL, "operator": "In", "values": fitting}
+    return expression, (
+        f"Its pods keep a required {PRODUCT_LABEL} In {fitting}: GPUs of at least {floor_mib:,.0f} MiB, from "
+        f"{source}, so without the pin it never lands on a smaller GPU ({node} has a {model.model})."
+    )
 
 
 MEMORY_LABEL = "nvidia.com/gpu.memory"  # GPU Feature Discovery: the GPU's memory, MiB
@@ -104,9 +137,13 @@ def _memory_floor(ctx: Context, product: Mapping[str, Any]) -> tuple[float, str]
     if isinstance(need_gib, (int, float)) and need_gib > 0:
         per_gpu = float(need_gib) / max(1.0, float(gpus or 1))
         needs.append((per_gpu * 1024, f"the size of its model {name} ({per_gpu:,.0f} GiB per GPU)"))
-    if needs:
-        return max(needs)
     memory = product.get("memory_gib")
+    if needs:
+        need, source = max(needs)
+        if memory and need > float(memory) * 1024 * NOMINAL_SLACK:
+            # It ran on the pinned GPU: that GPU's memory is enough, whatever the estimate says.
+            return float(memory) * 1024 * NOMINAL_SLACK, f"{source}, capped at the pinned GPU's {memory:g} GiB"
+        return need, source
     if not memory:
         return Declined(
             "neither its peak GPU memory nor its model's size is known, nor the memory of the pinned GPU: "
