@@ -309,6 +309,8 @@ _NOT_ON_THE_CHECK_PATH = (
     "kubernetes",
     "jinja2",
     "pynvml",
+    "prometheus_client",  # -o openmetrics only
+    "gpuaudit.webclient",  # --pushgateway, --webhook-url of audit and report only
 )
 _IMPORTED = f"""
 import atexit, sys

@@ -29,10 +29,11 @@ COMMANDS = {
     "report": "gpuaudit.cli.report:report",
     "rules": "gpuaudit.cli.rules:rules",
     "sample": "gpuaudit.cli.sample:sample",
+    "serve": "gpuaudit.cli.serve:serve",
     "snapshot": "gpuaudit.cli.snapshot:snapshot",
 }
 # Commands that run until stopped: they keep Python's cycle collector.
-LONG_RUNNING = frozenset({"sample"})
+LONG_RUNNING = frozenset({"sample", "serve"})
 CRASH_EXIT_CODE = 3
 DEBUG = "gpuaudit.debug"  # ctx.meta key: print the trace of a crash
 
@@ -43,6 +44,7 @@ OPTIONAL = {
     "jinja2": ("jinja2", "report"),
     "markupsafe": ("jinja2", "report"),
     "pynvml": ("nvidia-ml-py", "nvml"),
+    "prometheus_client": ("prometheus-client", "metrics"),
 }
 # `fix` renders its patches with Jinja2: its own extra names what it is for.
 EXTRA_FOR_COMMAND = {("jinja2", "fix"): "fix"}
