@@ -121,7 +121,10 @@ def test_an_nccl_test_is_read_from_the_launcher_that_holds_no_gpu() -> None:
           template:
             spec:
               containers:
-              - {name: worker, image: nccl-tests:1, command: [sleep, infinity], resources: {limits: {nvidia.com/gpu: 8}}}
+              - name: worker
+                image: nccl-tests:1
+                command: [sleep, infinity]
+                resources: {limits: {nvidia.com/gpu: 8}}
     """
     purpose, evidence = purpose_of(mpijob)
     assert purpose == "smoke-test"
@@ -208,8 +211,11 @@ def test_severity_by_purpose_lowers_or_silences_and_never_raises(tmp_path: Path)
 
 def test_severity_by_purpose_is_refused_where_no_subject_has_a_purpose(tmp_path: Path) -> None:
     path = tmp_path / "rule.yaml"
-    path.write_text(RULE.replace("target: pod", "target: config").replace(
-        "violation: {properties: {gpu: {properties: {requested: {const: true}}}}}", "violation: {}"))
+    path.write_text(
+        RULE.replace("target: pod", "target: config").replace(
+            "violation: {properties: {gpu: {properties: {requested: {const: true}}}}}", "violation: {}"
+        )
+    )
     with pytest.raises(RuleError, match="severity_by_purpose needs a subject with a purpose"):
         load_rule(path)
     path.write_text(RULE.replace("demo: silent", "demos: silent"))

@@ -17,13 +17,13 @@ from typing import Any
 from gpuaudit.facts import Subject
 from gpuaudit.facts import device_plugin as config_facts
 from gpuaudit.facts.capacity import physical_gpus
+from gpuaudit.facts.process import command_lines
 from gpuaudit.facts.scheduling import (
     parse_failed_scheduling,
     selects_node,
     taint_text,
     untolerated_taints,
 )
-from gpuaudit.facts.process import command_lines
 from gpuaudit.facts.workload import LONG_RUNNING_CLASSES, pod_facts, workload_purpose
 from gpuaudit.kube.labels import HOSTNAME_LABEL
 from gpuaudit.kube.shapes import as_list, as_map

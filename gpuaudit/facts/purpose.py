@@ -72,7 +72,9 @@ def tables() -> _Tables:
         names=_entries(data["names"]),
         base_images=re.compile(data["base_images"], re.IGNORECASE),
         placeholder_images=_Entry("placeholder", re.compile(holder["match"], re.IGNORECASE), str(holder["why"])),
-        server_images=_Entry("service", re.compile(data["server_images"]["match"], re.IGNORECASE), str(data["server_images"]["why"])),
+        server_images=_Entry(
+            "service", re.compile(data["server_images"]["match"], re.IGNORECASE), str(data["server_images"]["why"])
+        ),
         demo_contexts=frozenset(str(s).lower() for s in data["demo_contexts"]),
         training=re.compile(data["training"], re.IGNORECASE),
         training_kinds=frozenset(data["training_kinds"]),
@@ -128,7 +130,9 @@ def purpose_facts(
     if holders and all(_idle(c, activities.get(c.pointer) or {}, t) for c in holders):
         context = _demo_context(file if file is not None else w.document.file, t)
         if context:
-            return _decided("demo", "context", context, "its GPU containers do no GPU work, in a file written to show something")
+            return _decided(
+                "demo", "context", context, "its GPU containers do no GPU work, in a file written to show something"
+            )
         for entry in t.names:
             if entry.purpose in ("demo", "placeholder"):
                 found = next((v for v in labelled if entry.pattern.search(v)), None)
@@ -142,8 +146,15 @@ def purpose_facts(
             (activities.get(c.pointer) or {}).get("command_kind") == "idle" for c in holders
         )
         if ends:
-            text = next((a["command_text"] for c in holders if (a := activities.get(c.pointer) or {}).get("command_text")), "")
-            return _decided("smoke-test", "idle", text, "it holds GPUs for a command that ends without GPU work: a check that they are there")
+            text = next(
+                (a["command_text"] for c in holders if (a := activities.get(c.pointer) or {}).get("command_text")), ""
+            )
+            return _decided(
+                "smoke-test",
+                "idle",
+                text,
+                "it holds GPUs for a command that ends without GPU work: a check that they are there",
+            )
         for entry in t.names:
             if not entry.idle_only:
                 found = next((v for v in labelled if entry.pattern.search(v)), None)
@@ -161,7 +172,9 @@ def purpose_facts(
     # 5, 6: a model server; a training run.
     server = next((c for c in holders if (activities.get(c.pointer) or {}).get("command_kind") == "server"), None)
     if server is not None:
-        return _decided("service", "server", f"{server.name}: {server.image}", "it runs a model server, which serves until stopped")
+        return _decided(
+            "service", "server", f"{server.name}: {server.image}", "it runs a model server, which serves until stopped"
+        )
     for c in holders:
         if t.server_images.pattern.search(c.image):
             return _decided("service", "image", f"{c.name}: {c.image}", t.server_images.why)

@@ -18,8 +18,8 @@ from gpuaudit.facts.context import Context
 from gpuaudit.facts.gpu_names import unadvertised_shared, unknown_mig_profiles
 from gpuaudit.facts.gpu_pools import never_published, sharing_pool
 from gpuaudit.facts.lifecycle import lifecycle_facts
-from gpuaudit.facts.purpose import purpose_facts
 from gpuaudit.facts.process import CommandLine, command_lines, container_process_facts, pod_process_facts
+from gpuaudit.facts.purpose import purpose_facts
 from gpuaudit.facts.raw import pod_raw_facts, workload_raw_facts
 from gpuaudit.facts.scaling import scaling_facts
 from gpuaudit.facts.scheduling import required_terms
@@ -41,7 +41,7 @@ def subjects(workload: Workload, context: Context | None = None) -> Iterator[Sub
     lines_by_template = [command_lines(workload, t) for t in workload.templates]
     base = {**_identity(workload), **workload_purpose(workload, lines_by_template)}
     templates = []
-    for t, lines in zip(workload.templates, lines_by_template):
+    for t, lines in zip(workload.templates, lines_by_template, strict=True):
         templates.append((t, lines, pod_facts(workload, t, base, context, lines)))
     for _, _, pod in templates:  # a pod shape judged beside its siblings (a Ray head beside GPU workers)
         pod["other_gpu_roles"] = [o["role"] for _, _, o in templates if o is not pod and o["gpu"]["requested"]]
