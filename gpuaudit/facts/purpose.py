@@ -12,6 +12,7 @@ a workload of each purpose.
 
 from __future__ import annotations
 
+import posixpath
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from functools import cache
@@ -24,6 +25,7 @@ from gpuaudit.facts.activity import command_script
 from gpuaudit.model import Container, Workload
 
 _SEGMENTS = re.compile(r"/|\\|__")
+_SEGMENT = re.compile(r"[;&|\n]")  # shell segments of a script
 
 
 class _Entry(msgspec.Struct, frozen=True):
@@ -37,6 +39,9 @@ class _Entry(msgspec.Struct, frozen=True):
 class _Tables(msgspec.Struct, frozen=True):
     purposes: tuple[str, ...]
     programs: tuple[_Entry, ...]
+    check_programs: frozenset[str]
+    check_beside: frozenset[str]
+    check_why: str
     images: tuple[_Entry, ...]
     names: tuple[_Entry, ...]
     base_images: re.Pattern[str]
@@ -68,6 +73,9 @@ def tables() -> _Tables:
     return _Tables(
         purposes=tuple(data["purposes"]),
         programs=_entries(data["programs"]),
+        check_programs=frozenset(str(p).lower() for p in data["checks"]["programs"]),
+        check_beside=frozenset(str(p).lower() for p in data["checks"]["beside"]),
+        check_why=str(data["checks"]["why"]),
         images=_entries(data["images"]),
         names=_entries(data["names"]),
         base_images=re.compile(data["base_images"], re.IGNORECASE),
@@ -112,7 +120,10 @@ def purpose_facts(
         holders = [c for c in containers if c.gpus]
     scripts = {c.pointer: command_script(c) for c in containers}
 
-    # 1, 2: what a container runs, then its image.
+    # 1: what a container runs (a device check alone, then the table), 2: its image.
+    for c in holders:
+        if _only_checks(scripts[c.pointer], t):
+            return _decided("smoke-test", "program", f"{c.name}: {scripts[c.pointer]}", t.check_why)
     for table, text, signal in (
         (t.programs, lambda c: scripts[c.pointer], "program"),
         (t.images, lambda c: c.image, "image"),
@@ -190,6 +201,14 @@ def purpose_facts(
     if by_class is not None:
         return _decided(by_class, "kind", f"{w.kind} ({w.workload_class})", f"a {w.workload_class} kind")
     return _decided("unknown", "none", "", "nothing in the manifest says")
+
+
+def _only_checks(script: str, t: _Tables) -> bool:
+    """Every shell segment of ``script`` runs a device check or a program
+    beside it (echo, sleep), and one runs a check."""
+    programs = [posixpath.basename(words[0]).lower() for words in (s.split() for s in _SEGMENT.split(script)) if words]
+    allowed = t.check_programs | t.check_beside
+    return any(p in t.check_programs for p in programs) and all(p in allowed for p in programs)
 
 
 def _idle(c: Container, activity: Mapping[str, Any], t: _Tables) -> bool:
