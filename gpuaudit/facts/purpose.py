@@ -2,12 +2,12 @@
 test, stress test, placeholder, demo, or unknown; and which signal said so.
 
 The tables are data (gpuaudit/data/purposes.yaml, where the order of the
-signals is explained); this module only applies them, in that order, to what
-the model holds: each container's image and command line (and what
-facts/activity.py made of it), the workload's name and labels, its kind and
-class, and the file it was read from. Rules read the fact through their
-``severity_by_purpose`` (engine/rules.py): how much their advice matters for
-a workload of each purpose.
+signals and how entries match are explained); this module only applies them,
+in that order, to what the model holds: each container's image and command
+line (and what facts/activity.py made of it), the workload's name and
+labels, its kind and class, and the file it was read from. Rules read the
+fact through their ``severity_by_purpose`` (engine/rules.py): how much their
+advice matters for a workload of each purpose.
 """
 
 from __future__ import annotations
@@ -24,16 +24,38 @@ from gpuaudit.bundled import data_yaml
 from gpuaudit.facts.activity import command_script
 from gpuaudit.model import Container, Workload
 
-_SEGMENTS = re.compile(r"/|\\|__")
-_SEGMENT = re.compile(r"[;&|\n]")  # shell segments of a script
+_PATH_PARTS = re.compile(r"/|\\|__")  # folders, and `__` in files copied flat
+_SHELL_SEGMENTS = re.compile(r"[;&|\n]")
+_NOT_ALNUM = re.compile(r"[^a-z0-9]+")
 
 
 class _Entry(msgspec.Struct, frozen=True):
+    """One row of a table: a purpose and what says it (purposes.yaml)."""
+
     purpose: str
-    pattern: re.Pattern[str]
     why: str
+    any: tuple[str, ...] = ()
+    none: tuple[str, ...] = ()
+    shorter_than: int | None = None
+    words: tuple[str, ...] = ()
+    names: tuple[str, ...] = ()
     gpu_only: bool = False
     idle_only: bool = False
+
+    def finds(self, text: str) -> bool:
+        """``text`` (a command line or an image) holds one of ``any``, none
+        of ``none``, and is short enough; or, an image, is one of ``names``."""
+        low = text.lower()
+        if self.shorter_than is not None and len(low) >= self.shorter_than:
+            return False
+        if any(n in low for n in self.none):
+            return False
+        return any(a in low for a in self.any) or bool(self.names and _image_named(low, self.names))
+
+    def names_it(self, text: str) -> bool:
+        """A name or label value holds one of ``words`` as whole words."""
+        joined = f"-{_NOT_ALNUM.sub('-', text.lower()).strip('-')}-"
+        return any(f"-{w}-" in joined for w in self.words)
 
 
 class _Tables(msgspec.Struct, frozen=True):
@@ -43,33 +65,41 @@ class _Tables(msgspec.Struct, frozen=True):
     check_beside: frozenset[str]
     check_why: str
     images: tuple[_Entry, ...]
-    names: tuple[_Entry, ...]
-    base_images: re.Pattern[str]
+    base_names: frozenset[str]
+    base_tags_of: frozenset[str]
     placeholder_images: _Entry
-    server_images: _Entry
     demo_contexts: frozenset[str]
-    training: re.Pattern[str]
+    names: tuple[_Entry, ...]
+    server_images: _Entry
+    training: tuple[str, ...]
+    training_scripts: tuple[str, ...]
     training_kinds: frozenset[str]
     classes: Mapping[str, str]
 
 
-def _entries(raw: Iterable[Mapping[str, Any]]) -> tuple[_Entry, ...]:
-    return tuple(
-        _Entry(
-            str(e["purpose"]),
-            re.compile(e["match"], re.IGNORECASE),
-            str(e["why"]),
-            gpu_only=e.get("scope") == "gpu",
-            idle_only=bool(e.get("idle")),
-        )
-        for e in raw
+def _entry(e: Mapping[str, Any], purpose: str | None = None) -> _Entry:
+    lower = lambda key: tuple(str(v).lower() for v in e.get(key) or ())  # noqa: E731
+    return _Entry(
+        purpose=str(purpose or e["purpose"]),
+        why=str(e["why"]),
+        any=lower("any"),
+        none=lower("none"),
+        shorter_than=e.get("shorter_than"),
+        words=tuple(_NOT_ALNUM.sub("-", w).strip("-") for w in lower("words")),
+        names=lower("names"),
+        gpu_only=e.get("scope") == "gpu",
+        idle_only=bool(e.get("idle")),
     )
+
+
+def _entries(raw: Iterable[Mapping[str, Any]]) -> tuple[_Entry, ...]:
+    return tuple(_entry(e) for e in raw)
 
 
 @cache
 def tables() -> _Tables:
     data = data_yaml("purposes.yaml")
-    holder = data["placeholder_images"]
+    base = data["base_images"]
     return _Tables(
         purposes=tuple(data["purposes"]),
         programs=_entries(data["programs"]),
@@ -77,14 +107,14 @@ def tables() -> _Tables:
         check_beside=frozenset(str(p).lower() for p in data["checks"]["beside"]),
         check_why=str(data["checks"]["why"]),
         images=_entries(data["images"]),
-        names=_entries(data["names"]),
-        base_images=re.compile(data["base_images"], re.IGNORECASE),
-        placeholder_images=_Entry("placeholder", re.compile(holder["match"], re.IGNORECASE), str(holder["why"])),
-        server_images=_Entry(
-            "service", re.compile(data["server_images"]["match"], re.IGNORECASE), str(data["server_images"]["why"])
-        ),
+        base_names=frozenset(str(n).lower() for n in base["names"]),
+        base_tags_of=frozenset(str(n).lower() for n in base["base_tags_of"]),
+        placeholder_images=_entry(data["placeholder_images"], "placeholder"),
         demo_contexts=frozenset(str(s).lower() for s in data["demo_contexts"]),
-        training=re.compile(data["training"], re.IGNORECASE),
+        names=_entries(data["names"]),
+        server_images=_entry(data["server_images"], "service"),
+        training=tuple(str(a).lower() for a in data["training"]["any"]),
+        training_scripts=tuple(str(a).lower() for a in data["training"]["scripts"]),
         training_kinds=frozenset(data["training_kinds"]),
         classes=dict(data["classes"]),
     )
@@ -120,19 +150,16 @@ def purpose_facts(
         holders = [c for c in containers if c.gpus]
     scripts = {c.pointer: command_script(c) for c in containers}
 
-    # 1: what a container runs (a device check alone, then the table), 2: its image.
+    # 1: what a container runs (a device check alone, then the table); 2: its image.
     for c in holders:
         if _only_checks(scripts[c.pointer], t):
             return _decided("smoke-test", "program", f"{c.name}: {scripts[c.pointer]}", t.check_why)
-    for table, text, signal in (
-        (t.programs, lambda c: scripts[c.pointer], "program"),
-        (t.images, lambda c: c.image, "image"),
-    ):
+    for table, signal in ((t.programs, "program"), (t.images, "image")):
         for entry in table:
             for c in holders if entry.gpu_only else containers:
-                found = entry.pattern.search(text(c) or "")
-                if found:
-                    return _decided(entry.purpose, signal, f"{c.name}: {text(c)}", entry.why)
+                text = scripts[c.pointer] if signal == "program" else c.image
+                if text and entry.finds(text):
+                    return _decided(entry.purpose, signal, f"{c.name}: {text}", entry.why)
 
     name = name if name is not None else (w.name or str(_meta(w.document.obj).get("generateName") or ""))
     labelled = [name, *_label_values(w)]
@@ -141,57 +168,41 @@ def purpose_facts(
     if holders and all(_idle(c, activities.get(c.pointer) or {}, t) for c in holders):
         context = _demo_context(file if file is not None else w.document.file, t)
         if context:
-            return _decided(
-                "demo", "context", context, "its GPU containers do no GPU work, in a file written to show something"
-            )
-        for entry in t.names:
-            if entry.purpose in ("demo", "placeholder"):
-                found = next((v for v in labelled if entry.pattern.search(v)), None)
-                if found:
-                    return _decided(entry.purpose, "name", found, entry.why)
-        holder = t.placeholder_images
+            why = "its GPU containers do no GPU work, in a file written to show something"
+            return _decided("demo", "context", context, why)
+        found = _named(t.names, labelled, idle=True)
+        if found is not None:
+            return found
         for c in holders:
-            if holder.pattern.search(c.image):
-                return _decided("placeholder", "image", f"{c.name}: {c.image}", holder.why)
-        ends = not long_running and all(
-            (activities.get(c.pointer) or {}).get("command_kind") == "idle" for c in holders
-        )
-        if ends:
-            text = next(
+            if t.placeholder_images.finds(c.image):
+                return _decided("placeholder", "image", f"{c.name}: {c.image}", t.placeholder_images.why)
+        if not long_running and all((activities.get(c.pointer) or {}).get("command_kind") == "idle" for c in holders):
+            shown = next(
                 (a["command_text"] for c in holders if (a := activities.get(c.pointer) or {}).get("command_text")), ""
             )
-            return _decided(
-                "smoke-test",
-                "idle",
-                text,
-                "it holds GPUs for a command that ends without GPU work: a check that they are there",
-            )
-        for entry in t.names:
-            if not entry.idle_only:
-                found = next((v for v in labelled if entry.pattern.search(v)), None)
-                if found:
-                    return _decided(entry.purpose, "name", found, entry.why)
+            why = "it holds GPUs for a command that ends without GPU work: a check that they are there"
+            return _decided("smoke-test", "idle", shown, why)
+        found = _named(t.names, labelled, idle=False)
+        if found is not None:
+            return found
         return _decided("unknown", "idle", "", "its GPU containers do no GPU work, and nothing says why")
 
     # 4: what it is called.
-    for entry in t.names:
-        if not entry.idle_only:
-            found = next((v for v in labelled if entry.pattern.search(v)), None)
-            if found:
-                return _decided(entry.purpose, "name", found, entry.why)
+    found = _named(t.names, labelled, idle=False)
+    if found is not None:
+        return found
 
     # 5, 6: a model server; a training run.
-    server = next((c for c in holders if (activities.get(c.pointer) or {}).get("command_kind") == "server"), None)
-    if server is not None:
-        return _decided(
-            "service", "server", f"{server.name}: {server.image}", "it runs a model server, which serves until stopped"
-        )
     for c in holders:
-        if t.server_images.pattern.search(c.image):
+        if (activities.get(c.pointer) or {}).get("command_kind") == "server":
+            return _decided(
+                "service", "server", f"{c.name}: {c.image}", "it runs a model server, which serves until stopped"
+            )
+    for c in holders:
+        if t.server_images.finds(c.image):
             return _decided("service", "image", f"{c.name}: {c.image}", t.server_images.why)
     for c in holders:
-        found = t.training.search(scripts[c.pointer])
-        if found:
+        if _trains(scripts[c.pointer], t):
             return _decided("training", "program", f"{c.name}: {scripts[c.pointer]}", "its command trains a model")
 
     # 7: the kind.
@@ -203,26 +214,63 @@ def purpose_facts(
     return _decided("unknown", "none", "", "nothing in the manifest says")
 
 
+def _named(entries: Sequence[_Entry], labelled: Sequence[str], *, idle: bool) -> dict[str, Any] | None:
+    """The first entry (of those for idle workloads, or the others) that a
+    name or label value says."""
+    for entry in entries:
+        if entry.idle_only == idle:
+            found = next((v for v in labelled if entry.names_it(v)), None)
+            if found is not None:
+                return _decided(entry.purpose, "name", found, entry.why)
+    return None
+
+
 def _only_checks(script: str, t: _Tables) -> bool:
     """Every shell segment of ``script`` runs a device check or a program
     beside it (echo, sleep), and one runs a check."""
-    programs = [posixpath.basename(words[0]).lower() for words in (s.split() for s in _SEGMENT.split(script)) if words]
+    segments = (s.split() for s in _SHELL_SEGMENTS.split(script))
+    programs = [posixpath.basename(words[0]).lower() for words in segments if words]
     allowed = t.check_programs | t.check_beside
     return any(p in t.check_programs for p in programs) and all(p in allowed for p in programs)
+
+
+def _trains(script: str, t: _Tables) -> bool:
+    low = script.lower()
+    if any(a in low for a in t.training):
+        return True
+    return any(
+        word.endswith(".py") and any(s in posixpath.basename(word) for s in t.training_scripts) for word in low.split()
+    )
+
+
+def _image_name(image: str) -> tuple[str, str]:
+    """(name, tag) of an image reference: `busybox`, `1.36` of docker.io/library/busybox:1.36."""
+    ref = image.partition("@")[0]
+    last = ref.rsplit("/", 1)[-1]
+    name, _, tag = last.partition(":")
+    return name, tag
+
+
+def _image_named(image: str, names: Iterable[str]) -> bool:
+    name, _ = _image_name(image)
+    return any(name == n or name.endswith(f"-{n}") for n in names)
 
 
 def _idle(c: Container, activity: Mapping[str, Any], t: _Tables) -> bool:
     if activity.get("command_kind") in ("idle", "idle_forever"):
         return True
-    return not c.command and not c.args and bool(t.base_images.search(c.image))
+    if c.command or c.args:
+        return False
+    name, tag = _image_name(c.image.lower())
+    return name in t.base_names or (name in t.base_tags_of and "base" in tag)
 
 
 def _demo_context(file: str, t: _Tables) -> str | None:
     """The segment of the file's path (a folder, or the file name's stem)
     that says it was written to show something."""
-    for segment in _SEGMENTS.split(file or ""):
-        stem = segment.lower().rsplit(".", 1)[0] if "." in segment else segment.lower()
-        if stem in t.demo_contexts or segment.lower() in t.demo_contexts:
+    for segment in _PATH_PARTS.split(file or ""):
+        low = segment.lower()
+        if low in t.demo_contexts or low.rsplit(".", 1)[0] in t.demo_contexts:
             return segment
     return None
 
@@ -237,7 +285,7 @@ def _label_values(w: Workload) -> list[str]:
     sources: Sequence[Any] = [_meta(w.document.obj).get("labels"), *(t.labels for t in w.templates)]
     for labels in sources:
         if isinstance(labels, Mapping):
-            values += [str(v) for v in labels.values() if isinstance(v, str)]
+            values += [v for v in labels.values() if isinstance(v, str)]
     return values
 
 
