@@ -9,8 +9,8 @@ import msgspec
 
 
 def indented(value: Any, *, ensure_ascii: bool = True, allow_nan: bool = True) -> str:
-    """``json.dumps(value, indent=2, ...)``, byte for byte, in about a third
-    of the time (50,000 pods' audit: 0.11 s against 0.30 s).
+    """``json.dumps(value, indent=2, ...)``, byte for byte, in a fraction of
+    the time (bench/RESULTS.md, "Measurements behind design choices").
 
     json's C encoder makes only compact text: given an indent, json.dumps
     runs its pure-Python one. So the text is made compact, in C, and

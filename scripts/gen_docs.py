@@ -7,7 +7,8 @@
 - Marked regions in hand-written pages:
   ``<!-- generated: NAME -->`` ... ``<!-- end generated -->`` is replaced by
   the output of GENERATORS[NAME] (the config keys from config.schema.json,
-  the snapshot fields from snapshot.schema.json).
+  the snapshot fields from snapshot.schema.json, the Helm chart's values from
+  its values.schema.json and values.yaml).
 - Command output: ``<!-- run: COMMAND -->`` followed by a fenced block is
   replaced by ``$ COMMAND`` and what the command prints (stdout and stderr),
   run with bash in a scratch folder where ``examples/`` is this repository's,
@@ -39,6 +40,7 @@ ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
 POLICIES = ROOT / "policies"
 DATA = ROOT / "gpuaudit" / "data"
+CHART = ROOT / "deploy" / "helm" / "gpuaudit"
 CATEGORIES = ("allocation", "memory", "placement", "application", "sharing")
 CATEGORY_QUESTIONS = {
     "allocation": "Who owns which GPUs: whole GPUs held by small, idle, stuck or pending work.",
@@ -264,7 +266,54 @@ def telemetry_keys() -> str:
     return "\n".join(lines) + "\n"
 
 
+# Kubernetes' own types in the chart's schema: one row each, the default whole.
+_KUBERNETES_TYPES = ("resources", "affinity")
+
+
+def _default(value: Any) -> str:
+    if isinstance(value, str):
+        return f"`{value}`" if value else '`""`'
+    return f"`{_cell(json.dumps(value, separators=(', ', ': ')))}`"
+
+
+def _chart_type(schema: Mapping[str, Any], definitions: Mapping[str, Any]) -> str:
+    """A value's type; Kubernetes' own by their names (ResourceRequirements)."""
+    items = schema.get("items")
+    if isinstance(items, Mapping) and "$ref" in items:
+        return "list of " + definitions[items["$ref"].rsplit("/", 1)[1]]["title"]
+    return schema.get("title") or _type_of(schema).replace("``", '`""`')
+
+
+def _chart_rows(schema: Mapping[str, Any], values: Any, prefix: str, definitions: Mapping[str, Any]) -> Iterator[str]:
+    for name, sub in (schema.get("properties") or {}).items():
+        if prefix == "" and name == "global":  # Helm's, for subcharts
+            continue
+        key = f"{prefix}{name}"
+        description = sub.get("description", "")
+        if not description:
+            raise DocsError(f"{CHART.name}/values.schema.json: no description for {key}")
+        ref = sub["$ref"].rsplit("/", 1)[1] if "$ref" in sub else None
+        target = definitions[ref] if ref else sub
+        value = values.get(name) if isinstance(values, dict) else None
+        if target.get("additionalProperties") is False and ref not in _KUBERNETES_TYPES:
+            yield f"| `{key}` | object | | {_cell(description)} |"
+            yield from _chart_rows(target, value, key + ".", definitions)
+        else:
+            yield f"| `{key}` | {_chart_type(target, definitions)} | {_default(value)} | {_cell(description)} |"
+
+
+def chart_values() -> str:
+    """Every value of the Helm chart: its type and meaning from
+    values.schema.json, its default from values.yaml."""
+    schema = json.loads((CHART / "values.schema.json").read_text(encoding="utf-8"))
+    values = yaml.safe_load((CHART / "values.yaml").read_text(encoding="utf-8"))
+    lines = ["| value | type | default | meaning |", "|---|---|---|---|"]
+    lines += _chart_rows(schema, values, "", schema.get("definitions") or {})
+    return "\n".join(lines) + "\n"
+
+
 GENERATORS: dict[str, Callable[[], str]] = {
+    "chart-values": chart_values,
     "config-keys": lambda: schema_table("config.schema.json", every_key_described=True),
     "snapshot-fields": lambda: schema_table("snapshot.schema.json"),
     "telemetry-keys": telemetry_keys,

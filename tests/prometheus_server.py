@@ -190,7 +190,11 @@ class StubServer:
 
         self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
         self.server.daemon_threads = True
-        self.server.block_on_close = False
+        # server_close() waits for the handlers, which a delayed reply lets go
+        # at once (``_closing``): no request thread outlives its test, where it
+        # would keep a later audit from forking its shard workers.
+        self.server.block_on_close = True
+        self._closing = threading.Event()
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
@@ -199,6 +203,7 @@ class StubServer:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        self._closing.set()
         self.server.shutdown()
         self.server.server_close()
 
@@ -215,8 +220,8 @@ class StubServer:
         reply = self.handler(request)
         if reply is None:
             reply = self._forward(method, http_handler.path, request)
-        if reply.delay:
-            time.sleep(reply.delay)
+        if reply.delay and self._closing.wait(reply.delay):
+            return  # the test is over: no one waits for this reply
         try:
             http_handler.send_response(reply.status)
             http_handler.send_header("Content-Type", reply.content_type)

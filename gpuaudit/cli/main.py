@@ -103,11 +103,10 @@ class LazyGroup(click.Group):
     ) -> tuple[str | None, click.Command | None, list[str]]:
         # Every other command is one run that builds its objects, keeps most of
         # them to its end and makes no reference cycles worth collecting: the
-        # cycle collector would only walk them again and again (measured: 8% of
-        # a check of 1,000 files; 50,000 pods: parsing their JSON 3.9 s against
-        # 0.85 s, the review 18.5-21 s against 12.5 s, fix --snapshot 12.4 s
-        # against 9.8 s). Turned off before the command's module is imported,
-        # so start-up pays no collections either.
+        # cycle collector would only walk them again and again (what it cost:
+        # bench/RESULTS.md, "Measurements behind design choices"). Turned off
+        # before the command's module is imported, so start-up pays no
+        # collections either.
         if args and args[0] not in LONG_RUNNING:
             gc.disable()
         return super().resolve_command(ctx, args)

@@ -20,7 +20,7 @@ def _table() -> dict[tuple[str, str], Mapping[str, Any]]:
 def lifecycle_facts(w: Workload) -> dict[str, Any] | None:
     """None for kinds with no deadline or clean-up field to ask for."""
     entry = _table().get((w.group, w.kind))
-    if entry is None:
+    if entry is None or entry.get("not_judged"):
         return None
     obj = w.document.obj
     return {

@@ -140,6 +140,9 @@ class _Watchdog:
 
     def __exit__(self, *exc: object) -> None:
         self._timer.cancel()
+        # Wait for the timer's thread to end: a live thread would keep a later
+        # audit from forking its shard workers (pipelines/shards.py).
+        self._timer.join()
         with self._lock:
             self._done = True
             self._sockets.clear()

@@ -94,8 +94,8 @@ def _dump(snapshot: dict[str, Any], stream: BinaryIO) -> None:
     """Stream the snapshot out, its objects a batch at a time.
 
     The cluster's objects, nearly all of a snapshot's bytes, are encoded by
-    msgspec: a 50,000-pod snapshot in 0.5 s, where json's C encoder takes
-    2.8 s (and ``json.dump`` would use the pure-Python one). msgspec writes a
+    msgspec, several times faster than json's C encoder (bench/RESULTS.md;
+    ``json.dump`` would use the pure-Python one). msgspec writes a
     number JSON cannot carry (NaN, an infinity: only a hostile server sends
     one, and only the standard library's lenient reader reads it) as null,
     rather than failing the whole snapshot. The rest (header, errors,
@@ -287,7 +287,7 @@ _DECODER = msgspec.json.Decoder()
 
 def loads_json(raw: bytes | str | msgspec.Raw) -> Any:
     """JSON from a cluster (an API response, a snapshot): decoded by msgspec,
-    a 50,000-pod snapshot in 1.0 s against json.loads' 2.0 s. What msgspec
+    about twice as fast as json.loads (bench/RESULTS.md). What msgspec
     refuses goes to json.loads, which reads more than RFC 8259 (NaN and
     Infinity, lone surrogates, integers past 64 bits, UTF-16 and UTF-32) and
     says where text that is not JSON goes wrong (json.JSONDecodeError)."""

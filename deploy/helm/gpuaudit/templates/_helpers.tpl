@@ -1,8 +1,10 @@
 {{/*
 The chart renders deploy/'s own manifests (files/base and files/components are
 links to deploy/base and deploy/components), changing only what Kustomize
-changes: the namespace, the image, and each enabled component's patches. Any
-other difference from `kubectl kustomize` is a bug (tests/test_deploy.py).
+changes: the namespace, the image, and each enabled component's patches; then
+what the values change (templates/_values.tpl), whose defaults are deploy/'s
+own. With the defaults, any difference from `kubectl kustomize` but Helm's
+labels is a bug (tests/test_deploy.py).
 */}}
 
 {{/* The enabled components, in the order their patches apply. */}}
@@ -111,12 +113,8 @@ image.digest pins any other.
 {{- $audit := index $spec.containers 0 -}}
 {{- $_ := set $audit "volumeMounts" (append $audit.volumeMounts (dict "name" "samples" "mountPath" "/samples" "readOnly" true)) -}}
 {{- end -}}
-{{- if and (eq $obj.kind "CronJob") (has "report-server" $on) -}}
-{{- $match := dict "app.kubernetes.io/name" "gpuaudit" "app.kubernetes.io/component" "report-server" -}}
-{{- $term := dict "topologyKey" "kubernetes.io/hostname" "labelSelector" (dict "matchLabels" $match) -}}
-{{- $_ := set $spec "affinity" (dict "podAffinity" (dict "requiredDuringSchedulingIgnoredDuringExecution" (list $term))) -}}
 {{- end -}}
-{{- end }}
+{{- include "gpuaudit.applyValues" (dict "root" $root "obj" $obj) }}
 ---
 {{ toYaml $obj }}
 {{- end -}}
