@@ -343,10 +343,14 @@ def verify_overlay(out_dir: Path, plan: Plan, inputs: Inputs, config: Config, ru
         text, built = built_objects(out_dir, plan)
     except kustomize.KustomizeError as exc:
         return OverlayCheck(problem=str(exc))
-    before = inputs.findings
-    if inputs.live:  # judge the base as manifests too, so both sides ran the same rules
-        base = "---\n".join(overlay.dump(o) for o in inputs.originals.values())
-        before = check_manifests(["-"], config, rules, stdin_text=base).findings
+    # The base is also judged as the build is, from text with no file of its
+    # own: a live base has none, and a file's folder can decide what a
+    # workload is for (facts/purpose.py: a pod that idles in examples/ is a
+    # demo), which the built objects, read from kustomize's output, no longer
+    # say. A finding either way was there before the overlay.
+    base = "---\n".join(overlay.dump(o) for o in inputs.originals.values())
+    as_text = check_manifests(["-"], config, rules, stdin_text=base).findings
+    before = as_text if inputs.live else [*inputs.findings, *as_text]
     world = [d.obj for d in inputs.documents]
     result = verify.verify(
         built,
