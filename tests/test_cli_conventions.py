@@ -372,8 +372,10 @@ def test_the_base_install_is_light_and_all_holds_every_extra():
     base = {re.split(r"[<>=\[ ;]", d)[0].lower() for d in project["dependencies"]}
     assert base == {"pyyaml", "jsonschema", "fastjsonschema", "click", "msgspec"}
     extras = project["optional-dependencies"]
-    named = {re.split(r"[<>=\[ ;]", d)[0].lower() for key in ("cluster", "nvml", "report") for d in extras[key]}
-    assert named == {"kubernetes", "nvidia-ml-py", "jinja2"}
+    named = {
+        re.split(r"[<>=\[ ;]", d)[0].lower() for key in ("cluster", "nvml", "report", "metrics") for d in extras[key]
+    }
+    assert named == {"kubernetes", "nvidia-ml-py", "jinja2", "prometheus-client"}
     assert {re.split(r"[<>=\[ ;]", d)[0].lower() for d in extras["all"]} >= named
     assert "gpuaudit[all]" in extras["test"]
     assert "'.[all" in (ROOT / "scripts" / "test.sh").read_text()
@@ -435,7 +437,7 @@ def test_no_file_points_at_the_unrelated_github_project():
 def test_docs_show_dash_o_as_a_format_only():
     pages = [*(ROOT / "docs").rglob("*.md"), ROOT / "README.md", ROOT / "deploy" / "README.md"]
     pages += [*(ROOT / "docs" / "ci").glob("*.y*ml"), *(ROOT / "deploy").rglob("*.sh")]
-    formats = "text|json|sarif|junit|github|gitlab|policyreport"
+    formats = "text|json|sarif|junit|github|gitlab|policyreport|openmetrics"
     for page in pages:
         for line in page.read_text().splitlines():
             for match in re.finditer(r"gpuaudit (?:check|audit)\b[^|;&]*?\s(?:-o|--output)[ =](\S+)", line):

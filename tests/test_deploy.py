@@ -131,7 +131,13 @@ def run_script(name: str, *args: str, env: dict[str, str], timeout: float = 180)
         capture_output=True,
         text=True,
         timeout=timeout,
-        env={"PATH": tool_path(), "HOME": str(env.get("DATA_DIR", "/tmp")), **env},
+        # PYTHONPATH: a worktree's gpuaudit first, where the venv's is another checkout's
+        env={
+            "PATH": tool_path(),
+            "HOME": str(env.get("DATA_DIR", "/tmp")),
+            **{k: os.environ[k] for k in ("PYTHONPATH",) if k in os.environ},
+            **env,
+        },
     )
 
 
@@ -397,6 +403,32 @@ def test_audit_script_records_the_run_and_succeeds_with_findings(small_cluster, 
     assert len(json.loads(replay.stdout)["findings"]) == len(report["findings"])
 
 
+def test_audit_script_writes_the_metrics_the_server_serves_and_notifies(small_cluster, kubeconfig, tmp_path, capture):
+    """reports/metrics.txt for /metrics; the webhook and the Pushgateway from
+    the env vars the chart sets, empty ones off; a failed notification fails
+    the Job (exit 2) with every file written."""
+    from tests.test_openmetrics import promtool_check
+
+    hook = capture()
+    data = tmp_path / "data"
+    env = base_env(
+        data, GPUAUDIT_WEBHOOK_URL=f"{hook.url}/services/secret", GPUAUDIT_WEBHOOK_FORMAT="json",
+        GPUAUDIT_REPORT_URL="", GPUAUDIT_PUSHGATEWAY_URL="",
+    )  # fmt: skip
+    proc = run_script("audit.sh", "--kubeconfig", str(kubeconfig), env=env)
+    assert proc.returncode == 0, proc.stderr
+    promtool_check((data / "reports" / "metrics.txt").read_text())
+    [request] = hook.requests
+    assert json.loads(request["body"])["command"] == "audit"
+
+    refused = capture(lambda handler: handler.send_error(503))
+    env["GPUAUDIT_WEBHOOK_URL"] = f"{refused.url}/services/secret"
+    proc = run_script("audit.sh", "--kubeconfig", str(kubeconfig), env=env)
+    assert proc.returncode != 0
+    assert "notification not sent: webhook" in proc.stderr and "secret" not in proc.stderr
+    assert len(list((data / "audits").glob("*.json"))) == 2  # this run's audit is written all the same
+
+
 def test_audit_script_fails_the_job_when_the_audit_cannot_run(tmp_path):
     bad = tmp_path / "gpuaudit.yaml"
     bad.write_text("fail_on: sometimes\n")
@@ -442,7 +474,7 @@ def test_report_script_reports_the_month_that_ended(small_cluster, kubeconfig, t
     assert proc.returncode == 0, proc.stderr
     period = f"{last_day:%Y-%m}"
     out = data / "reports" / period
-    assert sorted(p.name for p in out.iterdir()) == ["report.html", "report.json", "report.md"]
+    assert sorted(p.name for p in out.iterdir()) == ["metrics.txt", "report.html", "report.json", "report.md"]
     report = json.loads((out / "report.json").read_text())
     assert report["period"]["name"] == period
     assert report["collected_at"] == snapshot["collected_at"]
@@ -714,10 +746,11 @@ def test_report_server_serves_the_reports_read_only(built):
     (volume,) = spec["volumes"]
     assert volume["persistentVolumeClaim"] == {"claimName": "gpuaudit-data", "readOnly": True}
     assert [(m["name"], m["readOnly"]) for m in container["volumeMounts"]] == [("data", True)]
-    # it serves reports/ only, never the snapshots (the cluster's objects)
+    # it serves reports/ only, never the snapshots (the cluster's objects),
+    # and the last audit's metrics at /metrics (tests/test_serve.py)
     command = container["command"]
-    assert command[:3] == ["python", "-m", "http.server"]
-    assert command[command.index("--directory") + 1] == "/data/reports"
+    assert command[:3] == ["gpuaudit", "serve", "/data/reports"]
+    assert [p["name"] for p in container["ports"]] == ["http"]  # the ServiceMonitor's port
     service = one(docs, "Service", "gpuaudit-report-server")
     assert service["spec"]["type"] == "ClusterIP"
     assert service["spec"]["selector"] == server["spec"]["selector"]["matchLabels"]
@@ -741,8 +774,8 @@ def test_report_server_command_serves_a_reports_folder(tmp_path):
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     command[command.index("8080")] = str(port)
-    command[command.index("--directory") + 1] = str(tmp_path / "reports")
-    command[0] = sys.executable
+    command[command.index("/data/reports")] = str(tmp_path / "reports")
+    command[0] = str(Path(sys.executable).with_name("gpuaudit"))
     proc = subprocess.Popen([*command, "--bind", "127.0.0.1"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 20
@@ -756,6 +789,8 @@ def test_report_server_command_serves_a_reports_folder(tmp_path):
         assert page == b"<h1>review</h1>"
         with pytest.raises(urllib.error.HTTPError):
             urllib.request.urlopen(f"http://127.0.0.1:{port}/../snapshots/x.json.gz", timeout=2)
+        with pytest.raises(urllib.error.HTTPError):  # no metrics before the first audit
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2)
     finally:
         proc.terminate()
         proc.wait(timeout=10)

@@ -31,6 +31,7 @@ HELPERS = {
     "capacity",  # physical GPU equivalents, reported by cluster.py as gpus_allocated
     "cmdline",  # command-line words, read by parallelism, model_size and process
     "context",  # the site and the rest of the input, handed to the modules that need them
+    "env_sources",  # env from the input's ConfigMaps, completing containers before facts read them
     "scheduling",  # the scheduler's answers, turned into facts by placement and cluster
 }
 

@@ -30,6 +30,7 @@ spec:
       containers:
       - name: reranker
         image: reranker:1
+        args: [--model=BAAI/bge-reranker-base]
         resources:
           requests: {cpu: "4", memory: 24Gi}
           limits: {memory: 24Gi, nvidia.com/gpu: "1"}

@@ -127,6 +127,53 @@ def test_no_kustomize_reads_the_directory_as_plain_files(run_cli, tools_path, tm
     assert (pin["resource"]["namespace"], pin["resource"]["name"]) == ("", "p")
 
 
+
+SERVER = """\
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: chat}
+spec:
+  selector: {matchLabels: {app: chat}}
+  template:
+    metadata: {labels: {app: chat}}
+    spec:
+      nodeSelector: {nvidia.com/gpu.product: NVIDIA-H100-80GB-HBM3}
+      containers:
+      - name: vllm
+        image: vllm/vllm-openai:v0.8.5
+        command: [sh, -c, "vllm serve $MODEL --port 8000"]
+        envFrom:
+        - configMapRef: {name: runtime}
+        resources:
+          requests: {cpu: "8", memory: 32Gi}
+          limits: {nvidia.com/gpu: 1}
+"""
+
+
+@pytest.mark.parametrize(
+    ("model", "advised"), [("Qwen/Qwen2.5-1.5B-Instruct", True), ("Qwen/Qwen2.5-32B-Instruct", False)]
+)
+def test_a_model_named_in_a_config_map_generator_env_file_is_read(run_cli, tools_path, tmp_path, model, advised):
+    """kustomize renders `configMapGenerator: envs: [runtime.env]` to a
+    ConfigMap with a hashed name and points envFrom at it: the model is read
+    from there, and sharing is advised only for the small one."""
+    app = tmp_path / "app"
+    app.mkdir()
+    (app / "kustomization.yaml").write_text(
+        "resources: [deployment.yaml]\nnamespace: llm\nconfigMapGenerator:\n- name: runtime\n  envs: [runtime.env]\n"
+    )
+    (app / "runtime.env").write_text(f"MODEL={model}\nMAX_MODEL_LEN=8192\n")
+    (app / "deployment.yaml").write_text(SERVER)
+    rendered = report(run_cli("check", "app", "--format", "json", env={"PATH": tools_path}))
+    sharing = [f for f in rendered["findings"] if f["rule"] == "GPA-AL-001"]
+    assert bool(sharing) is advised, rendered["findings"]
+    if advised:
+        assert sharing[0]["evidence"]["model.name"] == model
+    facts = json.loads(run_cli("facts", "app", "--target", "pod", env={"PATH": tools_path}).stdout)
+    (pod,) = [d["facts"] for d in facts if d["facts"]["name"] == "chat"]
+    assert pod["model"]["name"] == model
+    assert pod["model_scale"]["scale"] == ("small" if advised else "large")
+
 CHART = {
     "Chart.yaml": "apiVersion: v2\nname: llm\nversion: 0.1.0\n",
     "values.yaml": "gpus: 1\nnode: ''\n",

@@ -47,6 +47,7 @@ def pod(
             {
                 "name": "main",
                 "image": "registry.example/serve:1",
+                "args": ["--model=Qwen/Qwen2.5-0.5B-Instruct"],
                 "resources": {
                     "requests": {"cpu": "4", "memory": "16Gi", "nvidia.com/gpu": str(gpus)},
                     "limits": {"memory": "16Gi", "nvidia.com/gpu": str(gpus)},

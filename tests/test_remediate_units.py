@@ -294,6 +294,7 @@ spec:
       nodeSelector: {nvidia.com/gpu.product: NVIDIA-A100-SXM4-80GB}
       containers:
       - name: server
+        args: [--model=Qwen/Qwen2.5-0.5B-Instruct]
         resources:
           requests: {cpu: "4"}
           limits: {nvidia.com/gpu: 1}

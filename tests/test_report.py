@@ -626,7 +626,7 @@ def test_cluster_text_is_escaped_never_executed(run_cli, tmp_path: Path) -> None
     assert "&lt;script&gt;document.title='pwned'&lt;/script&gt;" in md
     assert "team\\|x" in md and "\\`tick\\`" in md
     # a pipe in cluster text does not add a column to a Markdown table
-    row = next(line for line in md.splitlines() if "team\\|x" in line and line.startswith("|"))
+    row = next(line for line in md.splitlines() if line.startswith("| &lt;/td&gt;&lt;b&gt;team\\|x"))  # team table
     header = next(line for line in md.splitlines() if line.startswith("| Team |"))
     assert len(re.findall(r"(?<!\\)\|", row)) == len(re.findall(r"(?<!\\)\|", header))
     assert json.loads((out / "report.json").read_text())["scheduler"]["pods"] == 8

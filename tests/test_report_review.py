@@ -19,12 +19,11 @@ from msgspec.structs import replace
 
 from gpuaudit.model import Finding
 from gpuaudit.model.findings import Location, Resource
-from gpuaudit.report import gate, summary
-from gpuaudit.report.build import actions
+from gpuaudit.report import actions, gate, summary
 from gpuaudit.report.history import RunSummary
 from gpuaudit.report.history import runs as history_runs
 from gpuaudit.report.holders import IDLE, RESIDENT_IDLE, GpuNode, Holder, Inventory, Thresholds, Waiting
-from gpuaudit.report.period import integrate, month, trend
+from gpuaudit.report.period import forecast, integrate, month, trend
 from gpuaudit.report.prices import Prices
 from gpuaudit.report.whatif import WhatIfSettings, simulate
 
@@ -82,8 +81,16 @@ def _node(
     return GpuNode(name, model, model, gpus, allocated, cordoned, True, 80 * GIB, room)
 
 
-def _waiting(pod: str, gpus: float, cause: str, *, model: str | None = None, eligible: int | None = 1) -> Waiting:
-    return Waiting("ml", pod, "Job", pod, "ml", gpus, cause, None, model, eligible)
+def _waiting(
+    pod: str,
+    gpus: float,
+    cause: str,
+    *,
+    model: str | None = None,
+    eligible: int | None = 1,
+    nodes: tuple[str, ...] = (),
+) -> Waiting:
+    return Waiting("ml", pod, "Job", pod, "ml", gpus, cause, None, model, eligible, nodes)
 
 
 def _share(name: str, need_gib: float | None, *, profile: str | None = None) -> dict[str, Any]:
@@ -242,12 +249,14 @@ def test_one_template_is_sized_for_its_largest_pod() -> None:
 # --- 2. the decision gate: data, not names; demand per GPU model ---------------------------
 
 
-def _flow(signals: dict[str, Any], measured: list[str]) -> list[dict[str, str]]:
+def _flow(
+    signals: dict[str, Any], measured: dict[str, float], gpus_allocated: float = 8, **options: Any
+) -> list[dict[str, str]]:
     rules = [SimpleNamespace(category=c) for c in ("allocation", "memory", "placement")]
     return gate.steps(
         rules_run=rules,
         errors=[],
-        gpus={"allocated": 8},
+        gpus={"allocated": gpus_allocated},
         coverage={"present": True, "ratio": 1.0},
         pending={"pods": 0, "by_cause": []},
         signals=signals,
@@ -255,29 +264,80 @@ def _flow(signals: dict[str, Any], measured: list[str]) -> list[dict[str, str]]:
         extra_metrics=[],
         sharing={"nodes": 1, "pods": 0},
         workloads=2,
+        **options,
     )
+
+
+def _with(h: Holder, **values: Any) -> Holder:
+    return replace(h, telemetry={**(h.telemetry or {}), **values})
 
 
 def test_a_signal_named_with_no_values_leaves_the_gate_unchanged() -> None:
     named = {"compute": "DCGM_FI_PROF_GR_ENGINE_ACTIVE", "tensor": "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE"}
-    rows = [{"compute_mean": 0.2, "tensor_active_mean": None}, None, {"tensor_active_mean": None}]
-    measured = gate.signals_with_data(rows)
-    assert measured == []
-    without = {s["step"]: s for s in _flow({"compute": named["compute"]}, [])}
+    holders = [_with(_holder("a", 0), tensor_active_mean=None), _holder("b", 0, telemetry=False)]
+    measured = gate.signal_coverage(holders)
+    assert not any(measured.values())
+    without = {s["step"]: s for s in _flow({"compute": named["compute"]}, {})}
     with_name = {s["step"]: s for s in _flow(named, measured)}
     assert with_name["application"]["status"] == without["application"]["status"] == "not_done"
     assert "without a single value: tensor" in with_name["application"]["evidence"]
-    # one real value is data
-    assert gate.signals_with_data([{"tensor_active_mean": 0.3}]) == ["tensor"]
-    assert {s["step"]: s["status"] for s in _flow(named, ["tensor"])}["application"] == "done"
+    # a real value on every allocated GPU is data
+    covered = gate.signal_coverage([_with(_holder(f"t{i}", 0), tensor_active_mean=0.3) for i in range(8)])
+    assert covered["tensor"] == 8
+    assert {s["step"]: s["status"] for s in _flow(named, covered)}["application"] == "done"
+
+
+def test_a_signal_on_one_gpu_in_a_hundred_is_not_the_step_done() -> None:
+    """1 of 103 allocated GPUs with a PCIe series: 1% coverage, not an
+    application measured; the step is done only at the configured share."""
+    holders = [_holder(f"p{i}", 0) for i in range(103)]
+    holders[0] = _with(holders[0], pcie_mean_bps=2.0e9)
+    measured = gate.signal_coverage(holders)
+    assert measured["pcie"] == 1
+    signals = {"compute": "X", "pcie": "DCGM_FI_PROF_PCIE_TX_BYTES"}
+    step = {s["step"]: s for s in _flow(signals, measured, gpus_allocated=103)}["application"]
+    assert step["status"] == "partial"
+    assert f"pcie covers {1 / 103:.0%} of allocated GPUs" in step["evidence"]
+    assert "less than the 50% needed" in step["evidence"]
+    # the share is a parameter: at 1% the same data counts
+    low = {s["step"]: s for s in _flow(signals, measured, gpus_allocated=103, min_signal_coverage=0.009)}
+    assert low["application"]["status"] == "done"
+    # half the GPUs reporting is the default's threshold
+    for h in range(1, 52):
+        holders[h] = _with(holders[h], pcie_mean_bps=1.0e9)
+    half = gate.signal_coverage(holders)
+    assert half["pcie"] == 52 and 52 / 103 >= 0.5
+    assert {s["step"]: s for s in _flow(signals, half, gpus_allocated=103)}["application"]["status"] == "done"
+
+
+def test_telemetry_older_than_the_snapshot_leaves_residency_partial() -> None:
+    fresh = {s["step"]: s for s in _flow({"compute": "X"}, {}, telemetry_lag_hours=2.0)}["residency"]
+    assert fresh["status"] == "done"
+    stale = {s["step"]: s for s in _flow({"compute": "X"}, {}, telemetry_lag_hours=72 * 24.0)}["residency"]
+    assert stale["status"] == "partial" and "72 days before the snapshot" in stale["evidence"]
+    # coverage below the configured share is partial too, and says the share
+    low = gate.steps(
+        rules_run=[SimpleNamespace(category=c) for c in ("allocation", "memory", "placement")],
+        errors=[],
+        gpus={"allocated": 8},
+        coverage={"present": True, "ratio": 0.6},
+        pending={"pods": 0, "by_cause": []},
+        signals={},
+        signals_measured={},
+        extra_metrics=[],
+        sharing={},
+        workloads=1,
+        min_coverage=0.7,
+    )[1]
+    assert low["status"] == "partial" and "60%" in low["evidence"] and "70% needed" in low["evidence"]
 
 
 def test_hardware_demand_leaves_out_quota_and_selectors_and_compares_per_model() -> None:
     waiting = (
         _waiting("sweep", 2, "quota", model="H100-80GB"),  # Kueue quota: not hardware
         _waiting("pinned", 1, "placement", eligible=0),  # selectors no node satisfies
-        _waiting("train-h100", 4, "allocation", model="H100-80GB", eligible=3),
-        _waiting("train-a100", 8, "allocation", model="A100-80GB", eligible=2),
+        _waiting("train-h100", 4, "allocation", model="H100-80GB", eligible=1, nodes=("h100-0",)),
+        _waiting("train-a100", 8, "allocation", model="A100-80GB", eligible=2, nodes=("a100-0", "a100-1")),
         _waiting("too-big", 16, "allocation", model="A100-80GB", eligible=0),  # no node shape has 16
     )
     nodes = (_node("a100-0", 7), _node("a100-1", 7), _node("h100-0", 8, model="H100-80GB"))
@@ -289,14 +349,16 @@ def test_hardware_demand_leaves_out_quota_and_selectors_and_compares_per_model()
     # the overlay frees 6 A100s; 2 A100s are free now: A100 demand is met, H100 is not
     freed = {"known": True, "by_model": [{"model": "A100-80GB", "freed": 6}]}
     flow = [{"title": "x", "status": "done"}]
-    decision = gate.verdict(flow, demand, freed, {"A100-80GB": 2.0, "H100-80GB": 0.0})
+    pods = [{"model": w.model, "gpus": w.gpus, "nodes": w.nodes} for w in waiting if w.hardware_demand]
+    free_nodes = {n.name: (n.model, n.gpus - n.allocated) for n in nodes}
+    decision = gate.verdict(flow, demand, freed, pods, free_nodes)
     rows = {r["model"]: r for r in decision["per_model"]}
-    assert rows["A100-80GB"] == {"model": "A100-80GB", "demand": 8, "free_now": 2, "freed": 6, "gap": 0}
-    assert rows["H100-80GB"] == {"model": "H100-80GB", "demand": 4, "free_now": 0, "freed": 0, "gap": 4}
+    assert rows["A100-80GB"] == {"model": "A100-80GB", "pods": 1, "demand": 8, "free_now": 2, "freed": 6, "gap": 0}
+    assert rows["H100-80GB"] == {"model": "H100-80GB", "pods": 1, "demand": 4, "free_now": 0, "freed": 0, "gap": 4}
     assert decision["decision"] == "purchase_case" and decision["gap"] == 4
     assert "4 H100-80GB" in decision["reason"]
     # unknown overlay: the gap is unknown and the gate holds
-    unknown = gate.verdict(flow, demand, {"known": False}, {})
+    unknown = gate.verdict(flow, demand, {"known": False}, pods, free_nodes)
     assert unknown["gap"] is None and unknown["decision"] == "hold"
 
 
@@ -397,6 +459,53 @@ def test_several_runs_are_integrated_and_their_sampling_said() -> None:
     assert isinstance(hours["allocated"], int)
 
 
+def test_the_forecast_is_a_line_through_at_least_three_months() -> None:
+    moments = [datetime(2026, m, 15, tzinfo=timezone.utc) for m in (8, 9, 10, 11)]
+    allocated = [100, 120, 140, 160]  # 20 more a month: December is 180
+    runs = [_run(t, 400, a) for t, a in zip(moments, allocated, strict=True)]
+    monthly = trend(runs, moments[-1])
+    ahead = forecast(monthly)
+    assert ahead["period"] == "2026-12" and ahead["months"] == 4
+    assert ahead["allocated"] == 180 and ahead["active"] == 180 and ahead["idle_total"] == 0
+    two = forecast(trend(runs[:2], moments[1]))
+    assert two["allocated"] is None and "2 month(s)" in two["basis"]
+    falling = forecast(trend([_run(t, 400, a) for t, a in zip(moments, [30, 20, 10, 5], strict=True)], moments[-1]))
+    assert falling["allocated"] == 0  # never below zero
+
+
+def test_showback_efficiency_and_the_unallocated_cost_shared_out() -> None:
+    nodes = (_node("a100-0", 6), _node("a100-1", 2))  # 8 + 8 GPUs, 8 held: 8 free
+    holders = (
+        *(_holder("a", i, team="vision", state="active") for i in range(4)),
+        *(_holder("b", i, team="vision") for i in range(2)),
+        *(_holder("c", i, team="ml", telemetry=False, state="no_data") for i in range(2)),
+    )
+    inventory = Inventory(nodes, holders, (), None, None)
+    rows = {r["team"]: r for r in summary.showback(inventory, Prices(default=2.0), share_unallocated=True)}
+    free_cost = 8 * 2.0 * 730
+    assert rows["vision"]["unallocated_share_per_month"] == round(free_cost * 6 / 8)
+    assert rows["ml"]["unallocated_share_per_month"] == round(free_cost * 2 / 8)
+    assert rows["vision"]["efficiency"] == round(4 / 6, 3) and rows["ml"]["efficiency"] is None
+    plain = {r["team"]: r for r in summary.showback(inventory, Prices(default=2.0))}
+    assert plain["vision"]["unallocated_share_per_month"] is None  # an option, off by default
+
+
+def test_a_resident_model_moves_to_a_cheaper_gpu_that_holds_it() -> None:
+    nodes = (_node("a100-0", 2), _node("l4-0", 0, model="L4-24GB", gpus=1))
+    nodes = (nodes[0], replace(nodes[1], memory_mib=24 * GIB))
+    holders = tuple(_holder("small", i, state="active", peak_gib=12, p95=0.6) for i in range(2))
+    prices = Prices(default=2.5, per_model={"L4-24GB": 0.8})
+    planned = actions.plan(Inventory(nodes, holders, (), None, None), {}, prices)
+    assert planned["count"] == 0  # nothing idle: no action, however cheap the move
+    idle = tuple(replace(h, state=IDLE) for h in holders)
+    planned = actions.plan(Inventory(nodes, idle, (), None, None), {}, prices)
+    move = next(a for a in planned["all"] if a["workload"]["name"] == "small")
+    assert "smaller_gpu" in [move["kind"], *move["alternatives"]]
+    big = tuple(replace(h, telemetry={**(h.telemetry or {}), "fb_used_max_mib": 21 * GIB}) for h in idle)
+    planned = actions.plan(Inventory(nodes, big, (), None, None), {}, prices)
+    assert "smaller_gpu" not in [planned["all"][0]["kind"], *planned["all"][0]["alternatives"]]  # 21 GiB x 1.2 > 24
+
+
 def test_free_gpus_on_cordoned_nodes_are_not_free() -> None:
     nodes = (_node("a", 6), _node("b", 3, cordoned=True))
     gpus = summary.gpu_counts(Inventory(nodes, (), (), None, None))
@@ -435,63 +544,52 @@ def test_largest_free_block_against_waiting_request_sizes() -> None:
 # --- 7. actions and showback -------------------------------------------------------------
 
 
-def test_actions_rank_by_money_and_showback_prices_each_team() -> None:
+def test_a_patch_is_an_action_priced_per_model_and_showback_prices_each_team() -> None:
+    """Where the fix overlay frees GPUs of a workload the action is its
+    patch, at the price of its GPU model; showback prices each team."""
+    holders = (
+        *(_holder("cheap", i, model="L4-24GB") for i in range(3)),
+        _holder("dear", 0, model="H100-80GB", team="vision"),
+    )
     reached = {
         "by_workload": [
-            {
-                "namespace": "ml",
-                "kind": "Deployment",
-                "name": "cheap",
-                "team": "ml",
-                "model": "L4-24GB",
-                "freed": 3,
-                "counted": True,
-                "rules": ["GPA-AL-001"],
-                "remediation": "move-to-shared-gpu",
-                "resource": "nvidia.com/gpu.shared",
-                "mig_profile": None,
-            },
-            {
-                "namespace": "cv",
-                "kind": "Deployment",
-                "name": "dear",
-                "team": "vision",
-                "model": "H100-80GB",
-                "freed": 1,
-                "counted": True,
-                "rules": ["GPA-AL-001"],
-                "remediation": "move-to-shared-gpu",
-                "resource": "nvidia.com/mig-1g.10gb",
-                "mig_profile": "1g.10gb",
-            },
-            {
-                "namespace": "ml",
-                "kind": "Deployment",
-                "name": "none",
-                "team": "ml",
-                "model": "L4-24GB",
-                "freed": 0,
-                "counted": True,
-                "rules": [],
-                "remediation": "move-to-shared-gpu",
-                "resource": "x",
-                "mig_profile": None,
-            },
+            {"namespace": "ml", "kind": "Deployment", "name": "cheap", "freed": 3, "counted": True,
+             "rules": ["GPA-AL-001"], "remediation": "move-to-shared-gpu", "resource": "nvidia.com/gpu.shared",
+             "mig_profile": None},
+            {"namespace": "ml", "kind": "Deployment", "name": "dear", "freed": 1, "counted": True,
+             "rules": ["GPA-AL-001"], "remediation": "move-to-shared-gpu", "resource": "nvidia.com/mig-1g.10gb",
+             "mig_profile": "1g.10gb"},
         ]
-    }
+    }  # fmt: skip
     prices = Prices(default=1.0, per_model={"H100-80GB": 4.0})
-    top = actions(reached, [], prices)
-    assert [(a["workload"]["name"], a["gpus_freed"], a["usd_per_month"], a["team"]) for a in top] == [
-        ("cheap", 3, 2190, "ml"),  # 3 x 1.0 x 730
-        ("dear", 1, 2920, "vision"),  # 1 x 4.0 x 730
-    ][::-1]
-    assert "gpuaudit fix --rules GPA-AL-001" in top[0]["how"][0]
+    planned = actions.plan(Inventory((), holders, (), None, None), reached, prices)
+    top = planned["shown"]
+    assert [(a["workload"]["name"], a["kind"], a["gpus"], a["usd_per_month"], a["team"]) for a in top] == [
+        ("dear", "patch", 1, 2920, "vision"),  # 1 x 4.0 x 730
+        ("cheap", "patch", 3, 2190, "ml"),  # 3 x 1.0 x 730
+    ]
+    assert "gpuaudit fix --snapshot SNAPSHOT --rules GPA-AL-001" in top[0]["how"][0]
+    assert planned["idle_usd_per_month"] == 2920 + 2190 and planned["left_usd_per_month"] == 0
     holders = (_holder("a", 0, model="H100-80GB", team="vision"), _holder("b", 0, state="active", model="L4-24GB"))
     rows = summary.showback(Inventory((), holders, (), None, None), prices)
-    assert rows == [
-        {"team": "vision", "gpus": 1, "gpus_idle": 1, "cost_per_month": 2920, "idle_cost_per_month": 2920},
-        {"team": "ml", "gpus": 1, "gpus_idle": 0, "cost_per_month": 730, "idle_cost_per_month": 0},
+    assert [(r["team"], r["gpus"], r["gpus_idle"], r["cost_per_month"], r["idle_cost_per_month"]) for r in rows] == [
+        ("vision", 1, 1, 2920, 2920),
+        ("ml", 1, 0, 730, 0),
     ]
+
+
+def test_many_actions_are_bundled_by_owner_and_still_add_up() -> None:
+    """More workloads than the first screen shows: one line per team, whose
+    money is the sum of its workloads' actions."""
+    holders = tuple(
+        _holder(f"w{i}", 0, team=f"team-{i % 3}", telemetry=True) for i in range(15)
+    )  # 15 idle single-pod Deployments, 5 per team
+    planned = actions.plan(Inventory((), holders, (), None, None), {}, Prices(default=2.0), shown=10)
+    assert planned["count"] == 15 and planned["bundled"]
+    per_team = {t: 5 * 2.0 * 730 for t in ("team-0", "team-1", "team-2")}
+    assert {b["team"]: b["usd_per_month"] for b in planned["shown"]} == per_team
+    assert all(b["workloads"] == 5 and "report.json" in b["how"][0] for b in planned["shown"])
+    assert planned["covered_usd_per_month"] == sum(per_team.values()) == planned["idle_usd_per_month"]
 
 
 # --- 6. partial input: banner, unknowns, marked, not recorded --------------------------------
@@ -518,6 +616,7 @@ def test_a_partial_read_shows_a_banner_marks_json_and_records_nothing(run_cli, t
     assert first["hardware_needed"] == {"gap": None, "per_model": []}
     assert first["whatif"]["theoretical_high"] is None
     assert first["pending"]["gpus"] is None and first["whatif"]["achievable"] is None
+    assert first["actions"] == [] and first["actions_cover"]["idle_usd_per_month"] is None
     assert first["gate"]["decision"] == "hold"
     html = (out / "report.html").read_text()
     assert 'id="partial"' in html and html.index('id="partial"') < html.index('id="gate-verdict"')

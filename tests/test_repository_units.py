@@ -34,6 +34,7 @@ spec:
       containers:
       - name: main
         image: vllm/vllm-openai:v0.6.0
+        args: [--model=Qwen/Qwen2.5-0.5B-Instruct]
         resources:
           limits:
             nvidia.com/gpu: 1

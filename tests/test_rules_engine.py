@@ -93,9 +93,25 @@ def test_invalid_yaml_rule_file(tmp_path):
     assert "invalid YAML" in str(err.value) and err.value.line == 2
 
 
+@pytest.mark.parametrize(
+    "template",
+    ["{{ container.priority_class }}", "{{ container.priority_class | lower }}", "{{ container.priority_class ~ '' }}"],
+)
+def test_an_absent_fact_reads_unset_and_a_null_one_unknown_never_no(template):
+    """A site rule's message naming a field the fact document lacks, plain or
+    through the sandbox: "unset", not "no" (which reads as a value); a fact
+    that is there as null (gpuaudit could not tell) reads "unknown"."""
+    for facts in ({"container": {}}, {}, {"container": []}):
+        assert render(f"priorityClassName: {template}", facts) == "priorityClassName: unset", facts
+    assert render("{{ pins.1 }}", {"pins": ["a"]}) == "unset"  # past the end
+    assert render("{{ c.p | default('n/a') }}", {"c": {}}) == "n/a"  # an absent fact is still undefined
+    assert render("{{ a }}/{{ b }}", {"a": False, "b": None}) == "no/unknown"  # a false fact is still "no"
+    assert render("{% if x %}{{ x }}{% endif %}{{ y }}", {"y": None}) == "unknown"  # through the sandbox
+
+
 def test_plain_messages_render_without_jinja_and_rich_ones_are_sandboxed(tmp_path):
     assert render("{{ a.b }} of {{ n }}", {"a": {"b": 2.0}, "n": 0.12345}) == "2 of 0.123"
-    assert render("{{ missing }}", {}) == "no"
+    assert render("{{ missing }}", {}) == "unset"
     assert render("{{ n | round(1) }}", {"n": 0.26}) == "0.3"
     from jinja2.exceptions import SecurityError
 

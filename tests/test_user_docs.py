@@ -78,5 +78,6 @@ def test_troubleshooting_quotes_the_messages_gpuaudit_prints():
         "insufficient data: telemetry unavailable",
         "is not a GPU count (a placeholder left unrendered?)",
         "which is not installed: pip install",
+        "unknown config key",
     ):
         assert message in page and message in sources, message

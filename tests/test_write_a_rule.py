@@ -109,3 +109,20 @@ def test_each_further_shape_loads_as_a_rule(target, schemas):
         {},
     )
     assert rule.match and (rule.violation or rule.require)
+
+
+@pytest.mark.parametrize(
+    "placeholder", ["{{ spec.priorityClassName }}", "{{ spec.priorityClassName | lower }}"], ids=["plain", "filtered"]
+)
+def test_a_field_the_pod_lacks_reads_unset_in_the_message(run_cli, site_repo, placeholder):
+    """The page's rule, its message naming the very field the pod lacks: the
+    finding says `unset` (it said `no`, as if that were the class's name)."""
+    rule_file = site_repo / RULE_DIR / "gpu-priority-class.yaml"
+    rule = yaml.safe_load(rule_file.read_text())
+    rule["message"] = f"{{{{ kind }}}} {{{{ name }}}}: priorityClassName {placeholder}"
+    rule_file.write_text(yaml.safe_dump(rule))
+    args = f"check --policies {RULE_DIR} --rules ACME-AL-001 -o json manifests/".split()
+    proc = run_cli(*args, cwd=site_repo)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (finding,) = yaml.safe_load(proc.stdout)["findings"]
+    assert finding["message"].endswith(": priorityClassName unset"), finding["message"]

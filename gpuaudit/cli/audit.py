@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -9,20 +10,23 @@ import click
 
 from gpuaudit.cli.options import (
     OutputSpec,
-    emit,
     exit_code,
+    fail_with,
     output_options,
     output_targets,
     policy_options,
+    publish_options,
     read_config,
     split_names,
     stop,
+    write_outputs,
 )
 from gpuaudit.cli.progress import Status
 from gpuaudit.cli.source_options import cluster_options, read_cluster, scope_options, telemetry_options
 from gpuaudit.model.cluster_builder import kept_for_audit
 from gpuaudit.pipelines.audit import audit_cluster
 from gpuaudit.pipelines.policy import load_policy
+from gpuaudit.pipelines.publish import Targets, metrics_context, publish
 from gpuaudit.pipelines.record import record_audit
 from gpuaudit.report.history import HistoryError
 from gpuaudit.sources.snapshot import SnapshotError, keep_objects, write_snapshot
@@ -34,6 +38,7 @@ from gpuaudit.sources.snapshot import SnapshotError, keep_objects, write_snapsho
 @telemetry_options
 @policy_options
 @output_options
+@publish_options
 @click.option(
     "--save-snapshot",
     type=click.Path(dir_okay=False, path_type=Path),
@@ -58,12 +63,18 @@ def audit(
     quiet: bool,
     save_snapshot: Path | None,
     history_path: Path | None,
+    pushgateway: str | None,
+    webhook_url: str | None,
+    webhook_format: str,
+    report_url: str | None,
     **sources: Any,
 ) -> int:
     """Audit a live cluster read-only (or --snapshot FILE), with GPU telemetry
     from --prometheus or --samples when given; -n/-l narrow it to namespaces
     and a pod label selector."""
-    output_targets([*output_formats, *formats] or ["text"], output_file)  # usage errors before the run
+    clock = time.monotonic()
+    targets = output_targets([*output_formats, *formats] or ["text"], output_file)  # usage errors before the run
+    publishing = Targets(pushgateway, webhook_url, webhook_format, report_url)
     config = read_config(config_path)
     rules, rule_errors = load_policy(config, policy_dirs, split_names(include), split_names(exclude))
     # A snapshot to save is read whole, and written so; the audit then keeps
@@ -79,13 +90,31 @@ def audit(
     status = Status()
     status(f"judging {len(snapshot['objects'].get('pods') or []):,} pods")
     result = audit_cluster(snapshot, config, rules, telemetry_problem=problem)
-    result.errors[:0] = [*config.warnings, *rule_errors]
+    result.errors[:0] = rule_errors
     status.clear()
     threshold = fail_on or config.fail_on or "high"
-    emit(result, OutputSpec.from_options(output_formats, formats, output_file, threshold, color, quiet))
+    context = {}
+    if pushgateway or any(name == "openmetrics" for name, _ in targets):
+        context = metrics_context(result, finished_at=time.time(), duration=time.monotonic() - clock)
+    spec = OutputSpec.from_options(output_formats, formats, output_file, threshold, color, quiet)
+    failed = write_outputs(result, spec, context)
     if history_path is not None:
         try:
             record_audit(history_path, result, config, snapshot)
         except (HistoryError, ValueError) as exc:
-            stop(f"history not recorded: {exc}")
+            failed.append(f"history not recorded: {exc}")
+    # Sent last, once every file is written: a webhook that is down loses nothing else.
+    failed += _publish(publishing, result, context, config, snapshot)
+    fail_with(failed)
     return exit_code(result, threshold)
+
+
+def _publish(targets: Targets, result: Any, context: dict[str, Any], config: Any, snapshot: dict) -> list[str]:
+    if not targets.any:
+        return []
+    from gpuaudit.output.openmetrics import partial, render_text
+    from gpuaudit.report.build import cluster_name  # the name the review gives the cluster
+
+    cluster = cluster_name(config.report, snapshot)
+    text = render_text(result, **context) if targets.pushgateway else None
+    return publish(targets, result, command="audit", metrics_text=text, cluster=cluster, partial=partial(result))

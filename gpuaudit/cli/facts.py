@@ -59,8 +59,7 @@ def facts(
     require_input(paths, manifest["helm_charts"], manifest["helm_values"])
     config = read_config(config_path)
     result = manifest_facts(paths, config, targets=targets, options=input_options(config, **manifest))
-    problems = [*config.warnings, *result.errors]
-    for e in problems:
+    for e in result.errors:
         where = f"{e.file}:{e.line}" if e.line else e.file
         click.echo(f"gpuaudit: {e.level}: {one_line(where)}: {one_line(e.message)}", err=True)
     text = dumps(result.documents, fmt)
@@ -71,4 +70,4 @@ def facts(
             write_atomic(output_file, text)
         except OSError as exc:  # files.WriteError names the file
             stop(str(exc))
-    return input_errors_code(problems)
+    return input_errors_code(result.errors)

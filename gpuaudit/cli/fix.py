@@ -104,7 +104,7 @@ def fix(
     config = read_config(config_path)
     rules, rule_errors = load_policy(config, policy_dirs, split_names(include), split_names(exclude))
     overrides = parse_settings(settings)
-    errors = [*config.warnings, *rule_errors]
+    errors = list(rule_errors)
     snapshot: dict[str, Any] | None = None
     problem: str | None = None
     if snapshot_path is not None:

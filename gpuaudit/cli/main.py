@@ -17,6 +17,7 @@ from typing import Any
 import click
 
 from gpuaudit import __version__
+from gpuaudit.cli.groups import SuggestingGroup
 from gpuaudit.output.terminal import CleanStream
 
 # name -> "module:attribute"
@@ -28,10 +29,11 @@ COMMANDS = {
     "report": "gpuaudit.cli.report:report",
     "rules": "gpuaudit.cli.rules:rules",
     "sample": "gpuaudit.cli.sample:sample",
+    "serve": "gpuaudit.cli.serve:serve",
     "snapshot": "gpuaudit.cli.snapshot:snapshot",
 }
 # Commands that run until stopped: they keep Python's cycle collector.
-LONG_RUNNING = frozenset({"sample"})
+LONG_RUNNING = frozenset({"sample", "serve"})
 CRASH_EXIT_CODE = 3
 DEBUG = "gpuaudit.debug"  # ctx.meta key: print the trace of a crash
 
@@ -42,6 +44,7 @@ OPTIONAL = {
     "jinja2": ("jinja2", "report"),
     "markupsafe": ("jinja2", "report"),
     "pynvml": ("nvidia-ml-py", "nvml"),
+    "prometheus_client": ("prometheus-client", "metrics"),
 }
 # `fix` renders its patches with Jinja2: its own extra names what it is for.
 EXTRA_FOR_COMMAND = {("jinja2", "fix"): "fix"}
@@ -78,7 +81,7 @@ class _NeedsExtra(click.Command):
         ctx.exit(2)
 
 
-class LazyGroup(click.Group):
+class LazyGroup(SuggestingGroup):
     """Imports a command's module only when that command runs, and turns the
     command's return value into the exit code."""
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -60,7 +60,7 @@ policy_options = option_group(
 FAIL_ON = (*SEVERITIES, "never")
 
 
-def _formats_callback(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> tuple[str, ...]:
+def formats_callback(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> tuple[str, ...]:
     """Each value is NAME or NAME=FILE; a NAME that is no format is a usage
     error, and one that looks like a path (``-o report.json``) says so."""
     for spec in value:
@@ -86,7 +86,7 @@ output_options = option_group(
         "output_formats",
         multiple=True,
         metavar="FORMAT",
-        callback=_formats_callback,
+        callback=formats_callback,
         help=f"Output format, as in kubectl: one of {', '.join(FORMATS)} [default: text]. "
         "FORMAT=FILE writes that format to FILE (repeatable; the same as --format).",
     ),
@@ -95,7 +95,7 @@ output_options = option_group(
         "formats",
         multiple=True,
         metavar="FORMAT[=FILE]",
-        callback=_formats_callback,
+        callback=formats_callback,
         help="The same as -o (repeatable): each format to stdout, or to FILE. At most one goes to stdout.",
     ),
     click.option(
@@ -361,13 +361,14 @@ def output_targets(formats: Sequence[str], output_file: Path | None) -> list[tup
     return targets
 
 
-def emit(result: AuditResult, spec: OutputSpec) -> None:
-    """Render each requested format to its file, or to stdout. A file that
-    cannot be written ends the command with exit 2, naming it, once every
-    other format is out."""
+def write_outputs(result: AuditResult, spec: OutputSpec, context: Mapping[str, Any] | None = None) -> list[str]:
+    """Render each requested format to its file, or to stdout; the messages
+    of the files that could not be written (the other formats still go out).
+    ``context``: more keyword arguments for the renderers (openmetrics' ``run``
+    and ``gpu_states``)."""
     targets = output_targets(spec.formats, spec.output_file)
     failed: list[str] = []
-    context: dict[str, Any] = {"fail_on": spec.fail_on or "high", "quiet": spec.quiet, "source_root": None}
+    context = {"fail_on": spec.fail_on or "high", "quiet": spec.quiet, "source_root": None, **(context or {})}
     if any(name == "sarif" for name, _ in targets):
         context["source_root"] = repository_root([f.location.file for f in result.findings[:1]])
     for name, file in targets:
@@ -386,10 +387,22 @@ def emit(result: AuditResult, spec: OutputSpec) -> None:
             write_atomic(file, text)
         except OSError as exc:  # a full disk, a file-size limit, a read-only folder: the other formats still go out
             failed.append(str(exc) if isinstance(exc, WriteError) else f"cannot write {file}: {exc}")
-    if failed:
-        for message in failed[:-1]:
+    return failed
+
+
+def emit(result: AuditResult, spec: OutputSpec) -> None:
+    """Write every requested format; a file that cannot be written ends the
+    command with exit 2, naming it, once every other format is out."""
+    fail_with(write_outputs(result, spec))
+
+
+def fail_with(messages: Sequence[str]) -> None:
+    """Print each message and end with exit 2 (an output that did not reach
+    its target); nothing when there are none."""
+    if messages:
+        for message in messages[:-1]:
             click.echo(f"gpuaudit: {message}", err=True)
-        stop(failed[-1])
+        stop(messages[-1])
 
 
 def exit_code(result: AuditResult, fail_on: str) -> int:
@@ -398,3 +411,58 @@ def exit_code(result: AuditResult, fail_on: str) -> int:
     if fail_on == "never":
         return 2 if any(e.level == "error" for e in result.errors) else 0
     return result.exit_code(fail_on)
+
+
+def _url_callback(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """An empty value (an unset env var in a CronJob) is off; anything else
+    must be an http(s) URL. The message names its origin only: a webhook's
+    URL is a secret."""
+    if not value:
+        return None
+    from gpuaudit.webclient import SendFailed, check_url  # only when a URL is given
+
+    try:
+        check_url(value, param.opts[0])
+    except SendFailed as exc:
+        raise click.BadParameter(str(exc), ctx=ctx, param=param) from None
+    return value
+
+
+# Where `audit` and `report` send their results besides their files; the env
+# vars are those the Helm chart and deploy/base/scripts set (the webhook's
+# from a Secret, so that it is in no argument list).
+publish_options = option_group(
+    click.option(
+        "--pushgateway",
+        envvar="GPUAUDIT_PUSHGATEWAY_URL",
+        metavar="URL",
+        callback=_url_callback,
+        help="Push this run's metrics to the Prometheus Pushgateway at URL (group "
+        "job=gpuaudit, command=audit|report; a URL naming /metrics/job/... is used as it is) "
+        "[env: GPUAUDIT_PUSHGATEWAY_URL].",
+    ),
+    click.option(
+        "--webhook-url",
+        envvar="GPUAUDIT_WEBHOOK_URL",
+        metavar="URL",
+        callback=_url_callback,
+        help="Post the run's headline, decision, first actions and findings to this webhook. The URL is "
+        "a secret: prefer the env var GPUAUDIT_WEBHOOK_URL (an argument shows in the process list).",
+    ),
+    click.option(
+        "--webhook-format",
+        envvar="GPUAUDIT_WEBHOOK_FORMAT",
+        type=click.Choice(["slack", "json"]),
+        default="slack",
+        show_default=True,
+        help="slack: Slack's incoming-webhook JSON (text and blocks); json: the message as plain JSON "
+        "[env: GPUAUDIT_WEBHOOK_FORMAT].",
+    ),
+    click.option(
+        "--report-url",
+        envvar="GPUAUDIT_REPORT_URL",
+        metavar="URL",
+        callback=_url_callback,
+        help="Where the report is served: the webhook message links to it [env: GPUAUDIT_REPORT_URL].",
+    ),
+)

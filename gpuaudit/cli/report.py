@@ -2,19 +2,33 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import click
 
-from gpuaudit.cli.options import input_errors_code, policy_options, read_config, split_names, stop
+from gpuaudit.cli.options import (
+    OutputSpec,
+    fail_with,
+    formats_callback,
+    input_errors_code,
+    output_targets,
+    policy_options,
+    publish_options,
+    read_config,
+    split_names,
+    stop,
+    write_outputs,
+)
 from gpuaudit.cli.progress import Status
 from gpuaudit.cli.source_options import cluster_options, read_cluster, snapshot_files, telemetry_options
 from gpuaudit.files import UnsafePathError, WriteError
 from gpuaudit.model.cluster_builder import kept_for_audit
 from gpuaudit.pipelines.audit import audit_cluster
 from gpuaudit.pipelines.policy import load_policy
+from gpuaudit.pipelines.publish import Targets, metrics_context, publish
 from gpuaudit.pipelines.report import history_database, write_fleet_review, write_review
 from gpuaudit.report.build import settings_from_config
 from gpuaudit.report.history import HistoryError
@@ -53,6 +67,17 @@ from gpuaudit.report.period import month
     type=click.IntRange(2, 64),
     help="Replicas per GPU in the time-slicing what-if [default: config, else 4].",
 )
+@click.option(
+    "-o",
+    "--output",
+    "output_formats",
+    multiple=True,
+    metavar="FORMAT[=FILE]",
+    callback=formats_callback,
+    help="Also write the audit behind the review in this format (as `audit -o`), to stdout or FILE "
+    "(repeatable), e.g. openmetrics=OUT/metrics.txt.",
+)
+@publish_options
 def report(
     config_path: Path | None,
     policy_dirs: tuple[Path, ...],
@@ -64,12 +89,20 @@ def report(
     period: str | None,
     prices: tuple[str, ...],
     time_slicing_replicas: int | None,
+    output_formats: tuple[str, ...],
+    pushgateway: str | None,
+    webhook_url: str | None,
+    webhook_format: str,
+    report_url: str | None,
     **sources: Any,
 ) -> int:
     """Write the capacity review of a live cluster (or --snapshot FILE) to --out DIR.
 
     Several --snapshot files (or a folder of them) make a fleet review: one
     review per cluster in its own folder, and the fleet's side by side."""
+    clock = time.monotonic()
+    targets = output_targets(output_formats, None)  # usage errors before the run
+    publishing = Targets(pushgateway, webhook_url, webhook_format, report_url)
     config = read_config(config_path)
     try:
         settings = settings_from_config(
@@ -81,12 +114,14 @@ def report(
     rules, rule_errors = load_policy(config, policy_dirs, split_names(include), split_names(exclude))
     files = snapshot_files(sources)
     if len(files) > 1:
+        if targets or publishing.any:
+            stop("-o, --pushgateway and --webhook-url apply to one cluster's review, not to a fleet review")
         return _fleet(files, config, rules, rule_errors, settings, out_dir, history_path, no_record, chosen, sources)
     snapshot, problem = read_cluster(config, sources, each=kept_for_audit)
     status = Status()
     status(f"judging {len(snapshot['objects'].get('pods') or []):,} pods")
     result = audit_cluster(snapshot, config, rules, telemetry_problem=problem)
-    result.errors[:0] = [*config.warnings, *rule_errors]
+    result.errors[:0] = rule_errors
     written, document = _writing(
         out_dir,
         lambda: write_review(
@@ -116,7 +151,34 @@ def report(
         + ("; partial input, not recorded" if document.get("partial") else ""),
         err=True,
     )
+    failed = _outputs(result, document, targets, publishing, clock, output_formats)
+    fail_with(failed)
     return input_errors_code(result.errors)
+
+
+def _outputs(
+    result: Any,
+    document: dict[str, Any],
+    targets: list[tuple[str, Path | None]],
+    publishing: Targets,
+    clock: float,
+    output_formats: tuple[str, ...],
+) -> list[str]:
+    """The formats asked for with -o, then the Pushgateway and the webhook
+    (last: one that is down loses nothing else). What failed, as messages."""
+    if not targets and not publishing.any:
+        return []
+    from gpuaudit.output.openmetrics import partial, render_text
+
+    context: dict[str, Any] = {}
+    if publishing.pushgateway or any(name == "openmetrics" for name, _ in targets):
+        context = metrics_context(result, finished_at=time.time(), duration=time.monotonic() - clock)
+    failed = write_outputs(result, OutputSpec(formats=output_formats), context) if targets else []
+    text = render_text(result, **context) if publishing.pushgateway else None
+    partial_run = bool(document.get("partial")) or partial(result)
+    return failed + publish(
+        publishing, result, command="report", metrics_text=text, review=document, partial=partial_run
+    )
 
 
 def _fleet(
@@ -158,9 +220,9 @@ def _fleet(
         refused=(ValueError,),  # two snapshots of one cluster
     )
     status.clear()
-    _print_errors([*config.warnings, *errors])
+    _print_errors(errors)
     click.echo(f"wrote {len(written)} files: a fleet review of {len(clusters)} clusters in {out_dir}", err=True)
-    return input_errors_code([*config.warnings, *errors])
+    return input_errors_code(errors)
 
 
 Written = tuple[list[Path], dict[str, Any]]

@@ -6,25 +6,36 @@ from pathlib import Path
 
 import click
 
+from gpuaudit.cli.groups import SuggestingGroup
 from gpuaudit.cli.options import input_errors_code, policy_options, read_config, split_names, stop
 from gpuaudit.engine.policy_files import validate_paths
 from gpuaudit.jsontext import indented
 from gpuaudit.model import CATEGORIES
-from gpuaudit.pipelines.policy import load_policy
+from gpuaudit.nearest import did_you_mean
+from gpuaudit.pipelines.policy import load_catalogue, load_policy
 from gpuaudit.pipelines.rules_test import run_site_cases
 from gpuaudit.safetext import one_line
 
 
-@click.group()
+@click.group(cls=SuggestingGroup)
 def rules() -> None:
     """List, explain and validate rules."""
 
 
 @rules.command("list")
 @policy_options
-@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text")
+@click.option(
+    "-o",
+    "--output",
+    "fmt",
+    type=click.Choice(["text", "json"]),
+    default="text",
+    show_default=True,
+    help="Output format, as in kubectl.",
+)
 def rules_list(config_path: Path | None, policy_dirs: tuple[Path, ...], include: str, exclude: str, fmt: str) -> int:
-    """The rules that would run, in diagnostic order."""
+    """The rules that would run, in diagnostic order; then the opt-in rules
+    left out (they run only when --rules or the config's rules: names them)."""
     config = read_config(config_path)
     loaded, errors = load_policy(config, policy_dirs, split_names(include), split_names(exclude))
     for e in errors:
@@ -52,6 +63,13 @@ def rules_list(config_path: Path | None, policy_dirs: tuple[Path, ...], include:
         for r in loaded:
             needs = f"  (needs {', '.join(r.requires)})" if r.requires else ""
             click.echo(f"{r.id:<11} {r.severity:<8} {r.category:<11} {r.title}{needs}")
+        running = {r.id for r in loaded}
+        catalogue, _ = load_catalogue(config, policy_dirs)
+        left_out = sorted((r for r in catalogue if r.opt_in and r.id not in running), key=lambda r: r.id)
+        if left_out:
+            click.echo("\nopt-in, not selected (`gpuaudit rules explain ID` says how to run one):")
+            for r in left_out:
+                click.echo(f"{r.id:<11} {r.severity:<8} {r.category:<11} {r.title}")
     return input_errors_code(errors)
 
 
@@ -65,12 +83,14 @@ def rules_explain(
     include: str,
     exclude: str,
 ) -> int:
-    """A rule's docs page: why it matters, what to check first, how to fix."""
+    """A rule's docs page: why it matters, what to check first, how to fix.
+    Every rule, opt-in ones too."""
     config = read_config(config_path)
-    loaded, _ = load_policy(config, policy_dirs)
-    rule = next((r for r in loaded if r.id == rule_id.upper()), None)
+    catalogue, _ = load_catalogue(config, policy_dirs)
+    wanted = rule_id.upper()
+    rule = next((r for r in catalogue if r.id == wanted), None)
     if rule is None:
-        stop(f"no rule {rule_id}")
+        stop(f"no rule {rule_id}{did_you_mean(wanted, (r.id for r in catalogue))}")
     click.echo(f"{rule.id}: {rule.title}")
     click.echo(
         f"category: {rule.category}   severity: {rule.severity}   scope: {', '.join(rule.scope)}"
@@ -79,6 +99,13 @@ def rules_explain(
     if rule.severity_by_purpose:
         by_purpose = ", ".join(f"{k}={v}" for k, v in rule.severity_by_purpose.items())
         click.echo(f"by purpose (at most): {by_purpose}")
+    if rule.opt_in:
+        # --rules selects only what it names: the categories keep the other rules running.
+        every = ",".join([*CATEGORIES, rule.id])
+        click.echo(
+            f"opt-in: runs only when named by id: --rules {rule.id} (it alone), "
+            f"--rules {every} (with all the others), or that list under rules: in .gpuaudit.yaml"
+        )
     if rule.params:
         click.echo("params: " + ", ".join(f"{k}={v}" for k, v in rule.params.items()))
     if rule.remediation:

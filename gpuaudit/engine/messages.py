@@ -45,6 +45,21 @@ def lookup_parts(value: Any, parts: tuple[str, ...]) -> Any:
     return value
 
 
+def shown_at(value: Any, parts: tuple[str, ...]) -> str:
+    """``show(lookup_parts(value, parts))``, but "unset" where the path leads
+    to no field at all (a missing key, an index past the end)."""
+    for part in parts:
+        if type(value) is dict or isinstance(value, Mapping):
+            if part not in value:
+                return UNSET
+            value = value[part]
+        elif isinstance(value, (list, tuple)) and part.isdigit() and int(part) < len(value):
+            value = value[int(part)]
+        else:
+            return UNSET
+    return show(value)
+
+
 _MAX_CACHED = 4096
 _PATHS: dict[str, tuple[str, ...]] = {}
 # A plain template split once: (literal texts, the paths between them), or
@@ -52,13 +67,20 @@ _PATHS: dict[str, tuple[str, ...]] = {}
 _PLAIN: dict[str, tuple[tuple[str, ...], tuple[tuple[str, ...], ...]] | None] = {}
 
 
+# What a message shows for a field the fact document does not have, and for
+# one it has as null (a fact gpuaudit could not tell): never "no" or "0",
+# which would read as values.
+UNSET = "unset"
+UNKNOWN = "unknown"
+
+
 def show(value: Any) -> str:
     """A value as a person reads it: 2.0 -> '2', 0.123456 -> '0.123',
-    16734.2 -> '16,734', [] -> 'none'."""
+    16734.2 -> '16,734', [] -> 'none', null -> 'unknown'."""
     if type(value) is str:  # most values: names, kinds, images
         return value
     if value is None:
-        return "no"
+        return UNKNOWN
     if isinstance(value, bool):
         return "yes" if value else "no"
     if isinstance(value, float):
@@ -106,7 +128,7 @@ def render(template: str, context: Mapping[str, Any]) -> str:
     texts, paths = parts
     out = [texts[0]]
     for path, text in zip(paths, texts[1:], strict=True):
-        out.append(show(lookup_parts(context, path)))
+        out.append(shown_at(context, path))
         out.append(text)
     return "".join(out)
 
@@ -120,8 +142,7 @@ def render_message(template: str, facts: Mapping[str, Any], params: Mapping[str,
     texts, paths = parts
     out = [texts[0]]
     for path, text in zip(paths, texts[1:], strict=True):
-        value = lookup_parts(params, path[1:]) if path[0] == "params" else lookup_parts(facts, path)
-        out.append(show(value))
+        out.append(shown_at(params, path[1:]) if path[0] == "params" else shown_at(facts, path))
         out.append(text)
     return "".join(out)
 
@@ -414,7 +435,10 @@ def _bounded_filters(filters: dict[str, Any]) -> None:
 
 
 def _finalize(value: Any) -> Any:
-    """Every ``{{ value }}`` before it becomes text."""
+    """Every ``{{ value }}`` before it becomes text: a null fact reads
+    "unknown", as in a plain template (an absent one is an ``Unset``)."""
+    if value is None:
+        return UNKNOWN
     return _showable(value)
 
 
@@ -431,11 +455,25 @@ def _concat(*parts: Any) -> str:
 
 @cache
 def _environment() -> Any:
-    from jinja2 import nodes
-    from jinja2.exceptions import SecurityError
+    from jinja2 import ChainableUndefined, nodes
+    from jinja2.exceptions import SecurityError, UndefinedError
     from jinja2.sandbox import ImmutableSandboxedEnvironment, SandboxedFormatter
     from jinja2.visitor import NodeTransformer
     from markupsafe import EscapeFormatter, Markup
+
+    class Unset(ChainableUndefined):
+        """A fact the document does not have: false in a test, taken by
+        `default`, "unset" wherever it becomes text (Jinja2's own prints
+        nothing; a filter on it, `lower`, `~`, would too), and a field of it
+        is unset too (`pod.owner.kind` when there is no owner), as a plain
+        template reads it."""
+
+        __slots__ = ()
+
+        def __str__(self) -> str:
+            if self._undefined_exception is not UndefinedError:  # the sandbox's refusal of an attribute
+                self._fail_with_undefined_error()
+            return UNSET
 
     class BoundedFormatter(SandboxedFormatter):
         def format_field(self, value: Any, format_spec: str) -> Any:
@@ -469,7 +507,7 @@ def _environment() -> Any:
         bounded_concat = staticmethod(_concat)
 
         def __init__(self) -> None:
-            super().__init__(autoescape=False, finalize=_finalize)
+            super().__init__(autoescape=False, finalize=_finalize, undefined=Unset)
             self.globals.pop("lipsum", None)  # lorem ipsum of any length: no use in a message
             _bounded_filters(self.filters)
 

@@ -13,18 +13,21 @@ from __future__ import annotations
 import posixpath
 import re
 from collections.abc import Mapping, Sequence
+from functools import cache
 from typing import Any
 
+from gpuaudit.bundled import data_yaml
 from gpuaudit.facts.cmdline import expand
 from gpuaudit.model import Container, PodTemplate
 
 # Programs that never touch a GPU's compute (nvidia-smi only reads it).
 _IDLE_PROGRAMS = frozenset(
     {"sleep", "true", ":", "echo", "printf", "nvidia-smi", "tail", "cat", "env", "printenv",
-     "ls", "date", "hostname", "exit", "wait", "pause",
-     # CUDA samples that finish in milliseconds: device checks, not work
-     "vectoradd", "vectoradd_hip", "devicequery", "bandwidthtest"}
+     "ls", "date", "hostname", "exit", "wait", "pause", "trap"}
 )
+# CUDA samples that finish in milliseconds: run once, a device check, not
+# work; run in an endless loop (a time-slicing demo), GPU work without pause.
+_CUDA_SAMPLES = frozenset({"vectoradd", "vectoradd_hip", "devicequery", "bandwidthtest"})
 _SHELLS = frozenset({"sh", "bash", "dash", "ash", "zsh"})
 # Words that only shape a shell script (`while true; do sleep 30; done`).
 _SHELL_KEYWORDS = frozenset({"do", "done", "then", "fi", "else", "exec", "set", "{", "}", "(", ")"})
@@ -47,8 +50,12 @@ _SERVER_IMAGES = ("vllm-openai", "text-generation-inference", "ollama/ollama", "
 
 
 def container_activity(c: Container) -> dict[str, Any]:
-    """``command_kind``: idle | idle_forever | server | None, and the command
-    shown in messages (``sleep infinity``)."""
+    """``command_kind``: idle | idle_forever | server | gpu_test | download |
+    None, and the command shown in messages (``sleep infinity``). gpu_test: a
+    GPU test program that loads no model (a CUDA sample in an endless loop, a
+    stress test such as gpu-burn): real GPU work, not idle, and no model
+    server. download: it only fetches weights or data (hf download, aws s3
+    cp): no GPU use at all while it holds one."""
     image = c.image.lower()
     if not c.command:
         if _PAUSE_IMAGE.search(image):
@@ -59,6 +66,8 @@ def container_activity(c: Container) -> dict[str, Any]:
             return {"command_kind": "idle", "command_text": f"{c.image} (a CUDA sample that exits)"}
         if any(marker in image for marker in _SERVER_IMAGES) and not c.args:
             return {"command_kind": "server", "command_text": None}
+    if saturates_gpus(c):
+        return {"command_kind": "gpu_test", "command_text": None}
     script = _script(c)
     program = _PROGRAM_IMAGES.search(image)
     if not c.command and program and program.group(1) == "sleep":
@@ -71,11 +80,67 @@ def container_activity(c: Container) -> dict[str, Any]:
     segments = [s.split() for s in _SEGMENT_SPLIT.split(script)]
     segments = [_strip_keywords(s) for s in segments]
     segments = [s for s in segments if s]
+    if segments and _downloads_only(segments, lowered):
+        return {"command_kind": "download", "command_text": _shown(" ".join(script.split()))}
     if not segments or not all(_idle(s) for s in segments):
         return {"command_kind": None, "command_text": None}
-    forever = _loops_forever(lowered) or any(_waits_forever(s) for s in segments)
-    shown = _shown(lowered)
+    loops = _loops_forever(lowered)
+    if loops and any(posixpath.basename(s[0]).lower() in _CUDA_SAMPLES for s in segments):
+        return {"command_kind": "gpu_test", "command_text": _shown(" ".join(script.split()))}
+    forever = loops or any(_waits_forever(s) for s in segments)
+    shown = _shown(" ".join(script.split()))
     return {"command_kind": "idle_forever" if forever else "idle", "command_text": shown}
+
+
+@cache
+def _saturating() -> frozenset[str]:
+    return frozenset(str(p).lower() for p in data_yaml("gpu_programs.yaml")["saturating"])
+
+
+def saturates_gpus(c: Container) -> bool:
+    """Whether the container runs a stress or burn-in test (gpu-burn,
+    dcgmproftester: data/gpu_programs.yaml), a program that exists to load
+    whole GPUs: a predicate a pod's purpose can later be built on."""
+    tools = _saturating()
+    repository = c.image.lower().split("@", 1)[0]
+    if repository.rsplit("/", 1)[-1].split(":", 1)[0] in tools:
+        return True
+    script = _script(c).lower()
+    words = {posixpath.basename(w) for w in re.split(r"[\s;|&()'\"]+", script) if w}
+    return not tools.isdisjoint(words)
+
+
+@cache
+def _download_table() -> tuple[Mapping[str, str | None], tuple[str, ...], frozenset[str]]:
+    data = data_yaml("gpu_programs.yaml")["download"]
+    return (
+        {str(k): (str(v) if v is not None else None) for k, v in data["programs"].items()},
+        tuple(data["python_calls"]),
+        frozenset(data["housekeeping"]),
+    )
+
+
+def _downloads_only(segments: Sequence[Sequence[str]], script: str) -> bool:
+    """Every command fetches weights or data (hf download, aws s3 cp, a
+    python -c calling snapshot_download) or tidies up around it, and at
+    least one fetches: data/gpu_programs.yaml download."""
+    programs, python_calls, housekeeping = _download_table()
+    fetched = False
+    for words in segments:
+        program = posixpath.basename(words[0]).lower()
+        if program in programs:
+            needed = programs[program]
+            if needed is not None and needed not in (w.lower() for w in words[1:]):
+                return False
+            fetched = True
+        elif program.startswith("python") and "-c" in words:
+            if not any(call in script for call in python_calls):
+                return False
+            fetched = True
+            break  # the code after -c is python, not shell commands
+        elif program not in housekeeping:
+            return False
+    return fetched
 
 
 def pod_activity(t: PodTemplate, containers: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
@@ -83,16 +148,21 @@ def pod_activity(t: PodTemplate, containers: Mapping[str, Mapping[str, Any]]) ->
     idle only when every one of them is; a server when any one is.
     ``containers``: container_activity by container pointer."""
     holders = [c for c in t.containers if c.gpus]
+    saturating = {"saturates_gpus": any(saturates_gpus(c) for c in holders)}
     kinds = [containers[c.pointer] for c in holders]
     if not kinds:
-        return {"gpu_command_kind": None, "gpu_command_text": None}
+        return {"gpu_command_kind": None, "gpu_command_text": None, **saturating}
     if any(k["command_kind"] == "server" for k in kinds):
-        return {"gpu_command_kind": "server", "gpu_command_text": None}
+        return {"gpu_command_kind": "server", "gpu_command_text": None, **saturating}
+    if all(k["command_kind"] == "download" for k in kinds):
+        return {"gpu_command_kind": "download", "gpu_command_text": kinds[0]["command_text"], **saturating}
+    if all(k["command_kind"] == "gpu_test" for k in kinds):
+        return {"gpu_command_kind": "gpu_test", "gpu_command_text": kinds[0]["command_text"], **saturating}
     if all(k["command_kind"] in ("idle", "idle_forever") for k in kinds):
         forever = any(k["command_kind"] == "idle_forever" for k in kinds)
         text = next(k["command_text"] for k in kinds if k["command_text"])
-        return {"gpu_command_kind": "idle_forever" if forever else "idle", "gpu_command_text": text}
-    return {"gpu_command_kind": None, "gpu_command_text": None}
+        return {"gpu_command_kind": "idle_forever" if forever else "idle", "gpu_command_text": text, **saturating}
+    return {"gpu_command_kind": None, "gpu_command_text": None, **saturating}
 
 
 def _script(c: Container) -> str:
@@ -123,7 +193,7 @@ def _idle(words: Sequence[str]) -> bool:
     program = posixpath.basename(words[0]).lower()
     if program == "tail":
         return "/dev/null" in words
-    return program in _IDLE_PROGRAMS or program in ("true", "false")
+    return program in _IDLE_PROGRAMS or program in _CUDA_SAMPLES or program in ("true", "false")
 
 
 def _waits_forever(words: Sequence[str]) -> bool:

@@ -15,6 +15,7 @@ from typing import Any
 import msgspec
 
 from gpuaudit.facts import device_plugin as config_facts
+from gpuaudit.facts.env_sources import config_map_data
 from gpuaudit.kube.quantity import QuantityError, parse_quantity
 from gpuaudit.model import Document, Workload
 from gpuaudit.model.serving_runtimes import is_runtime
@@ -80,6 +81,9 @@ class Context(msgspec.Struct, frozen=True):
     # KServe ServingRuntime / ClusterServingRuntime objects of the input: an
     # InferenceService is judged as the runtime and its container merged.
     runtimes: tuple[Mapping[str, Any], ...] = ()
+    # ConfigMaps of the input, (namespace, name) -> data: the env a container
+    # takes from them (envFrom, configMapKeyRef; facts/env_sources.py).
+    config_maps: Mapping[tuple[str, str], Mapping[str, str]] = msgspec.field(default_factory=dict)
 
 
 def build_context(
@@ -95,6 +99,7 @@ def build_context(
         requested=_requested(workloads),
         autoscalers=_autoscalers(documents),
         runtimes=tuple(d.obj for d in documents if is_runtime(d.obj)),
+        config_maps=_config_maps(documents),
     )
 
 
@@ -102,6 +107,9 @@ def merge_contexts(site: Site, parts: Sequence[Context]) -> Context:
     """The context of the whole input from those of its parts (in input
     order), as build_context over all of it would give."""
     known = [p.shared_names for p in parts if p.shared_names is not None]
+    config_maps: dict[tuple[str, str], Mapping[str, str]] = {}
+    for part in parts:
+        config_maps.update(part.config_maps)
     requested: dict[str, dict[str, None]] = {}
     autoscalers: dict[tuple[str, str, str], Autoscaler] = {}
     for part in parts:
@@ -114,7 +122,16 @@ def merge_contexts(site: Site, parts: Sequence[Context]) -> Context:
         requested={name: tuple(labels) for name, labels in requested.items()},
         autoscalers=autoscalers,
         runtimes=tuple(r for part in parts for r in part.runtimes),
+        config_maps=config_maps,
     )
+
+
+def _config_maps(documents: Iterable[Document]) -> dict[tuple[str, str], Mapping[str, str]]:
+    return {
+        (d.namespace, d.name): config_map_data(d.obj)
+        for d in documents
+        if d.kind == "ConfigMap" and d.api_version == "v1" and config_map_data(d.obj)
+    }
 
 
 def _shared_names(site: Site, documents: Iterable[Document]) -> frozenset[str] | None:

@@ -12,6 +12,7 @@ import yaml
 
 from gpuaudit import gpus
 from gpuaudit.facts import Subject
+from gpuaudit.facts.node_pools import is_karpenter_node_pool, node_pool_facts
 from gpuaudit.kube.shapes import as_list
 from gpuaudit.kube.yaml_lines import load_yaml_with_lines
 from gpuaudit.model import Document, Resource
@@ -49,6 +50,8 @@ def subjects(doc: Document, context: Context | None = None) -> Iterator[Subject]
                 embedded = _with_embedded_lines(doc, ptr, str(text))
                 facts = {**mig_parted_facts(parsed, str(key), ptr), **identity}
                 yield Subject("config", facts, resource, embedded, annotations)
+    elif is_karpenter_node_pool(obj):
+        yield Subject("config", {**node_pool_facts(obj), **identity, "kind": doc.kind}, resource, doc, annotations)
     elif not doc.kind and not doc.api_version:  # a bare config file
         bare = {"apiVersion": "", "name": doc.file.rsplit("/", 1)[-1], "namespace": ""}
         if is_device_plugin_config(obj):

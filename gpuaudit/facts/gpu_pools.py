@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
+from functools import cache
 from typing import Any
 
+from gpuaudit.bundled import data_yaml
 from gpuaudit.kube.shapes import as_list
 
 # Node labels that say a pool's GPUs are shared or partitioned (gpu-domain.md
@@ -17,6 +19,8 @@ _SHARING_LABELS = (
     "nvidia.com/gpu.sharing-strategy",
     "cloud.google.com/gke-gpu-sharing-strategy",
     "cloud.google.com/gke-max-shared-clients-per-gpu",
+    # GKE's MIG partitions: each `nvidia.com/gpu` there is a slice.
+    "cloud.google.com/gke-gpu-partition-size",
     "nvidia.com/mig.config",
 )
 _POOL_LABELS = (
@@ -61,9 +65,42 @@ def sharing_pool(node_selector: Mapping[str, str], terms: list[Mapping[str, Any]
 _GFD_PRODUCT = re.compile(r"^[A-Z][A-Za-z0-9]*(?:-[A-Za-z0-9.+]+)*$")
 
 
+# What GFD appends to a product name: a MIG profile (single strategy), -SHARED.
+_GFD_SUFFIX = re.compile(r"(?:-MIG-[0-9a-z.+]+|-MIG-INVALID)?(?:-SHARED)?$")
+_NOT_IN_LABEL = re.compile(r"[^A-Za-z0-9\-_.]")
+
+
+def gfd_label_value(nvml_name: str) -> str:
+    """An NVML device name as GFD writes it into a label: spaces to "-",
+    characters a label value may not hold dropped (gpu-domain.md §4)."""
+    return _NOT_IN_LABEL.sub("", nvml_name.replace(" ", "-"))
+
+
+@cache
+def _gfd_families() -> tuple[tuple[re.Pattern[str], frozenset[str]], ...]:
+    data = data_yaml("gfd_products.yaml")
+    return tuple(
+        (re.compile(f["pattern"]), frozenset(gfd_label_value(n) for n in f["names"])) for f in data["families"]
+    )
+
+
+def _published(value: str) -> bool:
+    if not _GFD_PRODUCT.match(value):
+        return False
+    base = _GFD_SUFFIX.sub("", value, count=1)
+    lowered = base.lower()
+    for pattern, names in _gfd_families():
+        if pattern.search(lowered):
+            return base in names
+    return True  # a family the catalogue does not list: not judged
+
+
 def never_published(label: str, values: Sequence[str]) -> list[str]:
-    """Values of nvidia.com/gpu.product that GFD never publishes: a pod that
+    """Values of nvidia.com/gpu.product that GFD never publishes: a spelling
+    it never writes (lower case, spaces), or a product name of a family the
+    catalogue (data/gfd_products.yaml) lists that is none of that family's
+    NVML names (NVIDIA-H100-SXM4-80GB: H100s are SXM5 or PCIe). A pod that
     requires only such values stays Pending on every node."""
     if label != "nvidia.com/gpu.product":
         return []
-    return [v for v in values if not _GFD_PRODUCT.match(v)]
+    return [v for v in values if not _published(v)]

@@ -60,6 +60,15 @@ class Heuristic(msgspec.Struct, frozen=True):
     bytes_per_param: Mapping[str, float]
     dtype_words: tuple[tuple[str, str], ...]
     known: tuple[tuple[re.Pattern[str], float], ...]
+    predictive_formats: frozenset[str]
+    predictive_programs: frozenset[str]
+    predictive_images: tuple[str, ...]
+    llm_markers: tuple[str, ...]
+    model_images: tuple[str, ...]
+    notebook_images: tuple[str, ...]
+    fraction_flags: tuple[str, ...]
+    fraction_env: tuple[str, ...]
+    fraction_fits_share: float
 
 
 @cache
@@ -71,6 +80,15 @@ def heuristic() -> Heuristic:
         bytes_per_param={k: float(v) for k, v in data["bytes_per_param"].items()},
         dtype_words=tuple((e["word"], e["dtype"]) for e in data["dtype_words"]),
         known=tuple((re.compile(e["pattern"]), float(e["params_b"])) for e in data["known"]),
+        predictive_formats=frozenset(data["predictive_servers"]["model_formats"]),
+        predictive_programs=frozenset(data["predictive_servers"]["programs"]),
+        predictive_images=tuple(data["predictive_servers"]["images"]),
+        llm_markers=tuple(data["predictive_servers"]["markers_llm"]),
+        model_images=tuple(data["model_images"]),
+        notebook_images=tuple(data["predictive_servers"]["notebook_images"]),
+        fraction_flags=tuple(data["engine_memory_fraction"]["flags"]),
+        fraction_env=tuple(data["engine_memory_fraction"]["env"]),
+        fraction_fits_share=float(data["engine_memory_fraction"]["fits_share_at_most"]),
     )
 
 
@@ -97,6 +115,7 @@ def model_candidates(
     env_index: Mapping[str, int],
     raw_container: Mapping[str, Any],
     labels: Mapping[str, str],
+    image: str = "",
 ) -> Iterator[ModelRef]:
     """Every name a container gives its model, in the order they are trusted."""
     for spelling in MODEL_FLAGS:
@@ -121,6 +140,21 @@ def model_candidates(
     for label in MODEL_LABELS:
         if labels.get(label):
             yield ModelRef(labels[label], "label", None)
+    named = image_model(image)
+    if named:
+        yield ModelRef(named, "image", f"{container_pointer}/image")
+
+
+def image_model(image: str) -> str | None:
+    """The model an image is built for, where its registry names images by
+    model (NVIDIA NIM: nvcr.io/nim/meta/llama3-8b-instruct:1.0.0 serves
+    meta/llama3-8b-instruct); data/models.yaml model_images."""
+    lowered = image.lower()
+    for prefix in heuristic().model_images:
+        if lowered.startswith(prefix):
+            rest = lowered[len(prefix):].split("@", 1)[0].split(":", 1)[0]
+            return rest or None
+    return None
 
 
 def find_dtype(words: Sequence[Token], env: Mapping[str, str], model: str) -> str:
@@ -223,3 +257,81 @@ def _tensor_parallel_size(gpus: float) -> int:
     """GPUs a model split by tensor parallelism can use: a power of two (the
     size must divide the attention heads), at least one."""
     return 1 << max(0, math.ceil(math.log2(max(gpus, 1.0))))
+
+
+# Where a model's name is stated on purpose. A storageUri names a folder
+# (gs://bucket/models/flowers) as often as a model, so a storageUri without a
+# size does not make a predictive server's model "unknown".
+_NAMING_SOURCES = ("args", "env", "label", "spec", "image")
+
+
+def predictive_server(model_format: str | None, words: Sequence[str], image: str) -> str | None:
+    """What serves a predictive (non-generative) model here, or None: a KServe
+    predictive model format, or a predictive server's program or image with
+    nothing that says it serves an LLM (data/models.yaml predictive_servers).
+    An interactive notebook counts too: its use comes in bursts, whatever it
+    loads, which is what sharing a GPU is for."""
+    h = heuristic()
+    if any(marker in image.lower() for marker in h.notebook_images):
+        return f"an interactive notebook ({image})"
+    if model_format and model_format.lower() in h.predictive_formats:
+        return f"KServe model format {model_format.lower()}"
+    text = " ".join([image, *words]).lower()
+    if any(marker in text for marker in h.llm_markers):
+        return None
+    programs = {w.rsplit("/", 1)[-1] for w in words}
+    program = next((p for p in sorted(h.predictive_programs) if p in programs), None)
+    if program:
+        return program
+    image = image.lower()
+    return next((i for i in h.predictive_images if i in image), None)
+
+
+def engine_memory_fraction(words: Sequence[Token], env: Mapping[str, str]) -> tuple[float, str] | None:
+    """The share of GPU memory a serving engine is told to take
+    (``--gpu-memory-utilization 0.2``, ``--mem-frac 0.15``), and the flag."""
+    h = heuristic()
+    found = flag(words, h.fraction_flags)
+    stated = [(found.text, "flag")] if found is not None else []
+    stated += [(env[n], n) for n in h.fraction_env if env.get(n)]
+    for text, where in stated:
+        try:
+            value = float(text)
+        except ValueError:
+            continue
+        if 0 < value <= 1:
+            return value, where
+    return None
+
+
+def model_scale(
+    model: Mapping[str, Any] | None,
+    named: ModelRef | None,
+    server: str | None,
+    memory_fraction: float | None = None,
+) -> dict[str, Any]:
+    """Whether the model a pod serves is known to leave room on its GPU:
+    ``small`` (fits half a GPU, a predictive model, or an engine told to take
+    a small share of the memory), ``large`` (needs more), ``unknown`` (no
+    model named, or a name that carries no size). Only a small model makes
+    sharing the GPU an advice worth giving."""
+    if memory_fraction is not None and memory_fraction <= heuristic().fraction_fits_share:
+        return {
+            "scale": "small",
+            "basis": f"the engine is told to take {memory_fraction:g} of the GPU's memory",
+        }
+    if model is not None:
+        small = bool(model["fits_half_gpu"])
+        return {
+            "scale": "small" if small else "large",
+            "basis": f"{model['name']}: about {model['need_gib']} GiB of {model['gpu_memory_gib']} GiB",
+        }
+    if named is not None and "$" in named.name:  # an unexpanded $(VAR) names nothing
+        named = None
+    if named is not None and named.source in _NAMING_SOURCES:
+        return {"scale": "unknown", "basis": f"model unknown: {named.name} carries no size gpuaudit knows"}
+    if server is not None:
+        return {"scale": "small", "basis": f"a predictive model served by {server}"}
+    if named is not None:
+        return {"scale": "unknown", "basis": f"model unknown: {named.name} carries no size gpuaudit knows"}
+    return {"scale": "unknown", "basis": "model unknown: no model is named where gpuaudit reads it"}

@@ -102,6 +102,9 @@ def container_parallelism(
         "gpus": gpus,
         "matches_gpus": None,
         "unused_gpus": None,
+        "processes_over_gpus": None,
+        "split_over_gpus": None,
+        "gpus_asked": None,
         "pointer": pointer,
     }
     if any(isinstance(v, str) and v not in _ALL_GPUS for v in sizes.values()):
@@ -118,6 +121,16 @@ def container_parallelism(
             total *= int(sizes.get(dim) or 1)  # type: ignore[arg-type]
     facts["total"] = total
     if gpus is not None and gpus > 0:
+        # torchrun's and DeepSpeed's count is per node, so per pod: more
+        # processes than the pod's GPUs share them or fail on a device ordinal.
+        processes = facts["processes"]
+        facts["processes_over_gpus"] = int(processes - gpus) if processes is not None and processes > gpus else 0
+        # One model split over more GPUs than the pod holds: right only when
+        # the group spans several pods (LeaderWorkerSet, Ray, multi-node KServe).
+        split = (facts["tensor"] or 1) * (facts["pipeline"] or 1)
+        facts["split_over_gpus"] = int(split - gpus) if split > gpus else 0
+        asked = processes if processes is not None else split
+        facts["gpus_asked"] = asked
         # A group larger than the pod spans several pods (multi-node serving).
         facts["matches_gpus"] = total == gpus or (total > gpus and total % gpus == 0)
         facts["unused_gpus"] = gpus - total if total < gpus else 0

@@ -14,10 +14,20 @@ from gpuaudit.facts.activity import container_activity
 from gpuaudit.facts.cmdline import Token, Words, flag, tokens
 from gpuaudit.facts.context import Context
 from gpuaudit.facts.device_plugin import parse_config_text
-from gpuaudit.facts.model_size import ModelRef, find_dtype, find_model, model_candidates, model_facts
+from gpuaudit.facts.model_size import (
+    ModelRef,
+    engine_memory_fraction,
+    find_dtype,
+    find_model,
+    model_candidates,
+    model_facts,
+    model_scale,
+    predictive_server,
+)
 from gpuaudit.facts.parallelism import container_parallelism, whole_gpus
 from gpuaudit.kube import pointers
 from gpuaudit.model import Container, PodTemplate, Workload
+from gpuaudit.model.serving_runtimes import FRAMEWORK_KEYS
 
 DATALOADER_FLAGS = (
     "--num_workers",
@@ -69,6 +79,9 @@ def pod_process_facts(
     """``lines``: command_lines(w, t)."""
     parallelism = None
     model = None
+    named: ModelRef | None = None
+    server: str | None = None
+    fraction: float | None = None
     workers: int | None = None
     for c in t.containers:
         line = lines[c.pointer]
@@ -77,8 +90,32 @@ def pod_process_facts(
             continue
         parallelism = parallelism or line.parallelism
         if model is None:
-            model = _model(w, t, c, line, placement, context)
-    return {"parallelism": parallelism, "model": model, "dataloader_workers": workers}
+            model, ref = _model(w, t, c, line, placement, context)
+            named = named or ref
+        server = server or predictive_server(_model_format(w, c), [tok.text for tok in line.words], c.image)
+        stated = engine_memory_fraction(line.words, c.env)
+        if stated is not None:
+            fraction = stated[0] if fraction is None else max(fraction, stated[0])
+    return {
+        "parallelism": parallelism,
+        "model": model,
+        "model_scale": model_scale(model, named, server, fraction),
+        "engine_memory_fraction": fraction,
+        "dataloader_workers": workers,
+    }
+
+
+def _model_format(w: Workload, c: Container) -> str | None:
+    """The model format a KServe predictor names (``model.modelFormat.name``,
+    or the older per-framework key the container sits under)."""
+    if w.kind != "InferenceService" or not c.pointer.startswith("/spec/predictor/"):
+        return None
+    raw = pointers.get(w.document.obj, c.pointer)
+    fmt = raw.get("modelFormat") if isinstance(raw, Mapping) else None
+    if isinstance(fmt, Mapping) and isinstance(fmt.get("name"), str):
+        return fmt["name"]
+    key = c.pointer.rsplit("/", 1)[-1]
+    return key if key in FRAMEWORK_KEYS else None
 
 
 def _model(
@@ -88,16 +125,20 @@ def _model(
     line: CommandLine,
     placement: Mapping[str, Any],
     context: Context,
-) -> dict[str, Any] | None:
+) -> tuple[dict[str, Any] | None, ModelRef | None]:
+    """The model's size facts (None when its size is unknown), and the name
+    found for it (None when none is)."""
     words, env_index, parallelism = line.words, line.env_index, line.parallelism
     raw = pointers.get(w.document.obj, c.pointer)
     ref = find_model(
-        model_candidates(words, c.env, c.pointer, env_index, raw if isinstance(raw, Mapping) else {}, t.labels)
+        model_candidates(
+            words, c.env, c.pointer, env_index, raw if isinstance(raw, Mapping) else {}, t.labels, c.image
+        )
     )
     if ref is None:
         ref = _workload_model(w)
     if ref is None:
-        return None
+        return None, None
     gpus = whole_gpus(c)
     if parallelism and parallelism.get("total") and gpus and parallelism["total"] > gpus:
         gpus = None  # one model across several pods: this pod's share is not the model's need
@@ -111,7 +152,7 @@ def _model(
     else:
         memory, source = None, "assumed"
     facts = model_facts(ref, find_dtype(words, c.env, ref.name), gpus, memory, source)
-    return facts if facts["params_b"] is not None else None
+    return (facts if facts["params_b"] is not None else None), ref
 
 
 def _workload_model(w: Workload) -> ModelRef | None:

@@ -21,12 +21,13 @@ from typing import Any
 import msgspec
 
 from gpuaudit.bundled import data_yaml
-from gpuaudit.facts.activity import command_script
+from gpuaudit.facts.activity import command_script, saturates_gpus
 from gpuaudit.model import Container, Workload
 
 _PATH_PARTS = re.compile(r"/|\\|__")  # folders, and `__` in files copied flat
 _SHELL_SEGMENTS = re.compile(r"[;&|\n]")
 _NOT_ALNUM = re.compile(r"[^a-z0-9]+")
+_STRESS = "a stress or burn-in test (gpu_programs.yaml saturating) exists to load whole GPUs"
 
 
 class _Entry(msgspec.Struct, frozen=True):
@@ -150,7 +151,11 @@ def purpose_facts(
         holders = [c for c in containers if c.gpus]
     scripts = {c.pointer: command_script(c) for c in containers}
 
-    # 1: what a container runs (a device check alone, then the table); 2: its image.
+    # 1: what a container runs (a stress test, a device check alone, then the table); 2: its image.
+    for c in holders:
+        if saturates_gpus(c):
+            value = f"{c.name}: {scripts[c.pointer] or c.image}"
+            return _decided("stress-test", "program" if scripts[c.pointer] else "image", value, _STRESS)
     for c in holders:
         if _only_checks(scripts[c.pointer], t):
             return _decided("smoke-test", "program", f"{c.name}: {scripts[c.pointer]}", t.check_why)

@@ -15,6 +15,7 @@ from gpuaudit.facts import Subject
 from gpuaudit.facts import placement as site_placement
 from gpuaudit.facts.activity import pod_activity
 from gpuaudit.facts.context import Context
+from gpuaudit.facts.env_sources import with_config_map_env
 from gpuaudit.facts.gpu_names import unadvertised_shared, unknown_mig_profiles
 from gpuaudit.facts.gpu_pools import never_published, sharing_pool
 from gpuaudit.facts.lifecycle import lifecycle_facts
@@ -38,10 +39,12 @@ def subjects(workload: Workload, context: Context | None = None) -> Iterator[Sub
         return
     context = context or Context()
     doc = workload.document
-    lines_by_template = [command_lines(workload, t) for t in workload.templates]
+    # ConfigMap env first: the purpose and every fact read the completed env.
+    effective = [with_config_map_env(workload, t, context.config_maps) for t in workload.templates]
+    lines_by_template = [command_lines(workload, t) for t in effective]
     base = {**_identity(workload), **workload_purpose(workload, lines_by_template)}
     templates = []
-    for t, lines in zip(workload.templates, lines_by_template, strict=True):
+    for t, lines in zip(effective, lines_by_template, strict=True):
         templates.append((t, lines, pod_facts(workload, t, base, context, lines)))
     for _, _, pod in templates:  # a pod shape judged beside its siblings (a Ray head beside GPU workers)
         pod["other_gpu_roles"] = [o["role"] for _, _, o in templates if o is not pod and o["gpu"]["requested"]]
@@ -146,6 +149,14 @@ def _container_gpu(c: Container) -> dict[str, Any]:
 
 def container_facts(c: Container, template: PodTemplate, base: Mapping[str, Any]) -> dict[str, Any]:
     gpu = _container_gpu(c)
+    # A slice is not a whole GPU: a shared, MIG or fractional resource (HAMi's
+    # gpucores/gpumem beside nvidia.com/gpu), a pod-level fraction (Run:ai,
+    # KAI), or a node pool whose GPUs are shared or partitioned.
+    gpu["slice"] = bool(c.gpus) and (
+        gpu["shared"]
+        or any(r.mode == "fraction" for r in template.extra_gpus)
+        or _sharing_pool_of(template) is not None
+    )
     count = gpu["count"]
     # Kubernetes copies a limit to an absent request; what a controller merges
     # the container over may set the request instead, so then it stays unknown.
@@ -210,6 +221,8 @@ def pod_facts(
         **activity,
         "role": t.role,
         "replicas": t.replicas,
+        "restart_policy": str(t.spec["restartPolicy"]) if t.spec.get("restartPolicy") is not None else None,
+        "restart_policy_pointer": f"{t.pointer}/restartPolicy" if "restartPolicy" in t.spec else t.pointer,
         "pointer": t.pointer,
         "containers": len(t.containers),
         "gpu": gpu,
@@ -259,6 +272,14 @@ def _site_placement(
             t.pointer,
         ),
     }
+
+
+def _sharing_pool_of(t: PodTemplate) -> dict[str, str] | None:
+    node_selector = t.spec.get("nodeSelector")
+    node_selector = (
+        {str(k): str(v) for k, v in node_selector.items()} if isinstance(node_selector, Mapping) else {}
+    )
+    return sharing_pool(node_selector, required_terms(t.spec))
 
 
 def placement_facts(t: PodTemplate) -> dict[str, Any]:

@@ -76,6 +76,19 @@ def build_workloads(
     return workloads, errors
 
 
+def is_live_dump(obj: Mapping[str, Any]) -> bool:
+    """Whether a manifest is a dump of a live object (``kubectl get -o
+    yaml``): it carries the server's ``metadata.uid`` and ``resourceVersion``
+    and a ``status``, which nobody writes by hand."""
+    meta = obj.get("metadata")
+    return (
+        isinstance(meta, Mapping)
+        and bool(meta.get("uid"))
+        and meta.get("resourceVersion") is not None
+        and isinstance(obj.get("status"), Mapping)
+    )
+
+
 # --- kinds the table does not know ------------------------------------------
 
 _CONTAINER_LISTS = ("containers", "initContainers")
@@ -192,6 +205,11 @@ class _TemplateBuilder:
             spec = pointers.get(obj, spec_ptr)
             if not isinstance(spec, Mapping):
                 continue
+            if spec_ptr == "/spec" and "nodeName" in spec and is_live_dump(obj):
+                # The scheduler wrote nodeName when it bound this pod: in a dump
+                # of live state it is where the pod ran, not a pin (as a
+                # cluster audit reads it, cluster_builder._unbound).
+                spec = {k: v for k, v in spec.items() if k != "nodeName"}
             containers = list(self._containers(spec, spec_ptr, "containers", init=False))
             if loc.merged_over and not loc.inline_containers:
                 containers = [replace(c, merged_over=loc.merged_over) for c in containers]
@@ -203,6 +221,11 @@ class _TemplateBuilder:
             for rel in loc.container_lists:
                 containers.extend(self._containers(spec, pointers.join_relative(spec_ptr, rel), None, init=False))
             inits = tuple(self._containers(spec, spec_ptr, "initContainers", init=True))
+            # A native sidecar (an initContainer with restartPolicy: Always)
+            # starts before the app containers and runs for the pod's whole
+            # life: it is an app container in all but where it is written.
+            containers.extend(c for c in inits if not c.init)
+            inits = tuple(c for c in inits if c.init)
             if not containers and not inits:
                 continue
             extra = tuple(self._pod_level_gpus(spec, spec_ptr, annotations, meta, at, loc))
@@ -256,7 +279,7 @@ class _TemplateBuilder:
         return Container(
             name=str(name) if name is not None else fallback,
             pointer=ptr,
-            init=init,
+            init=init and c.get("restartPolicy") != "Always",
             image=str(c.get("image") or ""),
             command=_str_list(c.get("command")),
             args=_str_list(c.get("args")),
@@ -275,7 +298,7 @@ class _TemplateBuilder:
             name=role,
             pointer=at,
             init=False,
-            image=str(node.get("image") or ""),
+            image=_image(node.get("image")),
             command=_str_list(node.get("command")),
             args=_str_list(node.get("args")),
             env=_env(node.get("env")),
@@ -413,6 +436,17 @@ def _int32_problem(value: Any) -> str | None:
     if value > MAX_INT32:
         return f"{value!r:.40} is out of range"
     return None
+
+
+def _image(value: Any) -> str:
+    """An image as text; operators write it as a mapping too (NIMService's
+    ``image: {repository, tag}``)."""
+    if isinstance(value, Mapping):
+        repository, tag = value.get("repository"), value.get("tag")
+        if not isinstance(repository, str) or not repository:
+            return ""
+        return f"{repository}:{tag}" if isinstance(tag, (str, int, float)) and str(tag) else repository
+    return str(value or "")
 
 
 def _str_map(value: Any) -> dict[str, str]:

@@ -15,6 +15,7 @@ FORMATS = {
     "github": "gpuaudit.output.github",
     "gitlab": "gpuaudit.output.gitlab",
     "policyreport": "gpuaudit.output.policyreport",
+    "openmetrics": "gpuaudit.output.openmetrics",
 }
 
 

@@ -23,11 +23,7 @@ def load_policy(
     """Built-in rules plus the config's and the command line's folders, selected.
     The loaded and compiled rules come from the user's cache when their files
     are unchanged (engine/rule_cache.py)."""
-    dirs = [policies_dir(), *config.policies, *extra_dirs]
-    rules, rule_errors = load_rules_cached(dirs, config.params, config.severity)
-    errors = [*_refused_folders(config, extra_dirs)]
-    errors += [InputError(e.file, e.line, e.message) for e in rule_errors]
-    known = {r.id for r in rules} | {e.rule_id for e in rule_errors if e.rule_id}
+    rules, errors, known = _catalogue(config, extra_dirs)
     for rule_id in sorted(set(config.params) | set(config.severity)):
         if rule_id not in known:
             errors.append(
@@ -43,6 +39,22 @@ def load_policy(
     selected = select(rules, include, exclude)
     errors += selection_problems(rules, selected, include, exclude, where)
     return selected, errors
+
+
+def load_catalogue(config: Config, extra_dirs: Sequence[Path] = ()) -> tuple[list[Rule], list[InputError]]:
+    """Every rule of the built-in and the named folders, opt-in ones too, none
+    selected away: what `rules explain` can explain."""
+    rules, errors, _ = _catalogue(config, extra_dirs)
+    return rules, errors
+
+
+def _catalogue(config: Config, extra_dirs: Sequence[Path]) -> tuple[list[Rule], list[InputError], set[str]]:
+    dirs = [policies_dir(), *config.policies, *extra_dirs]
+    rules, rule_errors = load_rules_cached(dirs, config.params, config.severity)
+    errors = [*_refused_folders(config, extra_dirs)]
+    errors += [InputError(e.file, e.line, e.message) for e in rule_errors]
+    known = {r.id for r in rules} | {e.rule_id for e in rule_errors if e.rule_id}
+    return rules, errors, known
 
 
 def _refused_folders(config: Config, extra_dirs: Sequence[Path]) -> list[InputError]:

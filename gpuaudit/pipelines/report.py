@@ -51,17 +51,45 @@ def fix_overlay(snapshot: Mapping[str, Any], result: AuditResult, config: Config
     try:
         plan, _ = plan_fix([], dict(snapshot), "snapshot", None, config, result.rules, {})
     except Exception as exc:
-        return {"available": False, "problem": f"the fix plan could not be made: {exc}", "shares": [], "replicas": None}
+        return {
+            "available": False,
+            "problem": f"the fix plan could not be made: {exc}",
+            "shares": [],
+            "replicas": None,
+            "rules": {},
+            "sharing_rules": [],
+        }
     shares = []
+    sharing_rules: set[str] = set()
+    # per rule: the patches the plan writes for its findings, and why it declines the others
+    outcomes: dict[str, dict[str, Any]] = {}
+    for change in plan.changes:
+        for rule in change.rules:
+            outcome = outcomes.setdefault(rule, {"patched": 0, "declined": 0, "reasons": []})
+            outcome["patched"] += 1
+            outcome.setdefault("targets", []).append(list(change.target[1:]))  # [kind, namespace, name]
+            if change.remediation not in outcome.setdefault("remediations", []):
+                outcome["remediations"].append(change.remediation)
+    for skip in plan.skipped:
+        outcome = outcomes.setdefault(skip.finding.rule, {"patched": 0, "declined": 0, "reasons": []})
+        outcome["declined"] += 1
+        res = skip.finding.resource
+        outcome.setdefault("declines", []).append([res.kind, res.namespace, res.name, skip.reason])
+        if skip.reason not in outcome["reasons"] and len(outcome["reasons"]) < 3:
+            outcome["reasons"].append(skip.reason)
     replicas = None
     for change in plan.changes:
         proposal = change.proposal
         share = getattr(proposal, "share", None)
         if change.remediation == "enable-time-slicing":
+            sharing_rules.update(change.rules)
             value = (proposal.params or {}).get("replicas")
             replicas = int(value) if isinstance(value, int) and value > 1 else replicas
         if share is None:
             continue
+        if share.mig_profile is None:  # time-sliced: needs the sharing config's patch beside it
+            for rule in change.rules:
+                outcomes[rule]["time_sliced"] = True
         _, kind, namespace, name = change.target
         shares.append(
             {
@@ -77,7 +105,17 @@ def fix_overlay(snapshot: Mapping[str, Any], result: AuditResult, config: Config
                 "confidence": proposal.confidence,
             }
         )
-    return {"available": True, "problem": None, "shares": shares, "replicas": replicas}
+    for rule, outcome in outcomes.items():
+        if outcome.get("time_sliced"):  # a command that fixes this rule alone would write none of it
+            outcome["with_rules"] = sorted(sharing_rules - {rule})
+    return {
+        "available": True,
+        "problem": None,
+        "shares": shares,
+        "replicas": replicas,
+        "rules": outcomes,
+        "sharing_rules": sorted(sharing_rules),
+    }
 
 
 def write_review(

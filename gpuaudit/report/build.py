@@ -17,10 +17,10 @@ import msgspec
 
 from gpuaudit import __version__
 from gpuaudit.model import CATEGORIES, AuditResult, ClusterState
-from gpuaudit.report import gate, summary
+from gpuaudit.report import actions, gate, summary
 from gpuaudit.report.history import RunSummary
 from gpuaudit.report.holders import Inventory, Thresholds, collect, pod_fact_index
-from gpuaudit.report.period import Period, integrate, trend
+from gpuaudit.report.period import Period, forecast, integrate, trend
 from gpuaudit.report.prices import Prices, parse_prices
 from gpuaudit.report.whatif import WhatIfSettings, simulate
 
@@ -35,6 +35,12 @@ class ReportSettings(msgspec.Struct, frozen=True):
     cluster_name: str | None = None
     currency: str = "USD"
     whatif: WhatIfSettings = msgspec.field(default_factory=WhatIfSettings)
+    # the share of allocated GPUs the telemetry (residency) and an application
+    # signal must cover for their diagnostic step to count as done
+    min_telemetry_coverage: float = gate.MIN_COVERAGE
+    min_signal_coverage: float = gate.MIN_SIGNAL_COVERAGE
+    # showback: the cost of GPUs no pod holds shared out to the teams
+    share_unallocated: bool = False
 
 
 def settings_from_config(
@@ -56,6 +62,9 @@ def settings_from_config(
             time_slicing_replicas=replicas,
             vram_headroom=float(report.get("vram_headroom", 0.2)),
         ),
+        min_telemetry_coverage=float(report.get("min_telemetry_coverage", gate.MIN_COVERAGE)),
+        min_signal_coverage=float(report.get("min_signal_coverage", gate.MIN_SIGNAL_COVERAGE)),
+        share_unallocated=bool(report.get("share_unallocated", False)),
     )
 
 
@@ -140,37 +149,12 @@ def _usd_month(gpus: float | None, price: float | None) -> int | None:
     return round(gpus * price * summary.HOURS_PER_MONTH)
 
 
-def actions(
-    reached: Mapping[str, Any], causes: Sequence[Mapping[str, Any]], prices: Prices, count: int = 5
-) -> list[dict[str, Any]]:
-    """The changes to make first: each workload the fix overlay moves to a
-    share and that frees GPUs, with the GPUs it frees, their price per month
-    (730 h) at the configured prices, the owning team, and the command and
-    patch that do it; ranked by money, then GPUs."""
-    rows = []
-    for w in reached.get("by_workload") or []:
-        if not w["counted"] or not w["freed"]:
-            continue
-        rules = ",".join(w["rules"]) or "GPA-AL-001"
-        target = (w["mig_profile"] and f"MIG profile {w['mig_profile']}") or f"{w['resource']} (time-sliced)"
-        steps = [f"`gpuaudit fix --rules {rules} --out overlays/gpuaudit`: {w['remediation']} patch, {target}"]
-        if not w["mig_profile"]:
-            steps.append("with its enable-time-slicing patch; label the nodes `nvidia.com/device-plugin.config=shared`")
-        rows.append(
-            {
-                "workload": {"namespace": w["namespace"], "kind": w["kind"], "name": w["name"]},
-                "team": w["team"],
-                "model": w["model"],
-                "gpus_freed": w["freed"],
-                "usd_per_month": _usd_month(w["freed"], prices.of(w["model"] or "")),
-                "how": steps,
-                "rules": w["rules"],
-            }
-        )
-    rows.sort(
-        key=lambda a: (-(a["usd_per_month"] or 0), -a["gpus_freed"], a["workload"]["namespace"], a["workload"]["name"])
-    )
-    return rows[:count]
+def _actions(inventory: Inventory, reached: Mapping[str, Any], prices: Prices, *, partial: bool) -> dict[str, Any]:
+    """The actions; on partial input none, and the money they would cover unknown."""
+    if not partial:
+        return actions.plan(inventory, reached, prices)
+    empty = actions.plan(Inventory((), (), (), None, None), {}, prices)
+    return {**empty, **{k: None for k in empty if k.endswith("_usd_per_month")}}
 
 
 def analyse(
@@ -200,9 +184,10 @@ def analyse(
     for key in PARTIAL_COUNTS:
         if key in unknown:
             gpus[key] = None
-    coverage = summary.coverage(inventory, state.telemetry)
+    coverage = summary.coverage(inventory, state.telemetry, state.collected_at)
     pending = summary.pending(inventory, cluster_doc)
-    causes = summary.root_causes(result.findings, result.rules, inventory)
+    planned = overlay.get("rules") if overlay is not None and overlay.get("available") else None
+    causes = summary.root_causes(result.findings, result.rules, inventory, planned)
     biggest = summary.biggest_causes(causes)
     whatif = simulate(inventory, thresholds, settings.whatif, None if "whatif" in unknown else overlay)
     reached = whatif["achievable"]
@@ -216,24 +201,30 @@ def analyse(
         coverage=coverage,
         pending=pending,
         signals=(state.telemetry or {}).get("signals") or {},
-        signals_measured=gate.signals_with_data(h.telemetry for h in inventory.holders),
+        signals_measured=gate.signal_coverage(inventory.holders),
         extra_metrics=_extra_metrics(state.telemetry),
         sharing={
             "nodes": (cluster_doc.get("sharing") or {}).get("active_nodes") or 0,
             "pods": shared_pods,
         },
         workloads=len(workloads),
+        min_coverage=settings.min_telemetry_coverage,
+        min_signal_coverage=settings.min_signal_coverage,
+        telemetry_lag_hours=coverage["lag_hours"],
     )
-    free_by_model: dict[str, float] = {}
-    for node in inventory.nodes:
-        if not node.unschedulable:
-            free_by_model[node.model] = free_by_model.get(node.model, 0.0) + max(node.gpus - node.allocated, 0.0)
-    decision = gate.verdict(flow, pending["hardware_demand"], reached, free_by_model)
+    demand_pods = [
+        {"model": w.model or gate.ANY_MODEL, "gpus": w.gpus, "nodes": w.nodes}
+        for w in inventory.waiting
+        if w.hardware_demand
+    ]
+    free_nodes = {n.name: (n.model, max(n.gpus - n.allocated, 0.0)) for n in inventory.nodes if not n.unschedulable}
+    decision = gate.verdict(flow, pending["hardware_demand"], reached, demand_pods, free_nodes)
     if "hardware_demand" in unknown:
         decision = {
             **decision,
             "gap": None,
             "per_model": [],
+            "free_unusable": [],
             **(
                 {}
                 if decision["decision"] == "hold"
@@ -245,7 +236,7 @@ def analyse(
             ),
         }
     if "whatif" in unknown:  # neither what is freed nor what waits is known
-        decision = {**decision, "gap": None, "per_model": []}
+        decision = {**decision, "gap": None, "per_model": [], "free_unusable": []}
         whatif["best"].update(theoretical_low=None, theoretical_high=None)
     by_category = Counter(f.category for f in result.findings)
     cost = summary.hourly_cost(inventory, settings.prices)
@@ -277,8 +268,10 @@ def analyse(
         "biggest_causes": biggest,
         "idle_unattributed": None if "root_causes" in unknown else summary.idle_unattributed(causes, gpus),
         "whatif": whatif,
-        "actions": [] if partial["partial"] else actions(reached, causes, settings.prices),
-        "showback": [] if "showback" in unknown else summary.showback(inventory, settings.prices),
+        "actions": _actions(inventory, reached, settings.prices, partial=partial["partial"]),
+        "showback": []
+        if "showback" in unknown
+        else summary.showback(inventory, settings.prices, settings.share_unallocated),
         "gate": {
             "rule": GATE_RULE,
             "steps": flow,
@@ -295,9 +288,12 @@ def analyse(
                 "active_compute": thresholds.active_compute,
                 "resident_idle_fraction": thresholds.resident_idle,
                 "min_coverage": thresholds.min_coverage,
+                "min_telemetry_coverage": settings.min_telemetry_coverage,
+                "min_signal_coverage": settings.min_signal_coverage,
             },
             "team_label": settings.team_label,
             "pool_label": settings.pool_label,
+            "share_unallocated": settings.share_unallocated,
             "time_slicing_replicas": settings.whatif.time_slicing_replicas,
             "vram_headroom": settings.whatif.vram_headroom,
             "hours_per_month": summary.HOURS_PER_MONTH,
@@ -365,6 +361,9 @@ def assemble(
             "allocated_gpus_measured": doc["coverage"]["allocated_gpus_measured"],
             "allocated_gpus": doc["coverage"]["allocated_gpus"],
             "present": doc["coverage"]["present"],
+            "window": doc["coverage"]["window"],
+            "lag_hours": doc["coverage"]["lag_hours"],
+            "stale": doc["coverage"]["stale"],
         },
         "pending": {
             "pods": doc["pending"]["pods"],
@@ -375,9 +374,10 @@ def assemble(
         "biggest_causes": doc["biggest_causes"],
         "idle_unattributed": doc["idle_unattributed"],
         "whatif": doc["whatif"]["best"],
-        "actions": doc["actions"],
+        "actions": doc["actions"]["shown"],
+        "actions_cover": {k: v for k, v in doc["actions"].items() if k not in ("shown", "all", "bundles")},
         "hardware_needed": {"gap": verdict["gap"], "per_model": verdict["per_model"]},
-        "gate": {k: v for k, v in verdict.items() if k not in ("per_model", "gap")},
+        "gate": {k: v for k, v in verdict.items() if k not in ("per_model", "gap", "free_unusable")},
     }
     method = dict(doc["method"])
     method["history"] = history
@@ -401,8 +401,11 @@ def assemble(
         "scheduler": doc["pending"],
         "root_causes": doc["root_causes"],
         "whatif": doc["whatif"],
+        "actions": doc["actions"]["all"],
+        "action_bundles": doc["actions"]["bundles"],
         "showback": doc["showback"],
-        "trend": trend(runs, analysis.collected_at),
+        "trend": (monthly := trend(runs, analysis.collected_at)),
+        "forecast": forecast(monthly),
         "gate": doc["gate"],
         "cost_per_hour": cost,
         "coverage": doc["coverage"],

@@ -43,6 +43,12 @@ def _row(document: Mapping[str, Any], folder: str) -> dict[str, Any]:
         "hardware_gap": first["hardware_needed"]["gap"],
         "idle_cost_per_hour": first["cost"]["allocated_idle_per_hour"],
         "idle_cost_per_month": first["cost"]["allocated_idle_per_month"],
+        "telemetry": {
+            "coverage": first["coverage"]["ratio"],
+            "allocated_gpus_measured": first["coverage"]["allocated_gpus_measured"],
+            "window": first["coverage"].get("window"),
+            "stale": first["coverage"].get("stale"),
+        },
         "decision": first["gate"]["decision"],
         "headline": first["gate"]["headline"],
     }
@@ -66,6 +72,9 @@ def fleet(documents: Sequence[tuple[Mapping[str, Any], str]], *, generated_at: s
             )
         },
     }
+    measured = _sum(r["telemetry"]["allocated_gpus_measured"] for r in rows)
+    allocated = totals["gpus"]["allocated"]
+    totals["telemetry_coverage"] = round(measured / allocated, 3) if measured is not None and allocated else None
     needed: dict[str, list[Any]] = defaultdict(list)
     for document, _ in documents:
         hardware = document["first_screen"]["hardware_needed"]
@@ -79,7 +88,14 @@ def fleet(documents: Sequence[tuple[Mapping[str, Any], str]], *, generated_at: s
         for document, _ in documents
         for action in document["first_screen"]["actions"]
     ]
-    actions.sort(key=lambda a: (-(a["usd_per_month"] or 0), -a["gpus_freed"], a["cluster"], a["workload"]["name"]))
+    actions.sort(
+        key=lambda a: (
+            -(a["usd_per_month"] or 0),
+            -(a["gpus_freed"] or 0),
+            a["cluster"],
+            (a["workload"] or {}).get("name") or a["title"],
+        )
+    )
     showback: dict[str, dict[str, Any]] = {}
     for document, _ in documents:
         for team in document.get("showback") or []:

@@ -8,6 +8,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 MIN_COVERAGE = 0.8  # share of allocated GPUs with telemetry for "residency measured"
+MIN_SIGNAL_COVERAGE = 0.5  # share of allocated GPUs an application signal must cover for its step
+STALE_HOURS = 24.0  # telemetry that ends this long before the snapshot describes another cluster state
 MAX_UNKNOWN_PENDING = 0.1  # share of pending pods without a known cause
 APPLICATION_SIGNALS = ("pcie", "occupancy", "tensor", "nvlink")
 # The per-pod telemetry value each application signal fills.
@@ -19,13 +21,19 @@ SIGNAL_VALUES = {
 }
 
 
-def signals_with_data(telemetry_rows: Iterable[Mapping[str, Any] | None]) -> list[str]:
-    """The application signals at least one pod has a value for: a signal
-    named in the snapshot with every value null is not data."""
-    rows = [t for t in telemetry_rows if t]
-    return [
-        name for name in APPLICATION_SIGNALS if any(isinstance(t.get(SIGNAL_VALUES[name]), (int, float)) for t in rows)
-    ]
+def signal_coverage(holders: Iterable[Any]) -> dict[str, float]:
+    """Allocated GPUs whose pod has a value for each application signal (a
+    signal named in the snapshot with every value null covers nothing), and
+    for the application's own metrics (``extra``)."""
+    covered = dict.fromkeys([*APPLICATION_SIGNALS, "extra"], 0.0)
+    for h in holders:
+        t = h.telemetry or {}
+        for name in APPLICATION_SIGNALS:
+            if isinstance(t.get(SIGNAL_VALUES[name]), (int, float)):
+                covered[name] += h.gpus
+        if any(v is not None for v in (t.get("extra") or {}).values()):
+            covered["extra"] += h.gpus
+    return covered
 
 
 def _step(step: str, title: str, status: str, evidence: str, action: str) -> dict[str, str]:
@@ -40,12 +48,23 @@ def steps(
     coverage: Mapping[str, Any],
     pending: Mapping[str, Any],
     signals: Mapping[str, Any],
-    signals_measured: Sequence[str],
+    signals_measured: Mapping[str, float],
     extra_metrics: Sequence[str],
     sharing: Mapping[str, Any],
     workloads: int,
+    min_coverage: float = MIN_COVERAGE,
+    min_signal_coverage: float = MIN_SIGNAL_COVERAGE,
+    telemetry_lag_hours: float | None = None,
 ) -> list[dict[str, str]]:
-    """The five steps of the diagnostic flow and whether the data shows each done."""
+    """The five steps of the diagnostic flow and whether the data shows each done.
+
+    A step that rests on telemetry is done only when its signals cover most
+    of the allocated GPUs: residency at ``min_coverage``, the application
+    signals at ``min_signal_coverage`` (one GPU of a hundred with a PCIe
+    series is not an application measured). ``signals_measured``: allocated
+    GPUs with a value per signal (:func:`signal_coverage`).
+    ``telemetry_lag_hours``: how long before the snapshot the telemetry
+    window ended; more than STALE_HOURS leaves residency partial."""
     ran = {r.category for r in rules_run}
     out = []
 
@@ -73,12 +92,18 @@ def steps(
         status, evidence = "not_done", "no GPU telemetry"
     elif "memory" not in ran:
         status, evidence = "not_done", "the memory rules did not run"
-    elif ratio is not None and ratio >= MIN_COVERAGE:
+    elif telemetry_lag_hours is not None and telemetry_lag_hours > STALE_HOURS:
+        status = "partial"
+        evidence = (
+            f"the telemetry window ended {_age(telemetry_lag_hours)} before the snapshot: it measured "
+            "another cluster state"
+        )
+    elif ratio is not None and ratio >= min_coverage:
         status = "done"
-        evidence = f"telemetry covers {ratio:.0%} of allocated GPUs"
+        evidence = f"telemetry covers {ratio:.0%} of allocated GPUs (at least {min_coverage:.0%} needed)"
     else:
         status = "partial"
-        evidence = f"telemetry covers {ratio or 0:.0%} of allocated GPUs (at least {MIN_COVERAGE:.0%} needed)"
+        evidence = f"telemetry covers {ratio or 0:.0%} of allocated GPUs (at least {min_coverage:.0%} needed)"
     out.append(
         _step(
             "residency",
@@ -87,7 +112,7 @@ def steps(
             evidence,
             "Point `gpuaudit audit --prometheus URL` at the Prometheus that scrapes the DCGM "
             "exporter on every GPU node (or run `gpuaudit sample` where there is none), so "
-            f"at least {MIN_COVERAGE:.0%} of allocated GPUs report VRAM and activity.",
+            f"at least {min_coverage:.0%} of allocated GPUs report VRAM and activity.",
         )
     )
 
@@ -117,11 +142,22 @@ def steps(
         )
     )
 
-    present = [s for s in APPLICATION_SIGNALS if s in signals_measured]
-    empty = [s for s in APPLICATION_SIGNALS if signals.get(s) and s not in signals_measured]
-    if present or extra_metrics:
+    allocated = float(gpus.get("allocated") or 0)
+
+    def share(name: str) -> float:
+        return (signals_measured.get(name) or 0.0) / allocated if allocated else 0.0
+
+    measured = {s: share(s) for s in (*APPLICATION_SIGNALS, "extra") if (signals_measured.get(s) or 0) > 0}
+    empty = [s for s in APPLICATION_SIGNALS if signals.get(s) and s not in measured]
+    named = {s: ", ".join(extra_metrics) if s == "extra" and extra_metrics else s for s in measured}
+    covering = [s for s, ratio in measured.items() if ratio >= min_signal_coverage]
+    listed = "; ".join(f"{named[s]} covers {measured[s]:.0%} of allocated GPUs" for s in measured)
+    if covering:
         status = "done"
-        evidence = "signals with values: " + ", ".join([*present, *extra_metrics])
+        evidence = f"{listed} (at least {min_signal_coverage:.0%} needed)"
+    elif measured:
+        status = "partial"
+        evidence = f"{listed}: less than the {min_signal_coverage:.0%} needed"
     else:
         status, evidence = "not_done", "only compute and memory signals have values"
     if empty:
@@ -159,64 +195,102 @@ def steps(
     return out
 
 
+def _age(hours: float) -> str:
+    return f"{hours / 24:.0f} days" if hours >= 48 else f"{hours:.0f} h"
+
+
 def _whole(value: float | None) -> float | int | None:
     if value is None:
         return None
     return int(value) if float(value).is_integer() else round(value, 2)
 
 
+ANY_MODEL = "any model"
+
+
 def compare(
-    demand: Mapping[str, Any], freed: Mapping[str, Any], free: Mapping[str, float] | None = None
-) -> list[dict[str, Any]]:
-    """Hardware demand against the GPUs free now on schedulable nodes and
-    those the overlay frees, per GPU model: freed A100s do not place a pod
-    that asks for H100s. Demand that names no model takes what is left over
-    of any model. ``gap``: GPUs still missing after the fixes (None when the
-    overlay's effect is unknown). Free GPUs split over nodes need
-    consolidating first (the fragmentation table says where)."""
+    pods: Sequence[Mapping[str, Any]],
+    freed: Mapping[str, Any],
+    free_nodes: Mapping[str, tuple[str, float]] | None = None,
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Hardware demand against the GPUs free now and those the overlay frees,
+    pod by pod: a waiting pod takes free GPUs only on the nodes that admit it
+    (``nodes``: its selectors, affinity, tolerations, GPU count, CPU and
+    memory), and freed GPUs only of the GPU models those nodes have: free
+    H100s behind a taint the pod does not tolerate, or freed A100s for a pod
+    that asks for H100s, place nothing. Pods are taken model-specific first,
+    largest first. Rows per the model the pods ask for (``any model`` when
+    they name none); ``gap``: GPUs still missing after the fixes (None when
+    the overlay's effect is unknown). Free GPUs split over nodes need
+    consolidating first (the fragmentation table says where).
+
+    Returns (rows, unusable): ``unusable`` the free GPUs per model on nodes
+    none of the waiting pods may use, so the reader sees why they are not
+    subtracted."""
     known = freed.get("known", False)
-    overlay = {m["model"]: m["freed"] for m in freed.get("by_model") or []} if known else {}
-    spare_free = {m: int(v + 1e-9) for m, v in (free or {}).items()}
-    rows = []
-    ordered = sorted(demand.get("by_model") or [], key=lambda r: r["model"] == "any model")
-    for row in ordered:
-        want = row["gpus"] or 0
-        if row["model"] == "any model":
-            from_free = min(sum(spare_free.values()), want)
-            from_overlay = min(sum(v for v in overlay.values() if v > 0), want - from_free) if known else None
-        else:
-            from_free = min(spare_free.get(row["model"], 0), want)
-            spare_free[row["model"]] = spare_free.get(row["model"], 0) - from_free
-            from_overlay = min(overlay.get(row["model"], 0), want - from_free) if known else None
-            if known:
-                overlay[row["model"]] = overlay.get(row["model"], 0) - (from_overlay or 0)
-        gap = None if not known else max(want - from_free - (from_overlay or 0), 0)
-        rows.append(
-            {
-                "model": row["model"],
-                "demand": _whole(row["gpus"]),
-                "free_now": _whole(from_free),
-                "freed": _whole(from_overlay),
-                "gap": _whole(gap),
-            }
+    overlay = {m["model"]: float(m["freed"]) for m in freed.get("by_model") or []} if known else {}
+    nodes = dict(free_nodes or {})
+    spare = {name: int(free + 1e-9) for name, (_, free) in nodes.items()}
+    rows: dict[str, dict[str, Any]] = {}
+    usable: set[str] = set()
+    ordered = sorted(pods, key=lambda p: (p["model"] == ANY_MODEL, -float(p["gpus"] or 0), p["model"]))
+    for pod in ordered:
+        want = float(pod["gpus"] or 0)
+        admitting = [n for n in pod.get("nodes") or () if n in spare]
+        usable.update(admitting)
+        taken = 0.0
+        for name in sorted(admitting, key=lambda n: (-spare[n], n)):
+            if taken >= want:
+                break
+            step = min(spare[name], want - taken)
+            spare[name] -= int(step)
+            taken += step
+        from_overlay: float | None = None
+        if known:
+            from_overlay = 0.0
+            for model in sorted({nodes[n][0] for n in admitting}):
+                step = min(overlay.get(model, 0.0), want - taken - from_overlay)
+                if step > 0:
+                    overlay[model] -= step
+                    from_overlay += step
+        start = 0.0 if known else None
+        row = rows.setdefault(
+            pod["model"],
+            {"model": pod["model"], "pods": 0, "demand": 0.0, "free_now": 0.0, "freed": start, "gap": start},
         )
-    return rows
+        row["pods"] += 1
+        row["demand"] += want
+        row["free_now"] += taken
+        if known:
+            row["freed"] += from_overlay or 0.0
+            row["gap"] += max(want - taken - (from_overlay or 0.0), 0.0)
+    out = []
+    for key in sorted(rows, key=lambda m: (m == ANY_MODEL, m)):
+        row = rows[key]
+        out.append({k: (_whole(v) if k in ("demand", "free_now", "freed", "gap") else v) for k, v in row.items()})
+    unusable: dict[str, float] = {}
+    for name, (model, free) in nodes.items():
+        if name not in usable and int(free + 1e-9) > 0:
+            unusable[model] = unusable.get(model, 0) + int(free + 1e-9)
+    return out, [{"model": m, "free": unusable[m]} for m in sorted(unusable)]
 
 
 def verdict(
     flow: Sequence[Mapping[str, str]],
     demand: Mapping[str, Any],
     freed: Mapping[str, Any],
-    free: Mapping[str, float] | None = None,
+    pods: Sequence[Mapping[str, Any]] = (),
+    free_nodes: Mapping[str, tuple[str, float]] | None = None,
 ) -> dict[str, Any]:
     """Whether a purchase can be discussed, and why: the diagnostic steps
-    done (backed by data), then the hardware demand per GPU model against
-    what the tool's own overlay frees."""
+    done (backed by data), then the hardware demand (``pods``: each waiting
+    pod's model, GPUs and admitting nodes) against the free GPUs it may use
+    and what the tool's own overlay frees (:func:`compare`)."""
     missing = [s["title"] for s in flow if s["status"] != "done"]
-    per_model = compare(demand, freed, free)
-    gap = None if any(r["gap"] is None for r in per_model) else sum(r["gap"] for r in per_model)
+    per_model, unusable = compare(pods, freed, free_nodes)
+    gap = None if any(r["gap"] is None for r in per_model) else _whole(sum(r["gap"] for r in per_model))
     pending_gpus = demand.get("gpus") or 0
-    base = {"per_model": per_model, "gap": gap}
+    base = {"per_model": per_model, "gap": gap, "free_unusable": unusable}
     if missing:
         return {
             **base,

@@ -10,12 +10,15 @@ hardware, and leadership buys hardware.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 import msgspec
 
 from gpuaudit.facts.capacity import physical_gpus
+from gpuaudit.facts.scheduling import selects_node, untolerated_taints
+from gpuaudit.kube.labels import HOSTNAME_LABEL
 from gpuaudit.kube.requests import pod_requests
 from gpuaudit.kube.shapes import as_map
 from gpuaudit.model import ClusterState, Node, PodState
@@ -81,6 +84,7 @@ class Holder(msgspec.Struct, frozen=True):
     state: str
     telemetry: Mapping[str, Any] | None
     requests: tuple[float, float] = (0.0, 0.0)  # (CPU cores, memory bytes) the scheduler reserves for it
+    stuck: str | None = None  # CrashLoopBackOff, ImagePullBackOff, ...: it holds GPUs and does no work
 
 
 class Waiting(msgspec.Struct, frozen=True):
@@ -97,13 +101,21 @@ class Waiting(msgspec.Struct, frozen=True):
     model: str | None  # the GPU model it asks for, when its selectors name one
     # GPU nodes whose labels, taints and GPU capacity admit it (None: not known)
     eligible: int | None = None
+    # the schedulable GPU nodes that admit it: labels, affinity, taints, GPU
+    # count, and CPU and memory allocatable (empty: it fits no node)
+    nodes: tuple[str, ...] = ()
+
+    @property
+    def fits(self) -> bool:
+        return bool(self.eligible) and bool(self.nodes)
 
     @property
     def hardware_demand(self) -> bool:
         """Waiting for lack of free GPUs on nodes that could run it: demand
-        more hardware would meet. Quota, gates, selectors no node satisfies
-        and unknown causes are not."""
-        return self.cause == "allocation" and bool(self.eligible)
+        more hardware would meet. Quota, gates, selectors no node satisfies,
+        a pod no node could hold (GPU count, CPU or memory) and unknown
+        causes are not."""
+        return self.cause == "allocation" and self.fits
 
 
 class Inventory(msgspec.Struct, frozen=True):
@@ -159,6 +171,72 @@ def classify(telemetry: Mapping[str, Any] | None, thresholds: Thresholds) -> str
     return ACTIVE if compute >= thresholds.active_compute else IDLE
 
 
+class Admission:
+    """Which schedulable GPU nodes admit a pending pod: its selectors and
+    required affinity, its tolerations against their taints, its GPUs
+    against their allocatable GPUs, its CPU and memory requests against
+    their allocatable CPU and memory (as the scheduler's NodeResourcesFit
+    compares them, on an empty node). Nodes that differ only in their name are
+    judged once; replicas ask the same question and are answered once."""
+
+    def __init__(self, nodes: Iterable[Node]) -> None:
+        self.nodes = [n for n in nodes if n.gpu_capacity and not n.unschedulable]
+        shapes: dict[str, list[Node]] = {}
+        for node in self.nodes:
+            labels = {k: v for k, v in node.labels.items() if k != HOSTNAME_LABEL}
+            key = json.dumps(
+                [labels, node.taints, node.gpu_allocatable, node.cpu_allocatable, node.memory_allocatable],
+                sort_keys=True,
+                default=str,
+            )
+            shapes.setdefault(key, []).append(node)
+        self.shapes = list(shapes.values())
+        self.cache: dict[str, tuple[str, ...]] = {}
+
+    @staticmethod
+    def _admits(node: Node, spec: Mapping[str, Any], needs: Mapping[str, float], requests: tuple[float, float]) -> bool:
+        if not selects_node(spec, node.name, node.labels):
+            return False
+        if any(node.gpu_allocatable.get(res, 0.0) < count for res, count in needs.items()):
+            return False
+        tolerations = [t for t in spec.get("tolerations") or () if isinstance(t, Mapping)]
+        if untolerated_taints(tolerations, node.taints):
+            return False
+        cpu, memory = requests
+        if node.cpu_allocatable is not None and cpu > node.cpu_allocatable:
+            return False
+        return not (node.memory_allocatable is not None and memory > node.memory_allocatable)
+
+    def of(self, spec: Mapping[str, Any], needs: Mapping[str, float], requests: tuple[float, float]) -> tuple[str, ...]:
+        placement = [
+            spec.get("nodeName"),
+            spec.get("nodeSelector"),
+            as_map(spec.get("affinity")).get("nodeAffinity"),
+            spec.get("tolerations"),
+        ]
+        key = repr([*placement, sorted(needs.items()), requests])
+        if key in self.cache:
+            return self.cache[key]
+        if placement[0] or HOSTNAME_LABEL in key or "metadata.name" in key:  # names nodes: judge each
+            names = tuple(n.name for n in self.nodes if self._admits(n, spec, needs, requests))
+        else:
+            names = tuple(
+                n.name for shape in self.shapes if self._admits(shape[0], spec, needs, requests) for n in shape
+            )
+        self.cache[key] = names
+        return names
+
+
+def gpu_needs(pod: PodState) -> dict[str, float]:
+    """The device-plugin GPUs one pod asks for, by resource name."""
+    needs: dict[str, float] = {}
+    for container in pod.workload.templates[0].containers:
+        for r in container.gpus:
+            if r.mode != "dra" and r.count:
+                needs[r.resource] = needs.get(r.resource, 0.0) + r.count
+    return needs
+
+
 def collect(
     state: ClusterState,
     pod_facts: Mapping[tuple[str, str], Mapping[str, Any]],
@@ -178,6 +256,7 @@ def collect(
 
     holders: list[Holder] = []
     waiting: list[Waiting] = []
+    admission = Admission(gpu_nodes.values())
     held: dict[str, float] = {}
     for pod in state.pods:
         facts = pod_facts.get((pod.namespace, pod.name))
@@ -207,12 +286,14 @@ def collect(
                     state=classify(telemetry, thresholds),
                     telemetry=telemetry,
                     requests=pod_requests(as_map(pod.workload.document.obj.get("spec"))),
+                    stuck=(facts.get("status") or {}).get("stuck_reason"),
                 )
             )
             held[pod.node] = held.get(pod.node, 0.0) + share
         elif (facts.get("pending") or {}).get("pending"):
             pending = facts["pending"]
             product = (facts.get("placement") or {}).get("gpu_product") or {}
+            spec = as_map(pod.workload.document.obj.get("spec"))
             waiting.append(
                 Waiting(
                     namespace=pod.namespace,
@@ -225,6 +306,7 @@ def collect(
                     message=pending.get("message"),
                     model=product.get("model") if isinstance(product, Mapping) else None,
                     eligible=(facts.get("placement") or {}).get("eligible_gpu_nodes"),
+                    nodes=admission.of(spec, gpu_needs(pod), pod_requests(spec)),
                 )
             )
     nodes = []

@@ -177,3 +177,50 @@ def trend(runs: Iterable[RunSummary], now: datetime, limit: int = TREND_PERIODS)
             }
         )
     return rows
+
+
+FORECAST_MIN_PERIODS = 3
+FORECAST_KEYS = ("allocated", "active", "idle_total")
+
+
+def _next_month(name: str) -> str:
+    year, number = (int(x) for x in name.split("-"))
+    return f"{year + number // 12:04d}-{number % 12 + 1:02d}"
+
+
+def forecast(rows: Sequence[Mapping[str, Any]], minimum: int = FORECAST_MIN_PERIODS) -> dict[str, Any]:
+    """Next month's mean GPUs, from the trend's monthly means: a least-squares
+    line through the last months (allocated, active, and idle = idle +
+    idle resident), never below zero. Fewer than ``minimum`` months with
+    values give no forecast: a line through two points is not a trend."""
+    series: dict[str, list[tuple[int, float]]] = {key: [] for key in FORECAST_KEYS}
+    for index, row in enumerate(rows):
+        values = {**row, "idle_total": None}
+        if row.get("idle") is not None and row.get("resident_idle") is not None:
+            values["idle_total"] = row["idle"] + row["resident_idle"]
+        for key in FORECAST_KEYS:
+            if isinstance(values.get(key), (int, float)):
+                series[key].append((index, float(values[key])))
+    months = min(len(points) for points in series.values())
+    if not rows or months < minimum:
+        return {
+            "period": _next_month(rows[-1]["period"]) if rows else None,
+            "months": months,
+            "basis": f"no forecast: {months} month(s) with runs, at least {minimum} needed",
+            **dict.fromkeys(FORECAST_KEYS),
+        }
+    ahead = len(rows)
+    out: dict[str, Any] = {}
+    for key, points in series.items():
+        n = len(points)
+        mean_x = sum(x for x, _ in points) / n
+        mean_y = sum(y for _, y in points) / n
+        spread = sum((x - mean_x) ** 2 for x, _ in points)
+        slope = sum((x - mean_x) * (y - mean_y) for x, y in points) / spread if spread else 0.0
+        out[key] = round(max(mean_y + slope * (ahead - mean_x), 0.0), 1)
+    return {
+        "period": _next_month(rows[-1]["period"]),
+        "months": months,
+        "basis": f"a least-squares line through the mean GPUs of the last {months} months",
+        **out,
+    }

@@ -130,7 +130,7 @@ def _charts(report: Mapping[str, Any]) -> dict[str, Any]:
         "overview": charts.stacked_bar(first["gpus"]),
         # pools the cluster has (pending demand for others is in the table)
         "pools": charts.group_bars([p for p in report["availability"]["by_pool"] if p["nodes"]]),
-        "teams": charts.group_bars(report["availability"]["by_team"][:12]),
+        "teams": charts.group_bars(report["availability"]["by_team"][:TABLE_ROWS]),
         "whatif": charts.range_bars(
             report["whatif"]["scenarios"], float(report["scheduler"]["hardware_demand"]["gpus"] or 0.0)
         ),
@@ -147,15 +147,21 @@ def _charts(report: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
+# Rows a table shows in the page and in print, whatever the cluster's size:
+# the rest is in report.json (the page says how many). A fleet of hundreds
+# of teams or thousands of workloads still prints to a few pages.
+TABLE_ROWS = 12
+
+
 def render_html(report: Mapping[str, Any]) -> str:
     template = _environment(True).get_template("report.html.j2")
     shown = clean_tree(report)
-    return template.render(r=shown, charts=_charts(shown))
+    return template.render(r=shown, charts=_charts(shown), top_rows=TABLE_ROWS)
 
 
 def render_markdown(report: Mapping[str, Any]) -> str:
     template = _environment(False).get_template("report.md.j2")
-    return template.render(r=md_escape(clean_tree(report)))
+    return template.render(r=md_escape(clean_tree(report)), top_rows=TABLE_ROWS)
 
 
 def render_json(report: Mapping[str, Any]) -> str:

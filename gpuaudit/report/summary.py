@@ -14,9 +14,12 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from datetime import datetime
 from typing import Any
 
+from gpuaudit.kube.timestamps import parse_time
 from gpuaudit.model import CATEGORIES, Finding
+from gpuaudit.report.gate import ANY_MODEL, STALE_HOURS
 from gpuaudit.report.holders import (
     ACTIVE,
     IDLE,
@@ -220,9 +223,13 @@ def activity(inventory: Inventory, cluster: str) -> dict[str, list[dict[str, Any
 # --- coverage, cost, pending ---------------------------------------------------------
 
 
-def coverage(inventory: Inventory, telemetry: Mapping[str, Any] | None) -> dict[str, Any]:
+def coverage(
+    inventory: Inventory, telemetry: Mapping[str, Any] | None, collected_at: datetime | None = None
+) -> dict[str, Any]:
     """How much of the allocated capacity the telemetry saw: what is not
-    covered is 'no data', never idle."""
+    covered is 'no data', never idle. ``lag_hours``: how long before the
+    snapshot (``collected_at``) the telemetry window ended; ``stale`` when
+    more than gate.STALE_HOURS (the window measured another cluster state)."""
     allocated = sum(h.gpus for h in inventory.holders)
     measured = sum(h.gpus for h in inventory.holders if h.state != NO_DATA)
     devices: set[tuple[str, str]] = set()
@@ -234,7 +241,11 @@ def coverage(inventory: Inventory, telemetry: Mapping[str, Any] | None) -> dict[
             if row.get("node") in nodes and (row.get("uuid") or row.get("gpu") is not None):
                 devices.add((str(row.get("node")), str(row.get("uuid") or row.get("gpu"))))
     signal = ((telemetry or {}).get("signals") or {}).get("compute")
+    end = parse_time((window or {}).get("end")) if window else None
+    lag = round((collected_at - end).total_seconds() / 3600, 1) if end and collected_at else None
     return {
+        "lag_hours": lag,
+        "stale": lag is not None and lag > STALE_HOURS,
         "present": bool(telemetry),
         "source": (telemetry or {}).get("source"),
         "signal": signal,
@@ -281,9 +292,8 @@ NOT_HARDWARE = {
     "gated": "held back by a scheduling gate",
     "dra": "waits for a DRA claim to be allocated",
     "unknown": "no known cause (no FailedScheduling event): not counted until one is recorded",
-    "allocation": "asks for more GPUs than any node that admits it has",
+    "allocation": "fits no node that admits it (more GPUs, CPU or memory than any such node has allocatable)",
 }
-ANY_MODEL = "any model"
 
 
 def _sizes(waiting: Iterable[Waiting]) -> list[dict[str, Any]]:
@@ -406,9 +416,26 @@ def pending(inventory: Inventory, kueue: Mapping[str, Any] | None) -> dict[str, 
 HOURS_PER_MONTH = 730  # 365 x 24 / 12
 
 
-def showback(inventory: Inventory, prices: Prices) -> list[dict[str, Any]]:
+def showback(inventory: Inventory, prices: Prices, share_unallocated: bool = False) -> list[dict[str, Any]]:
     """Cost per team per month at the configured prices: the GPUs each team
-    holds now, priced per GPU model, over 730 hours (None without a price)."""
+    holds now, priced per GPU model, over 730 hours (None without a price).
+    ``coverage``: the share of its GPUs the telemetry measured. A team with
+    none measured has its idle GPUs and idle cost unknown (None), never 0;
+    one measured in part has them over its measured GPUs only.
+    ``efficiency``: the share of its measured GPUs actively computing.
+    ``share_unallocated`` (config ``report.share_unallocated``): the cost of
+    the GPUs no pod holds (free, and free on cordoned nodes) shared out to the
+    teams by the GPUs each holds, as OpenCost and Kubecost share idle
+    capacity; None when not asked for."""
+    unallocated: float | None = 0.0
+    for node in inventory.nodes:
+        price = prices.of(node.model)
+        spare = max(node.gpus - node.allocated, 0.0)
+        if spare and (price is None or unallocated is None):
+            unallocated = None
+        elif spare and unallocated is not None:
+            unallocated += spare * price * HOURS_PER_MONTH  # type: ignore[operator]
+    held_total = sum(h.gpus for h in inventory.holders)
     rows = []
     for team, members in _group(inventory.holders, lambda h: h.team).items():
         allocated = idle = 0.0
@@ -421,13 +448,26 @@ def showback(inventory: Inventory, prices: Prices) -> list[dict[str, Any]]:
             allocated += h.gpus * price * HOURS_PER_MONTH
             if h.state in (IDLE, RESIDENT_IDLE):
                 idle += h.gpus * price * HOURS_PER_MONTH
+        gpus_held = sum(h.gpus for h in members)
+        measured = sum(h.gpus for h in members if h.state != NO_DATA)
+        known = measured > 0
+        active = sum(h.gpus for h in members if h.state == ACTIVE)
+        shared = (
+            round(unallocated * gpus_held / held_total)
+            if share_unallocated and unallocated is not None and held_total and prices.known
+            else None
+        )
         rows.append(
             {
                 "team": team,
-                "gpus": r1(sum(h.gpus for h in members)),
-                "gpus_idle": r1(sum(h.gpus for h in members if h.state in (IDLE, RESIDENT_IDLE))),
+                "gpus": r1(gpus_held),
+                "gpus_no_data": r1(gpus_held - measured),
+                "coverage": round(measured / gpus_held, 3) if gpus_held else None,
+                "gpus_idle": r1(sum(h.gpus for h in members if h.state in (IDLE, RESIDENT_IDLE))) if known else None,
                 "cost_per_month": round(allocated) if priced and prices.known else None,
-                "idle_cost_per_month": round(idle) if priced and prices.known else None,
+                "idle_cost_per_month": round(idle) if priced and prices.known and known else None,
+                "efficiency": round(active / measured, 3) if known else None,
+                "unallocated_share_per_month": shared,
             }
         )
     rows.sort(key=lambda r: (-(r["cost_per_month"] or 0), -(r["gpus"] or 0), r["team"]))
@@ -458,7 +498,12 @@ def finding_keys(finding: Finding) -> list[tuple[str, ...]]:
     return []
 
 
-def root_causes(findings: Sequence[Finding], rules: Iterable[Any], inventory: Inventory) -> list[dict[str, Any]]:
+def root_causes(
+    findings: Sequence[Finding],
+    rules: Iterable[Any],
+    inventory: Inventory,
+    outcomes: Mapping[str, Mapping[str, Any]] | None = None,
+) -> list[dict[str, Any]]:
     """Findings by category in diagnostic order, then by rule.
 
     ``gpus``: allocated GPUs the findings' pods hold (or, for a node finding,
@@ -468,7 +513,12 @@ def root_causes(findings: Sequence[Finding], rules: Iterable[Any], inventory: In
     diagnostic order (category, then severity, then rule id) whose findings
     name its pod or its node. So the attributed GPUs of all causes add up to
     at most the idle allocated GPUs; free GPUs and pending requests are never
-    in them."""
+    in them.
+
+    ``outcomes``: what the fix plan did with each rule's findings (patches
+    written and their targets, declines and their reasons;
+    pipelines/report.py), None when no plan was made: a cause points at a
+    `gpuaudit fix` patch only when the plan writes one for it."""
     known = {r.id: r for r in rules}
     held = {(h.namespace, h.pod): h for h in inventory.holders}
     on_node: dict[str, list[Holder]] = defaultdict(list)
@@ -541,7 +591,8 @@ def root_causes(findings: Sequence[Finding], rules: Iterable[Any], inventory: In
                     "namespaces": len({ns for ns, _, _ in offenders if ns}),
                     "symptom": rule_id in SYMPTOM_RULES,
                     "remediation": remediation,
-                    "fix": fix_hint(rule_id, remediation),
+                    **fix_hint(rule_id, remediation, None if outcomes is None else outcomes.get(rule_id, {})),
+                    **_fix_reach(mine, held, None if outcomes is None else outcomes.get(rule_id, {})),
                     "docs": f"gpuaudit rules explain {rule_id}",
                     "requires": list(getattr(known.get(rule_id), "requires", ()) or ()),
                     "top": top,
@@ -569,14 +620,55 @@ def idle_unattributed(causes: Sequence[Mapping[str, Any]], gpus: Mapping[str, An
     return r1(max(idle - sum(c["gpus_idle"] or 0 for c in causes), 0.0))
 
 
-def fix_hint(rule_id: str, remediation: str | None) -> str | None:
-    """What `gpuaudit fix` would write for this rule's findings."""
+def _fix_reach(
+    mine: Iterable[tuple[str, str]], held: Mapping[tuple[str, str], Holder], outcome: Mapping[str, Any] | None
+) -> dict[str, Any]:
+    """Of the idle GPUs attributed to a rule, those whose workload the plan
+    patches; and, for the rest, the planner's reason for the workload that
+    holds the most of them (the manual step that matters most)."""
+    if outcome is None:
+        return {"gpus_idle_patched": None}
+    patched = {tuple(t) for t in outcome.get("targets") or []}
+    declined = {(k, ns, n): reason for k, ns, n, reason in outcome.get("declines") or []}
+    reached = 0.0
+    left: dict[tuple[str, str, str], float] = defaultdict(float)
+    for pod in mine:
+        h = held[pod]
+        key = (h.owner_kind, h.namespace, h.owner)
+        if key in patched:
+            reached += h.gpus
+        elif key in declined:
+            left[key] += h.gpus
+    extra: dict[str, Any] = {"gpus_idle_patched": r1(reached)}
+    if left:
+        extra["manual"] = declined[max(left, key=lambda k: (left[k], k))]
+    return extra
+
+
+def fix_hint(rule_id: str, remediation: str | None, outcome: Mapping[str, Any] | None) -> dict[str, Any]:
+    """What to do about a rule's findings: the `gpuaudit fix` command when
+    the plan writes a patch for at least one of them (``fix``), else the
+    manual step the planner names when it declines (``manual``). A
+    remediation the planner declines for every finding (``enable-mig``
+    always does) is never offered as a patch."""
+    none: dict[str, Any] = {"fix": None, "manual": None, "patched": 0, "declined": 0, "patches": []}
     if not remediation:
-        return None
-    return (
-        f"gpuaudit fix MANIFESTS --rules {rule_id} --out overlays/gpuaudit "
-        f"(patches/*-{remediation}-*.yaml and REVIEW.md)"
-    )
+        return none
+    if outcome is None:
+        return {**none, "manual": "no fix plan was made for this run"}
+    patched, declined = int(outcome.get("patched") or 0), int(outcome.get("declined") or 0)
+    reasons = list(outcome.get("reasons") or [])
+    # rules whose patches this rule's need in the same overlay (the time-slicing config)
+    with_rules = list(outcome.get("with_rules") or [])
+    return {
+        "fix": f"gpuaudit fix --snapshot SNAPSHOT --rules {','.join([rule_id, *with_rules])} --out overlays/gpuaudit"
+        if patched
+        else None,
+        "manual": reasons[0] if reasons else (None if patched else "gpuaudit writes no patch for these findings"),
+        "patched": patched,
+        "declined": declined,
+        "patches": list(outcome.get("remediations") or []),
+    }
 
 
 def biggest_causes(causes: Sequence[Mapping[str, Any]], count: int = 3) -> list[dict[str, Any]]:
@@ -598,6 +690,11 @@ def biggest_causes(causes: Sequence[Mapping[str, Any]], count: int = 3) -> list[
             "gpus_idle": r["gpus_idle"],
             "findings": r["findings"],
             "workloads": r["workloads"],
+            "fix": r.get("fix"),
+            "manual": r.get("manual"),
+            "gpus_idle_patched": r.get("gpus_idle_patched"),
+            "patched": r.get("patched"),
+            "patches": r.get("patches"),
         }
         for r in rules[:count]
     ]

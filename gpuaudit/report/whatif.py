@@ -413,6 +413,7 @@ def achievable(
             "replicas": None,
             "by_model": [],
             "by_workload": [],
+            "sharing_rules": [],
             "assumptions": [],
         }
     replicas = int(overlay.get("replicas") or settings.time_slicing_replicas)
@@ -502,6 +503,8 @@ def achievable(
         "replicas": replicas,
         "by_model": sorted(by_model.values(), key=lambda e: e["model"]),
         "by_workload": rows,
+        # the rules whose patches set up time-slicing: a time-sliced share needs them in the same overlay
+        "sharing_rules": sorted(overlay.get("sharing_rules") or []),
         "assumptions": [
             "Only workloads `gpuaudit fix` writes a patch for count; the patch is the one the "
             "fix command writes, sized by its planner (peak VRAM over all the workload's pods plus "

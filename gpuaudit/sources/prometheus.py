@@ -31,18 +31,15 @@ The server is not trusted:
 from __future__ import annotations
 
 import base64
-import contextlib
 import http.client
 import json
 import math
 import re
-import socket
 import ssl
-import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta, timezone
 from email.message import Message
 from typing import Any
@@ -52,6 +49,8 @@ from gpuaudit.model import telemetry
 from gpuaudit.model.telemetry import TelemetryUnavailable
 from gpuaudit.sources import promql
 from gpuaudit.sources.promql import Candidate, Field, QuerySpec
+from gpuaudit.webclient import Watchdog as _Watchdog
+from gpuaudit.webclient import guarded_opener
 
 __all__ = ["DEFAULT_DEADLINE_S", "MAX_JSON_DEPTH", "MAX_RESPONSE_BYTES", "TelemetryUnavailable",
            "query_telemetry"]
@@ -108,109 +107,6 @@ def _origin(url: str) -> tuple[str, str, int | None]:
     parts = urlsplit(url)
     scheme = parts.scheme.lower()
     return scheme, (parts.hostname or "").lower(), parts.port or _DEFAULT_PORTS.get(scheme)
-
-
-# --- a wall-clock deadline per request -----------------------------------------------
-
-
-def _shut(sock: socket.socket) -> None:
-    # the plain socket's shutdown, also for an SSLSocket: it wakes a blocked read
-    with contextlib.suppress(OSError):
-        socket.socket.shutdown(sock, socket.SHUT_RDWR)
-
-
-class _Watchdog:
-    """Ends one request at its wall-clock deadline. A socket timeout restarts
-    with every byte received, so a server that trickles one byte at a time
-    would hold a request forever; at the deadline this shuts down the
-    request's sockets, which ends a blocked connect, handshake or read at once."""
-
-    def __init__(self, seconds: float):
-        self.seconds = seconds
-        self.fired = False
-        self._done = False
-        self._sockets: list[socket.socket] = []
-        self._lock = threading.Lock()
-        self._timer = threading.Timer(max(0.0, seconds), self._fire)
-        self._timer.daemon = True
-
-    def __enter__(self) -> _Watchdog:
-        self._timer.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._timer.cancel()
-        # Wait for the timer's thread to end: a live thread would keep a later
-        # audit from forking its shard workers (pipelines/shards.py).
-        self._timer.join()
-        with self._lock:
-            self._done = True
-            self._sockets.clear()
-
-    def attach(self, sock: socket.socket) -> socket.socket:
-        with self._lock:
-            if not self._done:
-                self._sockets.append(sock)
-            fired = self.fired
-        if fired:
-            _shut(sock)
-        return sock
-
-    def _fire(self) -> None:
-        with self._lock:
-            if self._done:
-                return
-            self.fired = True
-            sockets = list(self._sockets)
-        for sock in sockets:
-            _shut(sock)
-
-
-class _GuardedContext:
-    """An SSLContext whose sockets the watchdog can end during the handshake too."""
-
-    def __init__(self, context: ssl.SSLContext, watchdog: _Watchdog):
-        self._context = context
-        self._watchdog = watchdog
-
-    def wrap_socket(self, sock: socket.socket, **kwargs: Any) -> ssl.SSLSocket:
-        kwargs["do_handshake_on_connect"] = False
-        wrapped = self._context.wrap_socket(sock, **kwargs)
-        self._watchdog.attach(wrapped)
-        wrapped.do_handshake()
-        return wrapped
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._context, name)
-
-
-def _guarded(cls: type[http.client.HTTPConnection], watchdog: _Watchdog
-             ) -> Callable[..., http.client.HTTPConnection]:
-    def make(host: str, **kwargs: Any) -> http.client.HTTPConnection:
-        conn = cls(host, **kwargs)
-        create = conn._create_connection  # socket.create_connection, also for a proxy tunnel
-        conn._create_connection = lambda *a, **k: watchdog.attach(create(*a, **k))  # type: ignore[method-assign]
-        return conn
-    return make
-
-
-class _HTTPHandler(urllib.request.HTTPHandler):
-    def __init__(self, watchdog: _Watchdog):
-        super().__init__()
-        self._watchdog = watchdog
-
-    def http_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
-        return self.do_open(_guarded(http.client.HTTPConnection, self._watchdog), req)
-
-
-class _HTTPSHandler(urllib.request.HTTPSHandler):
-    def __init__(self, watchdog: _Watchdog, context: ssl.SSLContext):
-        super().__init__(context=_GuardedContext(context, watchdog))  # type: ignore[arg-type]
-        self._watchdog = watchdog
-
-    def https_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
-        return self.do_open(_guarded(http.client.HTTPSConnection, self._watchdog), req,
-                            context=self._context)
 
 
 # --- reading an answer ------------------------------------------------------------------
@@ -388,13 +284,10 @@ class _Client:
             body = encoded.encode()
             headers["Content-Type"] = "application/x-www-form-urlencoded"
         request = urllib.request.Request(url, data=body, headers=headers, method=method)
-        opener = urllib.request.OpenerDirector()
         timed_out = f"timed out after {_seconds(budget)}s"
         self.sent += 1
         with _Watchdog(budget) as watchdog:
-            for handler in (urllib.request.ProxyHandler(), _HTTPHandler(watchdog),
-                            _HTTPSHandler(watchdog, self.context), urllib.request.UnknownHandler()):
-                opener.add_handler(handler)
+            opener = guarded_opener(watchdog, self.context)
             try:
                 with opener.open(request, timeout=budget) as resp:
                     status, reason, head = resp.status, resp.reason, resp.headers

@@ -1,7 +1,8 @@
 """`.gpuaudit.yaml`: found upward from the working directory, or --config.
 
-Validated against data/config.schema.json; keys the schema does not know are
-warned about (a typo should not silently do nothing), not rejected.
+Validated against data/config.schema.json. A key the schema does not know, at
+any level it defines, is an error (exit 2) that names the nearest known key:
+a typo (`polices:`) must not silently switch a section off.
 
 A repository's config is untrusted (a pull request can change it): the file
 is never read through a link that leads outside its repository
@@ -34,9 +35,11 @@ from gpuaudit.files import (
     excerpt,
     read_text,
 )
+from gpuaudit.kube.pointers import join, tokens
 from gpuaudit.kube.yaml_lines import YamlLimitError, load_yaml_with_lines
 from gpuaudit.model import Exemption, InputError
-from gpuaudit.schemas import SchemaError, load_schema, validate
+from gpuaudit.nearest import did_you_mean
+from gpuaudit.schemas import SchemaError, load_schema, unknown_keys, validate
 
 CONFIG_NAMES = (".gpuaudit.yaml", ".gpuaudit.yml")
 # A real config is a few KiB; 4 MiB holds tens of thousands of exemptions. A
@@ -63,7 +66,6 @@ class Config(msgspec.Struct, frozen=True):
     report: Mapping[str, Any] = msgspec.field(default_factory=dict)
     # How a repository is cut into deployable units (sources/units.py).
     repository: Mapping[str, Any] = msgspec.field(default_factory=dict)
-    warnings: tuple[InputError, ...] = ()
     # `policies:` entries that lead outside the config's repository: each
     # folder as named (resolved against the config's folder) and the error
     # that says so. Not in ``policies``: never read unless the command line
@@ -102,6 +104,11 @@ def load_config(explicit: Path | None = None, cwd: Path | None = None) -> Config
     data = data or {}
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a mapping at the top level")
+    for at, key, known in unknown_keys(data, load_schema("config.schema.json")):
+        line = lines.get(join(at, key), 1)
+        where = f"under {'.'.join(tokens(at))}" if at else "at the top level"
+        hint = did_you_mean(key, known, cutoff=0.5) or f"; known here: {', '.join(known)}"
+        raise ConfigError(f"{path}:{line}: unknown config key {excerpt(key)} {where}{hint}")
     try:
         validate(data, "config.schema.json")
     except SchemaError as exc:
@@ -113,14 +120,6 @@ def load_config(explicit: Path | None = None, cwd: Path | None = None) -> Config
         key, problem = problems[0]
         line = lines.get("/" + key.replace(".", "/"), 1)
         raise ConfigError(f"{path}:{line}: {problem} (at {key})")
-    known = set(load_schema("config.schema.json")["properties"])
-    warnings = tuple(
-        InputError(
-            str(path), lines.get(f"/{key}"), f"unknown config key {excerpt(key)} is ignored", "warning"
-        )
-        for key in data
-        if key not in known
-    )
     policies, refused = _policy_folders(path, data.get("policies") or (), lines, roots)
     return Config(
         path=path,
@@ -147,7 +146,6 @@ def load_config(explicit: Path | None = None, cwd: Path | None = None) -> Config
         telemetry=data.get("telemetry") or {},
         report=data.get("report") or {},
         repository=data.get("repository") or {},
-        warnings=warnings,
     )
 
 

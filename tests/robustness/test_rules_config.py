@@ -4,8 +4,10 @@ built-in rules still audit everything.
 
 Also covered elsewhere: schema errors with file/line/key, unknown facts and
 sandboxed templates at the function level (tests/test_rules_engine.py);
-unknown config keys warned and expired exemptions reported
-(tests/test_check_command.py::test_config_params_exemptions_and_annotations).
+expired exemptions reported
+(tests/test_check_command.py::test_config_params_exemptions_and_annotations),
+unknown config keys an error naming the nearest key
+(tests/test_check_command.py::test_an_unknown_config_key_is_an_error_that_names_the_nearest).
 """
 
 from __future__ import annotations

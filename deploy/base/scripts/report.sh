@@ -6,8 +6,13 @@
 # only when no snapshot of an earlier month exists yet (a first run), then
 # the report covers the current month so far.
 #
-# Writes $DATA_DIR/reports/<YYYY-MM>/report.{html,md,json} and prints
-# report.md to stdout (kubectl logs job/...).
+# Writes $DATA_DIR/reports/<YYYY-MM>/report.{html,md,json} and metrics.txt
+# (the review's audit as OpenMetrics), and prints report.md to stdout
+# (kubectl logs job/...). GPUAUDIT_PUSHGATEWAY_URL, GPUAUDIT_WEBHOOK_URL,
+# GPUAUDIT_WEBHOOK_FORMAT and GPUAUDIT_REPORT_URL, when set (empty: off), are
+# read by gpuaudit itself: the message carries the review's decision and
+# first actions. A failed push or notification exits 2 after the files are
+# written and report.md printed.
 set -eu
 
 data=${DATA_DIR:-/data}
@@ -31,9 +36,12 @@ else
 fi
 out="$data/reports/$period"
 
+status=0
 gpuaudit report "$@" \
   --config "$config" \
   --history "$data/history.db" \
   --period "$period" \
-  --out "$out"
-cat "$out/report.md"
+  --out "$out" \
+  --output "openmetrics=$out/metrics.txt" || status=$?
+if [ -f "$out/report.md" ]; then cat "$out/report.md"; fi
+exit "$status"

@@ -1,0 +1,135 @@
+"""What the facts read from a container and its neighbours (issue 34's
+classes): env completed from ConfigMaps, GPU Feature Discovery's product
+names, what a command does with the GPUs, a live dump's binding, native
+sidecars. The rules that use them are tested by their cases and the truth
+set; these pin the readings themselves."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpuaudit.facts.activity import container_activity, saturates_gpus
+from gpuaudit.facts.env_sources import resolved_env
+from gpuaudit.facts.gpu_pools import gfd_label_value, never_published
+from gpuaudit.model import Document
+from gpuaudit.model.workload_builder import build_workloads
+
+PRODUCT = "nvidia.com/gpu.product"
+
+
+def test_env_from_config_maps_fills_what_the_manifest_leaves_and_never_overrides_it():
+    config_maps = {("llm", "runtime-7h2k"): {"MODEL": "Qwen/Qwen2.5-32B-Instruct", "PORT": "8000"}}
+    raw = {
+        "envFrom": [{"configMapRef": {"name": "runtime-7h2k"}, "prefix": "APP_"}],
+        "env": [
+            {"name": "PORT", "value": "9000"},
+            {"name": "MODEL_ID", "valueFrom": {"configMapKeyRef": {"name": "runtime-7h2k", "key": "MODEL"}}},
+        ],
+    }
+    env = resolved_env(raw, {"PORT": "9000", "MODEL_ID": ""}, "llm", config_maps)
+    assert env == {
+        "APP_MODEL": "Qwen/Qwen2.5-32B-Instruct",
+        "APP_PORT": "8000",
+        "PORT": "9000",
+        "MODEL_ID": "Qwen/Qwen2.5-32B-Instruct",
+    }
+    # Another namespace's ConfigMap of that name is not this pod's.
+    assert resolved_env(raw, {"PORT": "9000", "MODEL_ID": ""}, "other", config_maps)["MODEL_ID"] == ""
+
+
+@pytest.mark.parametrize(
+    ("nvml", "label"),
+    [("NVIDIA H100 80GB HBM3", "NVIDIA-H100-80GB-HBM3"), ("NVIDIA A100 80GB PCIe", "NVIDIA-A100-80GB-PCIe")],
+)
+def test_gfd_writes_the_nvml_name_with_dashes(nvml, label):
+    assert gfd_label_value(nvml) == label
+
+
+@pytest.mark.parametrize(
+    ("value", "published"),
+    [
+        ("NVIDIA-H100-80GB-HBM3", True),
+        ("NVIDIA-H100-80GB-HBM3-SHARED", True),
+        ("NVIDIA-A100-SXM4-40GB-MIG-1g.5gb", True),
+        ("A100-SXM4-40GB", True),  # old drivers
+        ("Tesla-T4", True),
+        ("NVIDIA-RTX-PRO-6000-Blackwell-Server-Edition", True),  # a family the catalogue does not list
+        ("NVIDIA-H100-SXM4-80GB", False),  # no H100 is SXM4
+        ("NVIDIA-L4-24GB", False),
+        ("nvidia-tesla-t4", False),  # GKE's accelerator name
+        ("NVIDIA H100", False),  # a space
+    ],
+)
+def test_product_names_gfd_publishes(value, published):
+    assert (never_published(PRODUCT, [value]) == []) is published
+    assert never_published("cloud.google.com/gke-accelerator", [value]) == []
+
+
+def _container(command=(), args=(), image="ubuntu:22.04"):
+    doc = Document(
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "p"},
+            "spec": {"containers": [{"name": "c", "image": image, "command": list(command), "args": list(args),
+                                     "resources": {"limits": {"nvidia.com/gpu": 1}}}]},
+        },
+        "p.yaml",
+        1,
+    )
+    (workload,), _ = build_workloads([doc])
+    return workload.templates[0].containers[0]
+
+
+@pytest.mark.parametrize(
+    ("command", "kind"),
+    [
+        (["sh", "-c", "echo 'started on' $(hostname); nvidia-smi -L; sleep 600"], "idle"),
+        (["bash", "-c", "trap 'exit 0' TERM; sleep 3600 & wait"], "idle"),
+        (["bash", "-c", "while true; do /cuda-samples/vectorAdd; done"], "gpu_test"),
+        (["/cuda-samples/vectorAdd"], "idle"),  # once: a device check
+        (["sh", "-c", "pip install -q huggingface_hub && hf download Qwen/Qwen2.5-7B --local-dir /m"], "download"),
+        (["sh", "-c", "aws s3 cp s3://b/d /d --recursive && python train.py"], None),
+        (["python", "train.py"], None),
+    ],
+)
+def test_what_a_command_does_with_its_gpus(command, kind):
+    assert container_activity(_container(command))["command_kind"] == kind
+
+
+def test_gpu_burn_saturates_its_gpus_by_image_or_command():
+    assert saturates_gpus(_container(image="oguzpastirmaci/gpu-burn:latest"))
+    assert saturates_gpus(_container(["bash", "-c", "/app/gpu_burn 600"], image="nvidia/cuda:12.4.1-base"))
+    assert not saturates_gpus(_container(["python", "train.py"], image="nvcr.io/nvidia/pytorch:24.05-py3"))
+
+
+def _pod(extra_meta=None, status=None, init=None):
+    obj = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "p", **(extra_meta or {})},
+        "spec": {
+            "nodeName": "gpu-node-1",
+            "initContainers": init or [],
+            "containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": 1}}}],
+        },
+    }
+    if status is not None:
+        obj["status"] = status
+    (workload,), _ = build_workloads([Document(obj, "p.yaml", 1)])
+    return workload.templates[0]
+
+
+def test_a_live_dump_s_node_name_is_a_binding_and_a_written_one_a_pin():
+    assert _pod().spec.get("nodeName") == "gpu-node-1"
+    dump = _pod({"uid": "6b1f7e52", "resourceVersion": "184467"}, {"phase": "Running"})
+    assert "nodeName" not in dump.spec
+
+
+def test_a_native_sidecar_is_an_app_container():
+    sidecar = {"name": "s", "restartPolicy": "Always", "resources": {"limits": {"nvidia.com/gpu": 1}}}
+    setup = {"name": "setup", "command": ["sh", "-c", "true"]}
+    template = _pod(init=[setup, sidecar])
+    assert [c.name for c in template.containers] == ["c", "s"]
+    assert [c.name for c in template.init_containers] == ["setup"]
+    assert not template.containers[1].init
