@@ -271,3 +271,35 @@ def test_fix_verify_judges_a_demo_folder_alike_before_and_after(tmp_path: Path, 
     proc = run_cli("fix", str(folder / "serve.yaml"), "--out", str(tmp_path / "overlay"), "--verify", env=env)
     assert "1 targeted finding(s) gone, 0 still there, 0 new" in proc.stdout, proc.stdout + proc.stderr
     assert proc.returncode == 0, proc.stderr
+
+
+def test_the_purpose_reads_the_env_a_config_map_completes(tmp_path: Path, run_cli) -> None:
+    manifest = tmp_path / "bench.yaml"
+    manifest.write_text(
+        textwrap.dedent(
+            """\
+            apiVersion: v1
+            kind: ConfigMap
+            metadata: {name: bench-cfg}
+            data: {RUN: "python3 benchmarks/benchmark_serving.py --num-prompts 1000"}
+            ---
+            apiVersion: batch/v1
+            kind: Job
+            metadata: {name: nightly}
+            spec:
+              template:
+                spec:
+                  restartPolicy: Never
+                  containers:
+                  - name: main
+                    image: example/runner:1
+                    command: [sh, -c, "$(RUN)"]
+                    envFrom: [{configMapRef: {name: bench-cfg}}]
+                    resources:
+                      limits: {nvidia.com/gpu: 1}
+            """
+        )
+    )
+    proc = run_cli("facts", str(manifest), "--target", "workload")
+    (doc,) = [d for d in json.loads(proc.stdout) if d["resource"]["kind"] == "Job"]
+    assert doc["facts"]["purpose"] == "benchmark", doc["facts"]["purpose_evidence"]

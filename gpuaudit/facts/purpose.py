@@ -22,7 +22,7 @@ import msgspec
 
 from gpuaudit.bundled import data_yaml
 from gpuaudit.facts.activity import command_script, saturates_gpus
-from gpuaudit.model import Container, Workload
+from gpuaudit.model import Container, PodTemplate, Workload
 
 _PATH_PARTS = re.compile(r"/|\\|__")  # folders, and `__` in files copied flat
 _SHELL_SEGMENTS = re.compile(r"[;&|\n]")
@@ -135,6 +135,7 @@ def purpose_facts(
     activities: Mapping[str, Mapping[str, Any]],
     *,
     long_running: bool,
+    templates: Sequence[PodTemplate] | None = None,
     name: str | None = None,
     file: str | None = None,
 ) -> dict[str, Any]:
@@ -143,10 +144,13 @@ def purpose_facts(
     container pointer, for every container of its templates; ``long_running``:
     its kind runs until stopped (an idle command there never ends); ``name`` and
     ``file``: what to read for the name and the file context, when not the
-    workload's own (a live pod is named after its owner, and has no file)."""
+    workload's own (a live pod is named after its owner, and has no file);
+    ``templates``: its templates as the facts read them (env completed from
+    ConfigMaps), when not the workload's own."""
     t = tables()
-    containers = [c for tpl in w.templates for c in (*tpl.init_containers, *tpl.containers)]
-    holders = [c for tpl in w.templates for c in tpl.containers if c.gpus]
+    templates = w.templates if templates is None else templates
+    containers = [c for tpl in templates for c in (*tpl.init_containers, *tpl.containers)]
+    holders = [c for tpl in templates for c in tpl.containers if c.gpus]
     if not holders:  # GPUs only in an init container or a pod-level claim
         holders = [c for c in containers if c.gpus]
     scripts = {c.pointer: command_script(c) for c in containers}

@@ -42,7 +42,7 @@ def subjects(workload: Workload, context: Context | None = None) -> Iterator[Sub
     # ConfigMap env first: the purpose and every fact read the completed env.
     effective = [with_config_map_env(workload, t, context.config_maps) for t in workload.templates]
     lines_by_template = [command_lines(workload, t) for t in effective]
-    base = {**_identity(workload), **workload_purpose(workload, lines_by_template)}
+    base = {**_identity(workload), **workload_purpose(workload, lines_by_template, templates=effective)}
     templates = []
     for t, lines in zip(effective, lines_by_template, strict=True):
         templates.append((t, lines, pod_facts(workload, t, base, context, lines)))
@@ -81,17 +81,19 @@ def workload_purpose(
     w: Workload,
     lines_by_template: Sequence[Mapping[str, CommandLine]],
     *,
+    templates: Sequence[PodTemplate] | None = None,
     workload_class: str | None = None,
     name: str | None = None,
     file: str | None = None,
 ) -> dict[str, Any]:
     """``purpose`` and ``purpose_evidence`` (facts/purpose.py), from the
-    command lines already read for each template; ``workload_class``, ``name``
+    command lines already read for each template (of ``templates``, where the
+    facts read them with their ConfigMap env); ``workload_class``, ``name``
     and ``file`` stand for the workload's own where it has none of its own
     (a live pod: its owner's class and name, no file)."""
     activities = {pointer: line.activity for lines in lines_by_template for pointer, line in lines.items()}
     long_running = (workload_class or w.workload_class) in LONG_RUNNING_CLASSES
-    return purpose_facts(w, activities, long_running=long_running, name=name, file=file)
+    return purpose_facts(w, activities, long_running=long_running, templates=templates, name=name, file=file)
 
 
 def _identity(w: Workload) -> dict[str, Any]:
