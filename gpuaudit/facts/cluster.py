@@ -168,6 +168,7 @@ class _PodFacts:
         eligible, blocking_taints = self.eligibility.of(template.spec, template.containers)
         facts["placement"]["eligible_gpu_nodes"] = eligible
         facts["placement"]["gpu_nodes"] = self.gpu_node_count
+        facts["placement"]["untolerated_taints"] = blocking_taints
         self._shared[key] = facts, blocking_taints
         return facts, blocking_taints
 
