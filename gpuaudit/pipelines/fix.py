@@ -355,11 +355,15 @@ def verify_overlay(
         text, built = built_objects(out_dir, plan)
     except kustomize.KustomizeError as exc:
         return OverlayCheck(problem=str(exc))
-    before = inputs.findings
-    if inputs.live:  # judge the base as manifests too, so both sides ran the same rules
-        ids = {i for s in plan.sources for i in s.ids}  # the objects this overlay holds
-        base = "---\n".join(overlay.dump(o) for oid, o in inputs.originals.items() if oid in ids)
-        before = check_manifests(["-"], config, rules, stdin_text=base).findings
+    # The base is also judged as the build is, from text with no file of its
+    # own: a live base has none, and a file's folder can decide what a
+    # workload is for (facts/purpose.py: a pod that idles in examples/ is a
+    # demo), which the built objects, read from kustomize's output, no longer
+    # say. A finding either way was there before the overlay.
+    ids = {i for s in plan.sources for i in s.ids}  # the objects this overlay holds
+    base = "---\n".join(overlay.dump(o) for oid, o in inputs.originals.items() if oid in ids)
+    as_text = check_manifests(["-"], config, rules, stdin_text=base).findings
+    before = as_text if inputs.live else [*inputs.findings, *as_text]
     first = {object_id(o): o for o in applied_first}
     world = [first.pop(object_id(d.obj), d.obj) for d in inputs.documents] + list(first.values())
     result = verify.verify(
