@@ -1,7 +1,9 @@
-"""Precision per rule and per category against the truth set, and GPU
-workloads recognised against GPU-requesting objects counted independently.
+"""Precision per rule and per category against the truth set, the same over
+every finding on ../shared/corpus, and GPU workloads recognised against
+GPU-requesting objects counted independently.
 
-    python bench/truth.py            # the tables, in Markdown
+    python bench/truth.py                      # the tables, in Markdown
+    python bench/truth.py --gpuaudit OTHER     # judge another build (e.g. main's) by these labels
 
 The independent count reads every YAML document of the corpus with PyYAML
 alone and counts objects where any `requests`/`limits` mapping names a
@@ -12,6 +14,7 @@ annotation, or a pod-level resourceClaims list: none of gpuaudit's tables.
 
 from __future__ import annotations
 
+import argparse
 import re
 import sys
 from collections.abc import Iterator
@@ -23,7 +26,16 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from tests.truth.truth import CORPUS, HERE, load_labels, resolve, run_check, score, table  # noqa: E402
+from tests.truth.truth import (  # noqa: E402
+    CORPUS,
+    HERE,
+    load_labels,
+    resolve,
+    run_check,
+    score,
+    table,
+    wrong_share,
+)
 
 _GPUISH = re.compile(r"gpu|mig-|habana\.ai/|gaudi", re.IGNORECASE)
 _CLAIM_KINDS = ("ResourceClaim", "ResourceClaimTemplate")
@@ -80,13 +92,24 @@ def recognised(folders: list[Path]) -> set[tuple[str, str, str]]:
     return {(str(Path(w.document.file).resolve()), w.kind, w.name) for w in workloads if w.requests_gpus}
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--gpuaudit", help="the gpuaudit executable whose findings are judged (default: this tree's)")
+    args = parser.parse_args(argv)
     labels = load_labels()
     files = sorted({resolve(label.file) for label in labels} | set((HERE / "manifests").glob("*.yaml")))
     print("## Precision against the truth set (tests/truth/labels.yaml)\n")
-    print(table(score(labels, run_check(files)["findings"])))
+    scores = score(labels, run_check(files, gpuaudit=args.gpuaudit)["findings"])
+    print(table(scores))
+    print(f"\n{wrong_share(scores)}")
     folders = [CORPUS / "manifests", CORPUS / "md_extracts"]
     if all(f.is_dir() for f in folders):
+        # Every finding on the corpus, judged by its labels (one not labelled counts as wrong).
+        corpus_labels = [label for label in labels if label.file.startswith("corpus/")]
+        scores = score(corpus_labels, run_check(folders, gpuaudit=args.gpuaudit)["findings"])
+        print("\n## Every finding on ../shared/corpus (manifests + md_extracts)\n")
+        print(table(scores))
+        print(f"\n{wrong_share(scores)}")
         counted = {(str(Path(p).resolve()), k, n) for p, k, n in gpu_objects(folders)}
         claims = {c for c in counted if c[1] in _CLAIM_KINDS}
         independent = counted - claims

@@ -111,6 +111,9 @@ def _rule_section(rule: Mapping[str, Any], cases: list[dict[str, Any]], path: Pa
         ("file", f"`{path.relative_to(ROOT).as_posix()}`"),
     ]
     out += [" | ".join(f"**{k}**: {v}" for k, v in facts), ""]
+    by_purpose = rule.get("severity_by_purpose") or {}
+    if by_purpose:
+        out += [_by_purpose(rule["severity"], by_purpose), ""]
     out += [*_docs_paragraphs(rule["docs"]), ""]
     params = rule.get("params") or {}
     if params:
@@ -140,6 +143,19 @@ def _rule_section(rule: Mapping[str, Any], cases: list[dict[str, Any]], path: Pa
     out += _yaml_block(judged)
     out += ["", "</details>", ""]
     return out
+
+
+def _by_purpose(severity: str, by_purpose: Mapping[str, str]) -> str:
+    """One line: which purposes (the `purpose` fact) the rule is silent for,
+    and the most severe it is for others (severity_by_purpose)."""
+    grouped: dict[str, list[str]] = {}
+    for purpose, value in by_purpose.items():
+        grouped.setdefault(value, []).append(purpose)
+    parts = [
+        ("silent for " if value == "silent" else f"at most {value} for ") + ", ".join(purposes)
+        for value, purposes in sorted(grouped.items(), key=lambda kv: kv[0] == "silent")
+    ]
+    return f"**by purpose**: {'; '.join(parts)}; {severity} for any other (`severity_by_purpose`)"
 
 
 def rules_markdown() -> str:

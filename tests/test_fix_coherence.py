@@ -495,10 +495,24 @@ def test_on_gke_the_pod_selects_a_time_shared_pool_and_keeps_its_resource(tmp_pa
     from gpuaudit.cli.main import main
 
     out = tmp_path / "overlay"
-    args = ["fix", str(HERE / "deployment.yaml"), "--config", str(HERE / "gke.gpuaudit.yaml")]
+    # An embedding server (vLLM would be declined: it reserves 90% of the GPU's memory, time-sharing or not)
+    app = tmp_path / "deployment.yaml"
+    app.write_text((HERE / "deployment.yaml").read_text().replace("vllm/vllm-openai:v0.10.0", "embedder:1"))
+    args = ["fix", str(app), "--config", str(HERE / "gke.gpuaudit.yaml")]
     result = CliRunner().invoke(main, [*args, "--out", str(out), "--rules", "GPA-AL-001", "--verify"])
     assert result.exit_code == 0, result.output
     (patch,) = (out / "patches").iterdir()
     text = patch.read_text()
     assert "cloud.google.com/gke-gpu-sharing-strategy: time-sharing" in text
     assert "gpu.shared" not in text and "nvidia.com/gpu" not in text.split("spec:", 1)[1]
+
+
+def test_on_gke_a_vllm_server_is_not_time_shared(tmp_path, kubectl):
+    from gpuaudit.cli.main import main
+
+    out = tmp_path / "overlay"
+    args = ["fix", str(HERE / "deployment.yaml"), "--config", str(HERE / "gke.gpuaudit.yaml")]
+    result = CliRunner().invoke(main, [*args, "--out", str(out), "--rules", "GPA-AL-001"])
+    assert result.exit_code == 0, result.output
+    assert not (out / "patches").exists()
+    assert "vLLM reserves 90% of the GPU memory at start (vLLM's default 0.9)" in (out / "REVIEW.md").read_text()

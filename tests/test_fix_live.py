@@ -218,7 +218,10 @@ def test_snapshot_telemetry_sizes_a_mig_slice_for_the_manifest(tmp_path, run_cli
     assert "+            nvidia.com/mig-1g.20gb: 1" in proc.stdout  # 10,500 MiB: too big for 1g.10gb
 
 
-def test_without_telemetry_the_snapshot_still_names_the_gpu(tmp_path, run_cli, kubectl):
+def test_without_telemetry_a_cluster_declines_the_share_and_names_what_would_decide(tmp_path, run_cli, kubectl):
+    """From a cluster a move to a shared GPU needs measured fit; with no
+    telemetry for its pods it is declined, naming the DCGM signals that
+    would decide. Manifests alone keep the static suggestion."""
     app = tmp_path / "reranker.yaml"
     app.write_text(RERANKER)
     out = tmp_path / "overlay"
@@ -228,15 +231,39 @@ def test_without_telemetry_the_snapshot_still_names_the_gpu(tmp_path, run_cli, k
     args = ["fix", str(app), "--snapshot", str(snap), "--out", str(out), "--rules", "GPA-AL-001"]
     proc = run_cli(*args, "--config", str(config))
     assert proc.returncode == 0, proc.stderr
+    assert not (out / "patches").exists()
     review = (out / "REVIEW.md").read_text()
-    assert "(needs confirmation)" in review and "A100-80GB" in review
+    assert "needs measured fit" in review
+    assert "DCGM\\_FI\\_DEV\\_FB\\_USED (peak memory)" in review and "GR\\_ENGINE\\_ACTIVE" in review
+    assert "the snapshot holds no telemetry" in review
+
+    alone = tmp_path / "alone"
+    proc = run_cli("fix", str(app), "--out", str(alone), "--rules", "GPA-AL-001", "--config", str(config))
+    assert proc.returncode == 0, proc.stderr
+    assert "(needs confirmation)" in (alone / "REVIEW.md").read_text()
+    assert list((alone / "patches").iterdir())
+
+
+def test_partial_telemetry_does_not_cover_a_workload(tmp_path, run_cli, kubectl):
+    """One of two replicas measured: the window does not cover the workload."""
+    app = tmp_path / "reranker.yaml"
+    app.write_text(RERANKER)
+    out = tmp_path / "overlay"
+    snap = snapshot(tmp_path, {"rag-reranker-5f8b9c7d6-j4x8q": 5200.0})
+    args = ["fix", str(app), "--snapshot", str(snap), "--out", str(out), "--rules", "GPA-AL-001"]
+    proc = run_cli(*args)
+    assert proc.returncode == 0, proc.stderr
+    review = (out / "REVIEW.md").read_text()
+    assert "no telemetry covers 1 of its 2 GPU pod(s) (rag-reranker-5f8b9c7d6-p2r7m)" in review
+    assert "over the telemetry window (7 days)" in review
 
 
 def test_a_slice_no_node_offers_is_declined(tmp_path, run_cli, kubectl):
     app = tmp_path / "reranker.yaml"
     app.write_text(RERANKER)
     out = tmp_path / "overlay"
-    snap = snapshot(tmp_path, {"rag-reranker-5f8b9c7d6-j4x8q": 5200.0}, mig=False)
+    peaks = {"rag-reranker-5f8b9c7d6-j4x8q": 5200.0, "rag-reranker-5f8b9c7d6-p2r7m": 5000.0}
+    snap = snapshot(tmp_path, peaks, mig=False)
     proc = run_cli("fix", str(app), "--snapshot", str(snap), "--out", str(out), "--rules", "GPA-AL-001")
     assert proc.returncode == 0, proc.stderr
     assert not (out / "patches").exists() or not list((out / "patches").iterdir())

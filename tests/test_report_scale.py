@@ -497,7 +497,8 @@ def test_every_fix_a_cause_names_writes_patches_and_declined_ones_name_a_manual_
         else:
             assert rule["patched"] == 0 and rule["manual"], rule["rule"]
     mig = next(r for r in rules if r["remediation"] == "enable-mig")
-    assert mig["fix"] is None and "nvidia.com/mig.config" in mig["manual"]
+    # the planner's own manual step: how to partition, or why a node stays whole
+    assert mig["fix"] is None and ("nvidia.com/mig.config" in mig["manual"] or "MIG" in mig["manual"])
     # the largest idle cause says how many of its idle GPUs the patches reach
     top = report["first_screen"]["biggest_causes"][0]
     assert 0 <= top["gpus_idle_patched"] <= top["gpus_idle"]

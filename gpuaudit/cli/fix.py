@@ -20,12 +20,12 @@ from gpuaudit.cli.options import (
     stop,
 )
 from gpuaudit.cli.source_options import load_snapshot, load_telemetry, telemetry_options
-from gpuaudit.files import UnsafePathError
+from gpuaudit.files import UnsafePathError, write_atomic
 from gpuaudit.model import InputError
 from gpuaudit.model.cluster_builder import kept_for_audit
 from gpuaudit.pipelines.fix import DiffError, OverlayCheck, plan_fix, rendered_diff, verify_overlay, write_overlay
 from gpuaudit.pipelines.policy import load_policy
-from gpuaudit.remediate import overlay, review
+from gpuaudit.remediate import overlay, review, volume
 
 
 def parse_settings(values: Sequence[str]) -> dict[str, Any]:
@@ -73,6 +73,20 @@ def parse_settings(values: Sequence[str]) -> dict[str, Any]:
     "the patches; alone, the workloads that own its GPU pods and its GPU configs are fixed, "
     "with the objects as read for a base.",
 )
+@click.option(
+    "--top",
+    type=click.IntRange(min=0),
+    default=volume.DEFAULT_TOP,
+    show_default=True,
+    help="Hold at most N patches in one overlay, those that free the most GPUs first (whole objects; "
+    "0: all). REVIEW.md says what is held back.",
+)
+@click.option(
+    "--split-by",
+    type=click.Choice(["namespace", "team"]),
+    help="Write one overlay per namespace (or team: the config's report.team_label, else the namespace) "
+    "in a folder of its own under --out, each with its own REVIEW.md and --top.",
+)
 @kustomize_restrictor_option
 @telemetry_options
 @policy_options
@@ -84,6 +98,8 @@ def fix(
     check_build: bool,
     settings: tuple[str, ...],
     snapshot_path: Path | None,
+    top: int,
+    split_by: str | None,
     kustomize_load_restrictor: str,
     config_path: Path | None,
     policy_dirs: tuple[Path, ...],
@@ -136,13 +152,21 @@ def fix(
         click.echo(f"gpuaudit: {where}: {e.message}", err=True)
     code = input_errors_code(errors)
 
+    if split_by is not None:
+        key = volume.group_key(split_by, config.report.get("team_label"))
+        parts = {name: volume.select(part, top) for name, part in volume.split(plan, key).items()}
+    else:
+        parts = {"": volume.select(plan, top)}
+
     if show_diff:
-        try:
-            diff, how = rendered_diff(plan)
-        except DiffError as exc:
-            stop(str(exc))
-        click.echo(f"# {len(plan.changes)} change(s); after = {how}", err=True)
-        click.echo(diff, nl=False)
+        for name, part in parts.items():
+            try:
+                diff, how = rendered_diff(part.plan)
+            except DiffError as exc:
+                stop(str(exc))
+            where = f" in {name}" if name else ""
+            click.echo(f"# {len(part.plan.changes)} change(s){where}; after = {how}", err=True)
+            click.echo(diff, nl=False)
         return code
 
     assert out_dir is not None
@@ -150,20 +174,46 @@ def fix(
         stop(f"{out_dir} is not a folder")
     if out_dir.is_dir() and any(out_dir.iterdir()) and not force:
         stop(f"{out_dir} is not empty (use --force to write into it)")
-    layout = overlay.layout(plan, out_dir)
     read = paths or (str(snapshot_path),)
-    layout.files["REVIEW.md"] = review.render(plan, layout, str(out_dir), read, inputs.labels)
-    try:
-        write_overlay(out_dir, layout, inputs.files)
-    except (UnsafePathError, OSError) as exc:
-        stop(str(exc))
-    skipped = len(plan.skipped)
-    click.echo(
-        f"wrote {out_dir}: {len(plan.changes)} patch(es) fixing {len(plan.fixed_findings)} "
-        f"finding(s); {skipped} finding(s) without a patch (see REVIEW.md)"
-    )
-    click.echo(f"build it: {overlay.build_command(plan, str(out_dir))}")
-    if check_build and not _report_verification(verify_overlay(out_dir, plan, inputs, config, rules)):
+    folders = volume.folder_names(parts)
+    sharing_part = next((n for n, p in parts.items() if n and volume.holds_sharing_config(p.plan)), None)
+    sharing = folders[sharing_part] if sharing_part is not None else None
+    # What the sharing config's overlay adds or changes: applied first, so the others are checked against it.
+    applied_first = volume.results(parts[sharing_part].plan) if sharing_part is not None else []
+    ok = True
+    for name, part in parts.items():
+        directory = out_dir / folders[name] if name else out_dir
+        layout = overlay.layout(part.plan, directory)
+        first = sharing if name and sharing and sharing != folders[name] else None
+        layout.files["REVIEW.md"] = review.render(
+            part.plan, layout, str(directory), read, inputs.labels, held=part.held, top=top, apply_first=first
+        )
+        if len(part.plan.skipped) > review.NOT_REMEDIATED_ROWS:
+            layout.files["NOT-REMEDIATED.md"] = review.render_not_remediated(part.plan.skipped, inputs.labels)
+        try:
+            write_overlay(directory, layout, inputs.files)
+        except (UnsafePathError, OSError) as exc:
+            stop(str(exc))
+        click.echo(
+            f"wrote {directory}: {len(part.plan.changes)} patch(es) fixing {len(part.plan.fixed_findings)} "
+            f"finding(s), freeing about {part.frees:,.1f} GPU(s)"
+            + (f"; {sum(len(g.changes) for g in part.held)} more held back (--top {top})" if part.held else "")
+        )
+        click.echo(f"build it: {overlay.build_command(part.plan, str(directory))}")
+        context = applied_first if first else []
+        check = verify_overlay(directory, part.plan, inputs, config, rules, context) if check_build else None
+        if check is not None and not _report_verification(check):
+            ok = False
+    if split_by is not None:
+        index = review.render_index(plan, {folders[n]: p for n, p in parts.items()}, str(out_dir), read, split_by)
+        try:
+            write_atomic(out_dir / "REVIEW.md", index)
+            if len(plan.skipped) > review.NOT_REMEDIATED_ROWS:
+                write_atomic(out_dir / "NOT-REMEDIATED.md", review.render_not_remediated(plan.skipped, inputs.labels))
+        except OSError as exc:
+            stop(str(exc))
+    click.echo(f"{len(plan.skipped)} finding(s) without a patch (see REVIEW.md)")
+    if not ok:
         return 1
     return code
 

@@ -53,6 +53,7 @@ def rules_list(config_path: Path | None, policy_dirs: tuple[Path, ...], include:
                 "target": r.target,
                 "requires": list(r.requires),
                 "params": dict(r.params),
+                "severity_by_purpose": dict(r.severity_by_purpose),
                 "remediation": (r.remediation or {}).get("id"),
             }
             for r in loaded
@@ -95,6 +96,9 @@ def rules_explain(
         f"category: {rule.category}   severity: {rule.severity}   scope: {', '.join(rule.scope)}"
         f"   target: {rule.target}" + (f"   needs: {', '.join(rule.requires)}" if rule.requires else "")
     )
+    if rule.severity_by_purpose:
+        by_purpose = ", ".join(f"{k}={v}" for k, v in rule.severity_by_purpose.items())
+        click.echo(f"by purpose (at most): {by_purpose}")
     if rule.opt_in:
         # --rules selects only what it names: the categories keep the other rules running.
         every = ",".join([*CATEGORIES, rule.id])

@@ -143,6 +143,9 @@ def evaluate(
                         applies = matched[key] = rule.applies_to(facts)
                     if not applies:
                         continue
+                severity = rule.severity_for(facts)
+                if severity is None:  # the advice does not apply to what this workload is for
+                    continue
                 if not rule.violated_by(facts):
                     continue
             except Exception as exc:  # the rule's own schema is unusable: a rule defect
@@ -150,13 +153,17 @@ def evaluate(
                 result.warnings.append(_rule_problem(rule, "cannot be evaluated", exc))
                 continue
             try:
-                finding = make_finding(rule, subject, keep_subject=keep_subjects)
+                finding = make_finding(rule, subject, keep_subject=keep_subjects, severity=severity)
             except Exception as exc:  # its message template failed: keep the finding
                 if rule.id not in broken_messages:
                     broken_messages.add(rule.id)
                     result.warnings.append(_rule_problem(rule, "message failed", exc))
                 finding = make_finding(
-                    rule, subject, message=f"{rule.title} (message unavailable)", keep_subject=keep_subjects
+                    rule,
+                    subject,
+                    message=f"{rule.title} (message unavailable)",
+                    keep_subject=keep_subjects,
+                    severity=severity,
                 )
             reason = _exempted(finding, subject, live, result.warnings)
             if reason is None:
@@ -186,11 +193,18 @@ def _rule_problem(rule: Rule, what: str, exc: Exception) -> InputError:
 
 
 def make_finding(
-    rule: Rule, subject: Subject, message: str | None = None, *, keep_subject: bool = True
+    rule: Rule,
+    subject: Subject,
+    message: str | None = None,
+    *,
+    keep_subject: bool = True,
+    severity: str | None = None,
 ) -> Finding:
     """The finding ``rule`` makes of ``subject``; ``message`` replaces the
     rendered template (used when the template cannot be rendered). The
-    finding holds the subject unless ``keep_subject`` is False."""
+    finding holds the subject unless ``keep_subject`` is False. Its severity
+    is ``severity`` when given (what the rule allows for the subject's
+    purpose: ``Rule.severity_for``), else the rule's."""
     facts = subject.facts
     pointer = None
     if rule.points_at:
@@ -215,7 +229,7 @@ def make_finding(
     return Finding(
         rule=rule.id,
         title=rule.title,
-        severity=rule.severity,  # type: ignore[arg-type]
+        severity=severity or rule.severity,  # type: ignore[arg-type]
         category=rule.category,
         message=render_message(rule.message, facts, rule.params) if message is None else message,
         resource=subject.resource,

@@ -83,7 +83,7 @@ def _merged(group: list[Finding], rules: Mapping[str, Rule]) -> Finding:
         "pod": f"{pods[0]} (one of {len(group)} pods)",
     }
     subject = msgspec.structs.replace(first.subject, facts=facts)
-    merged = make_finding(rule, subject) if rule is not None else first
+    merged = make_finding(rule, subject, severity=first.severity) if rule is not None else first
     nodes = {f.resource.node for f in group}
     return msgspec.structs.replace(
         merged,

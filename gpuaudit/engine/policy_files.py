@@ -11,7 +11,7 @@ from typing import Any
 import msgspec
 import yaml
 
-from gpuaudit.engine.rules import Rule, RuleError, load_rule, load_rules
+from gpuaudit.engine.rules import SEVERITIES, Rule, RuleError, load_rule, load_rules
 from gpuaudit.files import FileReadError, command_line_roots, confined, confined_file, excerpt, read_text
 from gpuaudit.kube.yaml_lines import YamlLimitError, load_yaml_with_lines
 
@@ -87,7 +87,8 @@ def read_cases(path: Path, roots: Sequence[Path] | None = None) -> Any:
 
 
 def check_cases_file(path: Path, roots: Sequence[Path] | None = None) -> list[RuleError]:
-    """The shape of a cases file: a list of {name, expect: pass|fail, manifest|facts}."""
+    """The shape of a cases file: a list of {name, expect: pass|fail, manifest|facts,
+    and optionally line, severity, site}."""
     try:
         data = read_cases(path, roots)
     except RuleError as exc:
@@ -109,4 +110,6 @@ def _case_problem(case: Any) -> str | None:
         return f"expect must be pass or fail, not {excerpt(case.get('expect'))}"
     if not any(k in case for k in CASE_INPUTS):
         return f"needs one of {', '.join(CASE_INPUTS)}"
+    if "severity" in case and case["severity"] not in SEVERITIES:
+        return f"severity must be one of {', '.join(SEVERITIES)}, not {excerpt(case.get('severity'))}"
     return None

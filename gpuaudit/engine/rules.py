@@ -45,6 +45,10 @@ from gpuaudit.kube.yaml_lines import YamlLimitError, load_yaml_with_lines
 from gpuaudit.model.objects import same_fields
 from gpuaudit.schemas import SchemaError, validate
 
+SEVERITIES = ("critical", "high", "medium", "low", "info")
+SILENT = "silent"  # severity_by_purpose: the advice does not apply to that purpose
+# The subjects that carry the `purpose` fact (facts/purpose.py).
+PURPOSE_TARGETS = ("workload", "pod", "container")
 # The largest built-in rule is under 5 KiB; a site's rule folder is
 # untrusted input (a repository's config names it).
 MAX_RULE_BYTES = 1024 * 1024
@@ -89,6 +93,10 @@ class Rule(msgspec.Struct, frozen=True, dict=True):  # dict: for its cached_prop
     # Runs only when named by id (--rules, the config's rules): information
     # some sites want and most would call noise.
     opt_in: bool = False
+    # The most severe a finding may be for a workload of each purpose (the
+    # `purpose` fact), or "silent" where the advice does not apply; purposes
+    # not named get `severity`.
+    severity_by_purpose: Mapping[str, str] = msgspec.field(default_factory=dict)
     # The code of its schemas ("match", "violation", "require"), compiled
     # ahead and marshalled (engine/rule_cache.py). It is read, and a schema
     # not in it compiled, only when the rule first meets a subject of its
@@ -137,6 +145,17 @@ class Rule(msgspec.Struct, frozen=True, dict=True):  # dict: for its cached_prop
             return {}
         budget = Budget(self.id, patterns)
         return {key: budget for key, found in keys.items() if found}
+
+    def severity_for(self, facts: Mapping[str, Any]) -> str | None:
+        """The severity of a finding about a subject with these facts: the
+        rule's, lowered to what ``severity_by_purpose`` allows for the
+        subject's purpose; None when the rule is silent for that purpose."""
+        cap = self.severity_by_purpose.get(facts.get("purpose")) if self.severity_by_purpose else None
+        if cap is None:
+            return self.severity
+        if cap == SILENT:
+            return None
+        return max(self.severity, cap, key=SEVERITIES.index)
 
     def applies_to(self, facts: Mapping[str, Any]) -> bool:
         if self._matches is None:
@@ -442,6 +461,15 @@ def rule_from_data(
         if problem:
             raise RuleError(source, _nearest_line(lines, "/message"), f"message: {problem}")
 
+    by_purpose = data.get("severity_by_purpose") or {}
+    if by_purpose and data["target"] not in PURPOSE_TARGETS:
+        raise RuleError(
+            source,
+            _nearest_line(lines, "/severity_by_purpose"),
+            f"severity_by_purpose needs a subject with a purpose ({', '.join(PURPOSE_TARGETS)}), "
+            f"not {data['target']!r}",
+            data["id"],
+        )
     remediation = data.get("remediation")
     return Rule(
         id=data["id"],
@@ -465,6 +493,7 @@ def rule_from_data(
             sorted({name for key in ("match", "violation", "require") for name in _required_telemetry(data.get(key))})
         ),
         opt_in=bool(data.get("opt_in")),
+        severity_by_purpose=dict(by_purpose),
     )
 
 

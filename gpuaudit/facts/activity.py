@@ -176,6 +176,12 @@ def _script(c: Container) -> str:
     return " ".join(words).strip()
 
 
+def command_script(c: Container) -> str:
+    """A container's command line as one text (a shell script's own text for
+    ``sh -c '...'``), with ``$(VAR)`` expanded from its env."""
+    return _script(c)
+
+
 def _strip_keywords(words: Sequence[str]) -> list[str]:
     out = list(words)
     while out and (out[0] in _SHELL_KEYWORDS or out[0] in ("while", "until")):

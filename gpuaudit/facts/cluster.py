@@ -17,13 +17,14 @@ from typing import Any
 from gpuaudit.facts import Subject
 from gpuaudit.facts import device_plugin as config_facts
 from gpuaudit.facts.capacity import physical_gpus
+from gpuaudit.facts.process import command_lines
 from gpuaudit.facts.scheduling import (
     parse_failed_scheduling,
     selects_node,
     taint_text,
     untolerated_taints,
 )
-from gpuaudit.facts.workload import LONG_RUNNING_CLASSES, pod_facts
+from gpuaudit.facts.workload import LONG_RUNNING_CLASSES, pod_facts, workload_purpose
 from gpuaudit.kube.labels import HOSTNAME_LABEL
 from gpuaudit.kube.shapes import as_list, as_map
 from gpuaudit.kube.timestamps import parse_time
@@ -158,10 +159,16 @@ class _PodFacts:
             "class": owner.workload_class,
             "long_running": owner.workload_class in LONG_RUNNING_CLASSES,
         }
-        facts = pod_facts(workload, template, base)
+        lines = command_lines(workload, template)
+        # A live pod is judged as what its owner is for: named by the owner, read from no file.
+        base.update(workload_purpose(
+            workload, [lines], workload_class=owner.workload_class, name=owner.name, file=""
+        ))
+        facts = pod_facts(workload, template, base, lines=lines)
         eligible, blocking_taints = self.eligibility.of(template.spec, template.containers)
         facts["placement"]["eligible_gpu_nodes"] = eligible
         facts["placement"]["gpu_nodes"] = self.gpu_node_count
+        facts["placement"]["untolerated_taints"] = blocking_taints
         self._shared[key] = facts, blocking_taints
         return facts, blocking_taints
 

@@ -20,6 +20,7 @@ from gpuaudit.facts.gpu_names import unadvertised_shared, unknown_mig_profiles
 from gpuaudit.facts.gpu_pools import never_published, sharing_pool
 from gpuaudit.facts.lifecycle import lifecycle_facts
 from gpuaudit.facts.process import CommandLine, command_lines, container_process_facts, pod_process_facts
+from gpuaudit.facts.purpose import purpose_facts
 from gpuaudit.facts.raw import pod_raw_facts, workload_raw_facts
 from gpuaudit.facts.scaling import scaling_facts
 from gpuaudit.facts.scheduling import required_terms
@@ -38,11 +39,12 @@ def subjects(workload: Workload, context: Context | None = None) -> Iterator[Sub
         return
     context = context or Context()
     doc = workload.document
-    base = _identity(workload)
+    # ConfigMap env first: the purpose and every fact read the completed env.
+    effective = [with_config_map_env(workload, t, context.config_maps) for t in workload.templates]
+    lines_by_template = [command_lines(workload, t) for t in effective]
+    base = {**_identity(workload), **workload_purpose(workload, lines_by_template, templates=effective)}
     templates = []
-    for t in workload.templates:
-        t = with_config_map_env(workload, t, context.config_maps)
-        lines = command_lines(workload, t)
+    for t, lines in zip(effective, lines_by_template, strict=True):
         templates.append((t, lines, pod_facts(workload, t, base, context, lines)))
     for _, _, pod in templates:  # a pod shape judged beside its siblings (a Ray head beside GPU workers)
         pod["other_gpu_roles"] = [o["role"] for _, _, o in templates if o is not pod and o["gpu"]["requested"]]
@@ -73,6 +75,25 @@ def subjects(workload: Workload, context: Context | None = None) -> Iterator[Sub
                 doc,
                 annotations,
             )
+
+
+def workload_purpose(
+    w: Workload,
+    lines_by_template: Sequence[Mapping[str, CommandLine]],
+    *,
+    templates: Sequence[PodTemplate] | None = None,
+    workload_class: str | None = None,
+    name: str | None = None,
+    file: str | None = None,
+) -> dict[str, Any]:
+    """``purpose`` and ``purpose_evidence`` (facts/purpose.py), from the
+    command lines already read for each template (of ``templates``, where the
+    facts read them with their ConfigMap env); ``workload_class``, ``name``
+    and ``file`` stand for the workload's own where it has none of its own
+    (a live pod: its owner's class and name, no file)."""
+    activities = {pointer: line.activity for lines in lines_by_template for pointer, line in lines.items()}
+    long_running = (workload_class or w.workload_class) in LONG_RUNNING_CLASSES
+    return purpose_facts(w, activities, long_running=long_running, templates=templates, name=name, file=file)
 
 
 def _identity(w: Workload) -> dict[str, Any]:

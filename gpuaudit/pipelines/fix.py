@@ -77,6 +77,9 @@ def run_state(inputs: Inputs, config: Config, snapshot: Mapping[str, Any] | None
     if snapshot is not None:
         run.evidence = fix_live.evidence(snapshot)
         run.evidence_source = label
+        run.cluster = True
+        run.telemetry_window = fix_live.telemetry_window(snapshot)
+        run.gpu_node_labels = fix_live.gpu_node_labels(snapshot)
     run.shared_names = inputs.shared_names(config)
     run.sharing_configs = sharing_configs(inputs.documents)
     run.world = tuple(d.obj for d in inputs.documents)
@@ -309,7 +312,7 @@ def _previous_overlay(folder: Path) -> set[Path]:
         data = None
     if not isinstance(data, dict):
         return set()  # the new overlay's kustomization.yaml and REVIEW.md replace theirs all the same
-    found = {folder / "kustomization.yaml", folder / "REVIEW.md"}
+    found = {folder / "kustomization.yaml", folder / "REVIEW.md", folder / "NOT-REMEDIATED.md"}
     entries = [e for e in data.get("resources") or [] if isinstance(e, str)]
     entries += [e["path"] for e in data.get("patches") or [] if isinstance(e, dict) and isinstance(e.get("path"), str)]
     for entry in entries:
@@ -337,17 +340,32 @@ class OverlayCheck(msgspec.Struct):
         return self.problem is None and self.result is not None and self.result.ok
 
 
-def verify_overlay(out_dir: Path, plan: Plan, inputs: Inputs, config: Config, rules: Sequence[Rule]) -> OverlayCheck:
-    """Build the written overlay with kustomize and audit the result."""
+def verify_overlay(
+    out_dir: Path,
+    plan: Plan,
+    inputs: Inputs,
+    config: Config,
+    rules: Sequence[Rule],
+    applied_first: Sequence[Mapping[str, Any]] = (),
+) -> OverlayCheck:
+    """Build the written overlay with kustomize and audit the result.
+    ``applied_first``: objects another overlay adds or changes before this
+    one is applied (fix --split-by: the sharing config its moves request)."""
     try:
         text, built = built_objects(out_dir, plan)
     except kustomize.KustomizeError as exc:
         return OverlayCheck(problem=str(exc))
-    before = inputs.findings
-    if inputs.live:  # judge the base as manifests too, so both sides ran the same rules
-        base = "---\n".join(overlay.dump(o) for o in inputs.originals.values())
-        before = check_manifests(["-"], config, rules, stdin_text=base).findings
-    world = [d.obj for d in inputs.documents]
+    # The base is also judged as the build is, from text with no file of its
+    # own: a live base has none, and a file's folder can decide what a
+    # workload is for (facts/purpose.py: a pod that idles in examples/ is a
+    # demo), which the built objects, read from kustomize's output, no longer
+    # say. A finding either way was there before the overlay.
+    ids = {i for s in plan.sources for i in s.ids}  # the objects this overlay holds
+    base = "---\n".join(overlay.dump(o) for oid, o in inputs.originals.items() if oid in ids)
+    as_text = check_manifests(["-"], config, rules, stdin_text=base).findings
+    before = as_text if inputs.live else [*inputs.findings, *as_text]
+    first = {object_id(o): o for o in applied_first}
+    world = [first.pop(object_id(d.obj), d.obj) for d in inputs.documents] + list(first.values())
     result = verify.verify(
         built,
         plan,

@@ -186,6 +186,33 @@ def evidence(snapshot: Mapping[str, Any]) -> dict[OwnerKey, Evidence]:
     return from_cluster(cluster_facts.subjects(state), models)
 
 
+def telemetry_window(snapshot: Mapping[str, Any]) -> str | None:
+    """The snapshot's telemetry window as REVIEW.md names it ("7 days to
+    2026-11-27T09:00:00Z"), or None when it holds no telemetry."""
+    telemetry = snapshot.get("telemetry")
+    if not isinstance(telemetry, Mapping) or not (telemetry.get("gpus") or telemetry.get("pods")):
+        return None
+    window = telemetry.get("window") if isinstance(telemetry.get("window"), Mapping) else {}
+    seconds = window.get("seconds")
+    span = f"{seconds / 86400:g} days" if isinstance(seconds, (int, float)) and seconds >= 86400 else (
+        f"{seconds / 3600:g} h" if isinstance(seconds, (int, float)) else "its window"
+    )
+    end = window.get("end") or window.get("until")
+    return f"{span}{f' to {end}' if end else ''}"
+
+
+def gpu_node_labels(snapshot: Mapping[str, Any]) -> tuple[dict[str, str], ...]:
+    """The labels of the snapshot's nodes that advertise GPUs."""
+    out = []
+    for node in (snapshot.get("objects") or {}).get("nodes") or []:
+        status = node.get("status") or {}
+        resources = {**(status.get("capacity") or {}), **(status.get("allocatable") or {})}
+        if any(str(k).startswith("nvidia.com/") for k in resources):
+            labels = (node.get("metadata") or {}).get("labels") or {}
+            out.append({str(k): str(v) for k, v in labels.items()})
+    return tuple(out)
+
+
 # Snapshot lists whose objects an overlay may patch, and what they are. Pods,
 # ReplicaSets and Jobs are owned by something else or have immutable pod
 # templates; the workloads at the top of their owner chains are in
@@ -273,6 +300,7 @@ def live_items(
     by_id = {rule.id: rule for rule in rules}
 
     items = []
+    node_peaks: dict[str, float] | None = None
     for finding in findings:
         subject = finding.subject
         r = finding.resource
@@ -295,7 +323,9 @@ def live_items(
         key = (group_of(r.api_version), r.kind, r.namespace or "", r.name)
         if r.kind == "Node":
             if (finding.remediation or {}).get("id") == "enable-mig" and subject is not None:
-                problem = enable_mig_reason(subject.facts)
+                if node_peaks is None:
+                    node_peaks = _node_peaks(snapshot)
+                problem = enable_mig_reason(subject.facts, node_peaks.get(r.name))
             else:
                 problem = (
                     f"{where} is a Node: the kubelet owns it and an overlay does not patch it; the "
@@ -315,6 +345,17 @@ def live_items(
         finding = msgspec.structs.replace(finding, subject=msgspec.structs.replace(subject, document=found.document))
         items.append((finding, found.source))
     return unique(items, finding_key)
+
+
+def _node_peaks(snapshot: Mapping[str, Any]) -> dict[str, float]:
+    """Per node, the largest GPU memory a pod used over the telemetry window (MiB)."""
+    telemetry = snapshot.get("telemetry") if isinstance(snapshot.get("telemetry"), Mapping) else {}
+    peaks: dict[str, float] = {}
+    for row in telemetry.get("gpus") or []:
+        value, node = row.get("fb_used_max_mib"), row.get("node")
+        if row.get("pod") and node and isinstance(value, (int, float)):
+            peaks[str(node)] = max(peaks.get(str(node), 0.0), float(value))
+    return peaks
 
 
 def _unpatchable(label: str, problem: str) -> Source:

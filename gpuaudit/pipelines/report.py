@@ -105,9 +105,15 @@ def fix_overlay(snapshot: Mapping[str, Any], result: AuditResult, config: Config
                 "confidence": proposal.confidence,
             }
         )
+    # A time-sliced move and the sharing config go together: a command that
+    # fixes either alone writes none of it (the config is sized only from the
+    # measured moves beside it).
+    moves = {rule for rule, outcome in outcomes.items() if outcome.get("time_sliced")}
     for rule, outcome in outcomes.items():
-        if outcome.get("time_sliced"):  # a command that fixes this rule alone would write none of it
+        if rule in moves:
             outcome["with_rules"] = sorted(sharing_rules - {rule})
+        elif rule in sharing_rules and moves:
+            outcome["with_rules"] = sorted(moves - {rule})
     return {
         "available": True,
         "problem": None,

@@ -3,7 +3,9 @@
 Each case is a manifest (YAML text run through the whole manifest pipeline) or
 a fact document (for rules whose inputs only a cluster or telemetry gives),
 with the expected outcome: `fail` (the rule reports a finding) or `pass`.
-Optional `line` checks where the finding points; optional `site` gives the
+Optional `line` checks where the finding points, optional `severity` how
+severe it is (a rule's `severity_by_purpose` lowers it for some purposes);
+optional `site` gives the
 site facts `.gpuaudit.yaml` would. The same runner serves the
 built-in test suite and `gpuaudit rules test DIR` for a site's own rules.
 """
@@ -111,6 +113,9 @@ def run_case(case: Case, runners: Mapping[str, CaseRunner] | None = None) -> Cas
         got = findings[0].location.line
         if got != line:
             return CaseResult(case, False, f"expected the finding at line {line}, got {got}")
+    severity = case.data.get("severity")
+    if severity is not None and findings and getattr(findings[0], "severity", None) != severity:
+        return CaseResult(case, False, f"expected severity {severity}, got {findings[0].severity}")
     if expect not in ("pass", "fail"):
         return CaseResult(case, False, f"expect must be pass or fail, not {expect!r}")
     return CaseResult(case, True, "ok")

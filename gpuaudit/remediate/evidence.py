@@ -25,11 +25,27 @@ class Evidence(msgspec.Struct, frozen=True):
     nodes: tuple[str, ...]
     telemetry: Mapping[str, Any]  # fb_used_max_mib: the peak over all its pods; compute_p95
     models: tuple[gpus.GpuModel, ...]  # distinct GPU models of those nodes
+    # Pods holding GPUs whose peak memory or compute the telemetry does not
+    # give: a share cannot be sized for them.
+    unmeasured: tuple[str, ...] = ()
+    held: int = 0  # pods holding GPUs
 
     @property
     def model(self) -> gpus.GpuModel | None:
         """The GPU model, when all its pods ran on one."""
         return self.models[0] if len(self.models) == 1 else None
+
+    @property
+    def covers(self) -> bool:
+        """Whether the telemetry gives peak memory and compute for every pod
+        that holds its GPUs (and there is at least one): what a share must fit."""
+        t = self.telemetry
+        return (
+            self.held > 0
+            and not self.unmeasured
+            and isinstance(t.get("fb_used_max_mib"), (int, float))
+            and isinstance(t.get("compute_p95"), (int, float))
+        )
 
     def describe(self, source: str) -> str:
         pods = ", ".join(self.pods[:3]) + (f" and {len(self.pods) - 3} more" if len(self.pods) > 3 else "")
@@ -61,7 +77,18 @@ def from_cluster(
                 "coverage": min(coverage) if coverage else None,
                 # The busiest pod's p95 share of a GPU: what a slice must keep up with.
                 "compute_p95": max(compute) if len(compute) == len(measured) else None,
+                "signal_name": next((t.get("signal_name") for t in measured if t.get("signal_name")), None),
             }
+        holding = [p for p in pods if p.get("holds_gpus")]
+        unmeasured = tuple(
+            sorted(
+                str(p.get("pod"))
+                for p in holding
+                if not isinstance(p.get("telemetry"), Mapping)
+                or not isinstance(p["telemetry"].get("fb_used_max_mib"), (int, float))
+                or not isinstance(p["telemetry"].get("compute_p95"), (int, float))
+            )
+        )
         nodes = tuple(sorted({str(p["node"]) for p in pods if p.get("node")}))
         models = {m.model: m for n in nodes if (m := node_models.get(n)) is not None}
         evidence[key] = Evidence(
@@ -69,5 +96,7 @@ def from_cluster(
             nodes=nodes,
             telemetry=telemetry,
             models=tuple(models[name] for name in sorted(models)),
+            unmeasured=unmeasured,
+            held=len(holding),
         )
     return evidence

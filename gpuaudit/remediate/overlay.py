@@ -75,7 +75,12 @@ def layout(plan: Plan, root: Path) -> Overlay:
         )
         overlay.patch_paths[change.number] = patch_path
         overlay.files[patch_path] = _patch_text(change)
-        patch_entries.append({"path": patch_path, "target": target(change)})
+        # A strategic-merge patch names its object (apiVersion, kind, name,
+        # namespace): kustomize matches it by that, ten times faster than a
+        # target selector with thousands of patches. JSON 6902 needs a target.
+        assert change.patch is not None
+        smp = change.patch.format == "strategic-merge"
+        patch_entries.append({"path": patch_path} if smp else {"path": patch_path, "target": target(change)})
         for obj in change.new_objects:
             meta = obj.get("metadata") or {}
             path = (

@@ -132,7 +132,10 @@ def on_owner(
         return (
             f"{owner.kind} {owner.name} as read no longer shows it (its pods run an older template): nothing to patch"
         )
-    return make_finding(rule, subject)
+    severity = rule.severity_for(facts)
+    if severity is None:
+        return f"{owner.kind} {owner.name} is a {facts.get('purpose')}: {rule.id} does not apply to it"
+    return make_finding(rule, subject, severity=severity)
 
 
 def _template_for(pod: Mapping[str, Any], workload: Workload) -> PodTemplate | None:

@@ -155,7 +155,7 @@ def plan_fixes(
     plan = Plan()
     passes = 6
     for attempt_number in range(passes + 1):
-        attempt = msgspec.structs.replace(base, sharers=[])
+        attempt = msgspec.structs.replace(base, sharers=[], candidates=[])
         plan = _plan_once(items, locators, settings, attempt, still_found, forced)
         if run.coherence is None:
             break

@@ -85,12 +85,13 @@ def label_name(path: str) -> str:
     return resolved.relative_to(HERE).as_posix()
 
 
-def run_check(files: Sequence[Path], extra_args: Sequence[str] = ()) -> dict:
-    """``gpuaudit check`` on ``files``, as a user runs it (JSON out)."""
+def run_check(files: Sequence[Path], extra_args: Sequence[str] = (), gpuaudit: str | None = None) -> dict:
+    """``gpuaudit check`` on ``files``, as a user runs it (JSON out); by
+    ``gpuaudit`` (an executable) where given, to judge another build."""
     env = {**os.environ, "NO_COLOR": "1"}
+    command = [gpuaudit] if gpuaudit else [sys.executable, "-m", "gpuaudit"]
     proc = subprocess.run(
-        [sys.executable, "-m", "gpuaudit", "check", "--no-kustomize", "--format", "json", *extra_args]
-        + [str(f) for f in files],
+        [*command, "check", "--no-kustomize", "--format", "json", *extra_args] + [str(f) for f in files],
         capture_output=True,
         text=True,
         env=env,
@@ -142,6 +143,13 @@ def score(labels: Iterable[Label], findings: Iterable[Mapping]) -> dict[str, Rul
             s.missed += 1
             s.examples.append(f"missed: {label.key}: {label.reason}")
     return scores
+
+
+def wrong_share(scores: Mapping[str, RuleScore]) -> str:
+    """How many findings are not labelled right (wrong, or unreviewed), of all."""
+    found = sum(s.findings for s in scores.values())
+    wrong = sum(s.wrong + s.unreviewed for s in scores.values())
+    return f"{wrong} of {found} findings wrong or unreviewed ({wrong / found:.1%})" if found else "no findings"
 
 
 def table(scores: Mapping[str, RuleScore]) -> str:

@@ -7,7 +7,7 @@ from typing import Any
 from gpuaudit import gpus
 from gpuaudit.kube import pointers
 from gpuaudit.kube.podspecs import group_of
-from gpuaudit.remediate import sizing
+from gpuaudit.remediate import reservations, sizing
 from gpuaudit.remediate.planners.common import (
     NO_CONTAINER,
     NVIDIA_GPU,
@@ -140,6 +140,13 @@ def move_to_shared_gpu(ctx: Context) -> Proposal | Declined:
     holders = [c for c in template.containers if any(r.mode == "whole" for r in c.gpus)]
     if not holders:
         return Declined("no container requests whole GPUs")
+    for c in holders:
+        tool = reservations.stress_test(c)
+        if tool:
+            return Declined(
+                f"container {c.name} runs {tool}, a stress test: it keeps the whole GPU busy on purpose, "
+                "and a GPU shared with it starves every other tenant"
+            )
     containers = []
     for c in holders:
         whole = [r for r in c.gpus if r.mode == "whole"]
@@ -170,8 +177,32 @@ def move_to_shared_gpu(ctx: Context) -> Proposal | Declined:
     unadvertised = _unadvertised(ctx)
     headroom = float(ctx.params["headroom"])
     model, model_source = _gpu_model(ctx)
-    pods = int(ctx.facts.get("replicas") or 1)
+    pods = _replicas(ctx)
     shared = str(ctx.params["shared_resource"])
+    unmeasured = _unmeasured(ctx, seen)
+    if unmeasured is not None:
+        return unmeasured
+    if ctx.run.cluster and not peak:
+        return Declined(
+            "its pods used no GPU memory over the telemetry window (not running, or crash-looping): "
+            "the measurement says nothing of what it needs once it runs; see why it does not run first"
+        )
+    if ctx.run.cluster and model is None:
+        return Declined(
+            f"its pods ran on no single known GPU model ({model_source}): the measured fit cannot be "
+            "checked against a GPU's memory"
+        )
+    reserved = next(
+        ((c, r) for c in holders if (r := reservations.memory_reservation(c, _runtime_name(ctx))) is not None), None
+    )
+    mig_possible = model is not None and model.mig_capable and ctx.params["prefer"] == "mig"
+    if reserved is not None and (not mig_possible or ctx.run.platform == "gke"):
+        c, r = reserved
+        return Declined(
+            f"container {c.name}: {r.describe()}, for its KV cache: on a time-sliced or MPS GPU, whose memory "
+            "is not isolated, a second tenant fails with out-of-memory. Only a MIG slice (its memory its own) "
+            "can hold it, sized from its peak memory"
+        )
     if ctx.run.platform == "gke":
         fits = sizing.with_headroom(float(peak), headroom) if isinstance(peak, (int, float)) and peak > 0 else None
         if (
@@ -208,6 +239,12 @@ def move_to_shared_gpu(ctx: Context) -> Proposal | Declined:
                     f"{observed} + {headroom:.0%} headroom"
                     + (f" and p95 compute {compute:.0%} of a GPU" if compute is not None else "")
                     + f" needs the whole {model.model}: no smaller MIG slice fits"
+                    + (
+                        f" (container {reserved[0].name}: {reserved[1].describe()}: the peak is that reservation, "
+                        "not the model's need; a smaller setting would let a slice hold it)"
+                        if reserved is not None
+                        else ""
+                    )
                 )
             resource = f"nvidia.com/mig-{choice.profile}"
             if ctx.run.coherence is not None and resource not in ctx.run.advertised:
@@ -244,14 +281,19 @@ def move_to_shared_gpu(ctx: Context) -> Proposal | Declined:
                 template.pointer,
                 share,
             )
-        if unadvertised:
-            return Declined(unadvertised)
         if model is not None:
             fit = sizing.replicas_that_fit(sizing.model_memory_mib(model), [need])
             if fit < 2:
                 return Declined(
                     f"{observed} + {headroom:.0%} headroom leaves no room for a second workload on a {model.model}"
                 )
+        if unadvertised:
+            if ctx.run.cluster and model is not None:
+                owner = f"{ctx.document.kind} {ctx.document.namespace}/{ctx.document.name}"
+                if all(c.owner != owner for c in ctx.run.candidates):
+                    ctx.run.candidates.append(SharePlan(pods, shared, need, model, None, compute, owner))
+            return Declined(unadvertised)
+        if model is not None:
             basis = (
                 f"Telemetry: {observed}; with {headroom:.0%} headroom {need:,.0f} MiB, so {fit} "
                 f"such workloads fit in one {model.model} (from {model_source}). "
@@ -284,6 +326,45 @@ def move_to_shared_gpu(ctx: Context) -> Proposal | Declined:
         template.pointer,
         share,
     )
+
+
+def _runtime_name(ctx: Context) -> str:
+    """A KServe serving runtime's name on the object (it names a NIM's model
+    and version: nvidia-nim-llama-3.1-8b-instruct-1.1.0)."""
+    spec = ctx.document.obj.get("spec")
+    predictor = spec.get("predictor") if isinstance(spec, dict) else None
+    model = predictor.get("model") if isinstance(predictor, dict) else None
+    runtime = model.get("runtime") if isinstance(model, dict) else None
+    return runtime if isinstance(runtime, str) else ""
+
+
+def _unmeasured(ctx: Context, seen: Any) -> Declined | None:
+    """From a cluster, a share needs measured fit: the peak memory and
+    compute of every pod that holds its GPUs, over the telemetry window.
+    Without it, which telemetry would decide. Manifests alone (no cluster
+    read) keep the static suggestion, marked needs confirmation."""
+    if not ctx.run.cluster or (seen is not None and seen.covers):
+        return None
+    window = ctx.run.telemetry_window
+    over = f"over the telemetry window ({window})" if window else "over a window (the snapshot holds no telemetry)"
+    if seen is None or not seen.held:
+        whose = "no pod of it holds a GPU in the snapshot"
+    else:
+        missing = seen.unmeasured or seen.pods
+        listed = ", ".join(missing[:3]) + (f" and {len(missing) - 3} more" if len(missing) > 3 else "")
+        whose = f"no telemetry covers {len(missing)} of its {seen.held} GPU pod(s) ({listed})"
+    signal = "DCGM_FI_PROF_GR_ENGINE_ACTIVE (or DCGM_FI_DEV_GPU_UTIL)"
+    return Declined(
+        f"a move to a shared GPU needs measured fit, and {whose}: DCGM_FI_DEV_FB_USED (peak memory) and "
+        f"{signal} (compute) for its pods {over} decide whether they fit a share; run gpuaudit fix "
+        "--snapshot FILE --prometheus URL with a window that covers them"
+    )
+
+
+def _replicas(ctx: Context) -> int:
+    """Pods of the template the change resizes (1 when it does not say)."""
+    replicas = ctx.template.replicas if ctx.template is not None else None
+    return int(replicas if replicas is not None else ctx.facts.get("replicas") or 1)
 
 
 def _advertiser(ctx: Context, resource: str) -> str:
@@ -444,7 +525,10 @@ def drop_init_container_gpus(ctx: Context) -> Proposal | Declined:
         f"pod's whole life: their GPU requests become {what}."
     )
     params = {**identity(ctx), "containers": changes}
-    return Proposal(None, params, basis, "static", f"{template.pointer}#init-gpus", lowers=frozenset({"gpu"}))
+    frees = float((ctx.facts.get("gpu") or {}).get("init_excess") or 0) * _replicas(ctx)
+    return Proposal(
+        None, params, basis, "static", f"{template.pointer}#init-gpus", lowers=frozenset({"gpu"}), frees_gpus=frees
+    )
 
 
 def _move_init_gpus(ctx: Context, template: Any) -> Declined:
@@ -493,8 +577,15 @@ def drop_ray_head_gpus(ctx: Context) -> Proposal | Declined:
         "containers": changes,
         "workers": ctx.facts.get("other_gpu_roles") or [],
     }
+    held = sum(float(r.count or 0) for c in template.containers for r in c.gpus)
     return Proposal(
-        None, params, basis, "static", f"{template.pointer}#ray-head-gpus", lowers=frozenset({"gpu", "pod-gpu"})
+        None,
+        params,
+        basis,
+        "static",
+        f"{template.pointer}#ray-head-gpus",
+        lowers=frozenset({"gpu", "pod-gpu"}),
+        frees_gpus=held * int(template.replicas or 1),
     )
 
 
@@ -532,7 +623,10 @@ def match_gpus_to_parallelism(ctx: Context) -> Proposal | Declined:
         f"{r.count:g} GPUs."
     )
     basis += " Lowering the GPU count is this change's purpose."
-    return Proposal(None, params, basis, "static", f"{c.pointer}#gpu-count", lowers=frozenset({"gpu"}))
+    frees = (r.count - int(total)) * _replicas(ctx)
+    return Proposal(
+        None, params, basis, "static", f"{c.pointer}#gpu-count", lowers=frozenset({"gpu"}), frees_gpus=frees
+    )
 
 
 @planner("drop-visible-devices-env")

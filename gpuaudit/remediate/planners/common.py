@@ -32,12 +32,17 @@ class SharePlan(msgspec.Struct, frozen=True):
     model: gpus.GpuModel | None
     mig_profile: str | None
     compute: float | None = None  # p95 share of a GPU its busiest pod keeps busy
+    owner: str = ""  # the workload, "Kind namespace/name": one plan per workload
 
 
 class RunState(msgspec.Struct):
     """What planners learn from the whole input, and from each other."""
 
     sharers: list[SharePlan] = msgspec.field(default_factory=list)
+    # Measured workloads that would move to a share nothing advertises yet:
+    # the sharing config is sized from them on the plan's first pass, so that
+    # the next pass, with the config advertising the share, moves them.
+    candidates: list[SharePlan] = msgspec.field(default_factory=list)
     # `.shared` names the input's device-plugin configs (or the site) advertise;
     # None when nothing in the input or the site says.
     shared_names: frozenset[str] | None = None
@@ -46,6 +51,14 @@ class RunState(msgspec.Struct):
     # Live evidence per workload (fix PATH... --snapshot FILE), and where it came from.
     evidence: Mapping[Any, Any] = msgspec.field(default_factory=dict)
     evidence_source: str = ""
+    # A cluster (fix --snapshot) is read: a move to a shared GPU then needs
+    # measured fit (remediate/evidence.Evidence.covers), and the telemetry
+    # window it was measured over, as REVIEW.md names it (None: no telemetry).
+    cluster: bool = False
+    # The labels of the cluster's GPU nodes (fix --snapshot): what a relaxed
+    # product pin may widen to, in the pin's own label vocabulary.
+    gpu_node_labels: tuple[Mapping[str, str], ...] = ()
+    telemetry_window: str | None = None
     # The coherence check (remediate/coherence.py): its setting (None: no
     # check), every object of the inputs (what advertises resources), and
     # what the overlay planned so far advertises: resource -> by what.
@@ -81,6 +94,10 @@ class Proposal(msgspec.Struct, frozen=True):
     # What the change lowers on purpose, said in ``basis`` (coherence.LOWERABLE:
     # cpu, memory, shm, gpu, pod-gpu); anything else that goes down makes it incoherent.
     lowers: frozenset[str] = frozenset()
+    # GPUs the change gives back across the object's replicas, as estimated
+    # from what it lowers (remediate/volume.py orders patches by it; a move
+    # to a share is counted there, from the sharing config's replicas).
+    frees_gpus: float = 0.0
 
 
 class Declined(msgspec.Struct, frozen=True):

@@ -37,9 +37,12 @@ for _remediation, _reason in REASONS.items():
     PLANNERS[_remediation] = _decline(_reason)
 
 
-def enable_mig_reason(facts: Mapping[str, Any]) -> str:
+def enable_mig_reason(facts: Mapping[str, Any], peak_mib: float | None = None) -> str:
     """What to do about a MIG-capable node running whole GPUs; never MIG
-    advice for a GPU that cannot do MIG (L4, L40S, T4, ...)."""
+    advice for a GPU that cannot do MIG (L4, L40S, T4, ...), and no layout
+    for a node whose pods use (nearly) the whole GPU's memory or whose
+    pods' memory is not measured. ``peak_mib``: the largest GPU memory a pod
+    on the node used over the telemetry window."""
     node = facts.get("name") or "NODE"
     named = facts.get("model") or facts.get("product")
     model = gpus.lookup(str(named)) if named else None
@@ -47,10 +50,27 @@ def enable_mig_reason(facts: Mapping[str, Any]) -> str:
         return f"node {node}'s {model.model} cannot be partitioned with MIG: share it with time-slicing or MPS instead"
     if facts.get("mig_capable") is not True and model is None:
         return f"node {node}'s GPU model is unknown: check nvidia.com/mig.capable before choosing a MIG layout"
+    if peak_mib is None:
+        return (
+            f"a MIG layout for node {node} is sized from the peak GPU memory of its pods "
+            "(DCGM_FI_DEV_FB_USED over a window that covers them), and none is measured: no layout is "
+            "recommended; MIG is enabled per node by label (nvidia.com/mig.config), never by a manifest"
+        )
+    largest = max((gb for p in model.mig if (gb := gpus.mig_profile_memory_gib(p)) is not None), default=0.0) if (
+        model is not None
+    ) else 0.0
+    whole = model.memory_gib * 1024 if model is not None else None
+    half = largest / 2 * 1000**3 / 2**20 if largest else None  # the second-largest layouts hold about half
+    if whole is not None and half is not None and peak_mib > half:
+        return (
+            f"node {node}'s pods use up to {peak_mib:,.0f} MiB of a {model.model} ({whole:,.0f} MiB): a balanced "
+            "MIG layout (all-balanced) has no slice that holds them; keep it whole, or repartition it only "
+            "after those pods move"
+        )
     return (
-        f"MIG is enabled per node by label, not by a manifest: kubectl label node {node} "
-        "nvidia.com/mig.config=all-balanced (or a layout sized for its workloads; drain its "
-        "GPU pods first)"
+        f"MIG is enabled per node by label, not by a manifest: its pods use up to {peak_mib:,.0f} MiB, so "
+        f"kubectl label node {node} nvidia.com/mig.config=<a layout whose slices hold that> (all-balanced "
+        "when its 2g and 3g slices do; drain its GPU pods first)"
     )
 
 

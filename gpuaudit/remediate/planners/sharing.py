@@ -23,6 +23,8 @@ def _time_slicing_replicas(ctx: Context) -> tuple[int, str, Confidence] | Declin
     measurements for every workload moving to a share: 2, to be confirmed."""
     cap = int(ctx.params["replicas_cap"])
     shares = [s for s in ctx.run.sharers if s.mig_profile is None]
+    if ctx.run.cluster and not shares:
+        shares = list(ctx.run.candidates)  # they move once this config advertises the share
     measured = [s for s in shares if s.need_mib and s.model]
     if shares and len(measured) == len(shares):
         memory = min(sizing.model_memory_mib(s.model) for s in measured)  # type: ignore[arg-type]
@@ -56,6 +58,18 @@ def _time_slicing_replicas(ctx: Context) -> tuple[int, str, Confidence] | Declin
             + f"; replicas {replicas} (replicas_cap {cap})."
         )
         return replicas, basis, "measured" if by_compute is not None else "needs confirmation"
+    if ctx.run.cluster:
+        # From a cluster a share is sized from measured fit, never a static count.
+        unsized = len(shares) - len(measured)
+        return Declined(
+            "replicas per GPU need measured fit: "
+            + (
+                f"{unsized} of the {len(shares)} workload(s) moving to a share run on no single known GPU model"
+                if shares
+                else "no workload with telemetry that covers its pods moves to a share in this overlay"
+            )
+            + " (DCGM_FI_DEV_FB_USED and the compute signal of the pods that would share decide it)"
+        )
     replicas = sizing.clamp(int(ctx.params["replicas"]), 2, cap)
     if shares:
         basis = (

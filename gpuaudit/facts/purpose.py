@@ -1,0 +1,303 @@
+"""What a GPU workload is for: service, training, batch, benchmark, smoke
+test, stress test, placeholder, demo, or unknown; and which signal said so.
+
+The tables are data (gpuaudit/data/purposes.yaml, where the order of the
+signals and how entries match are explained); this module only applies them,
+in that order, to what the model holds: each container's image and command
+line (and what facts/activity.py made of it), the workload's name and
+labels, its kind and class, and the file it was read from. Rules read the
+fact through their ``severity_by_purpose`` (engine/rules.py): how much their
+advice matters for a workload of each purpose.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from functools import cache
+from typing import Any
+
+import msgspec
+
+from gpuaudit.bundled import data_yaml
+from gpuaudit.facts.activity import command_script, saturates_gpus
+from gpuaudit.model import Container, PodTemplate, Workload
+
+_PATH_PARTS = re.compile(r"/|\\|__")  # folders, and `__` in files copied flat
+_SHELL_SEGMENTS = re.compile(r"[;&|\n]")
+_NOT_ALNUM = re.compile(r"[^a-z0-9]+")
+_STRESS = "a stress or burn-in test (gpu_programs.yaml saturating) exists to load whole GPUs"
+
+
+class _Entry(msgspec.Struct, frozen=True):
+    """One row of a table: a purpose and what says it (purposes.yaml)."""
+
+    purpose: str
+    why: str
+    any: tuple[str, ...] = ()
+    none: tuple[str, ...] = ()
+    shorter_than: int | None = None
+    words: tuple[str, ...] = ()
+    names: tuple[str, ...] = ()
+    gpu_only: bool = False
+    idle_only: bool = False
+
+    def finds(self, text: str) -> bool:
+        """``text`` (a command line or an image) holds one of ``any``, none
+        of ``none``, and is short enough; or, an image, is one of ``names``."""
+        low = text.lower()
+        if self.shorter_than is not None and len(low) >= self.shorter_than:
+            return False
+        if any(n in low for n in self.none):
+            return False
+        return any(a in low for a in self.any) or bool(self.names and _image_named(low, self.names))
+
+    def names_it(self, text: str) -> bool:
+        """A name or label value holds one of ``words`` as whole words."""
+        joined = f"-{_NOT_ALNUM.sub('-', text.lower()).strip('-')}-"
+        return any(f"-{w}-" in joined for w in self.words)
+
+
+class _Tables(msgspec.Struct, frozen=True):
+    purposes: tuple[str, ...]
+    programs: tuple[_Entry, ...]
+    check_programs: frozenset[str]
+    check_beside: frozenset[str]
+    check_why: str
+    images: tuple[_Entry, ...]
+    base_names: frozenset[str]
+    base_tags_of: frozenset[str]
+    placeholder_images: _Entry
+    demo_contexts: frozenset[str]
+    names: tuple[_Entry, ...]
+    server_images: _Entry
+    training: tuple[str, ...]
+    training_scripts: tuple[str, ...]
+    training_kinds: frozenset[str]
+    classes: Mapping[str, str]
+
+
+def _entry(e: Mapping[str, Any], purpose: str | None = None) -> _Entry:
+    lower = lambda key: tuple(str(v).lower() for v in e.get(key) or ())  # noqa: E731
+    return _Entry(
+        purpose=str(purpose or e["purpose"]),
+        why=str(e["why"]),
+        any=lower("any"),
+        none=lower("none"),
+        shorter_than=e.get("shorter_than"),
+        words=tuple(_NOT_ALNUM.sub("-", w).strip("-") for w in lower("words")),
+        names=lower("names"),
+        gpu_only=e.get("scope") == "gpu",
+        idle_only=bool(e.get("idle")),
+    )
+
+
+def _entries(raw: Iterable[Mapping[str, Any]]) -> tuple[_Entry, ...]:
+    return tuple(_entry(e) for e in raw)
+
+
+@cache
+def tables() -> _Tables:
+    data = data_yaml("purposes.yaml")
+    base = data["base_images"]
+    return _Tables(
+        purposes=tuple(data["purposes"]),
+        programs=_entries(data["programs"]),
+        check_programs=frozenset(str(p).lower() for p in data["checks"]["programs"]),
+        check_beside=frozenset(str(p).lower() for p in data["checks"]["beside"]),
+        check_why=str(data["checks"]["why"]),
+        images=_entries(data["images"]),
+        base_names=frozenset(str(n).lower() for n in base["names"]),
+        base_tags_of=frozenset(str(n).lower() for n in base["base_tags_of"]),
+        placeholder_images=_entry(data["placeholder_images"], "placeholder"),
+        demo_contexts=frozenset(str(s).lower() for s in data["demo_contexts"]),
+        names=_entries(data["names"]),
+        server_images=_entry(data["server_images"], "service"),
+        training=tuple(str(a).lower() for a in data["training"]["any"]),
+        training_scripts=tuple(str(a).lower() for a in data["training"]["scripts"]),
+        training_kinds=frozenset(data["training_kinds"]),
+        classes=dict(data["classes"]),
+    )
+
+
+def purposes() -> tuple[str, ...]:
+    """Every value the ``purpose`` fact takes (``unknown`` last)."""
+    return tables().purposes
+
+
+def _decided(purpose: str, signal: str, value: str, why: str) -> dict[str, Any]:
+    return {"purpose": purpose, "purpose_evidence": {"signal": signal, "value": _short(value), "why": why}}
+
+
+def purpose_facts(
+    w: Workload,
+    activities: Mapping[str, Mapping[str, Any]],
+    *,
+    long_running: bool,
+    templates: Sequence[PodTemplate] | None = None,
+    name: str | None = None,
+    file: str | None = None,
+) -> dict[str, Any]:
+    """``purpose`` and ``purpose_evidence`` (signal, the value that matched,
+    why) of ``w``. ``activities``: facts/activity.py's container_activity by
+    container pointer, for every container of its templates; ``long_running``:
+    its kind runs until stopped (an idle command there never ends); ``name`` and
+    ``file``: what to read for the name and the file context, when not the
+    workload's own (a live pod is named after its owner, and has no file);
+    ``templates``: its templates as the facts read them (env completed from
+    ConfigMaps), when not the workload's own."""
+    t = tables()
+    templates = w.templates if templates is None else templates
+    containers = [c for tpl in templates for c in (*tpl.init_containers, *tpl.containers)]
+    holders = [c for tpl in templates for c in tpl.containers if c.gpus]
+    if not holders:  # GPUs only in an init container or a pod-level claim
+        holders = [c for c in containers if c.gpus]
+    scripts = {c.pointer: command_script(c) for c in containers}
+
+    # 1: what a container runs (a stress test, a device check alone, then the table); 2: its image.
+    for c in holders:
+        if saturates_gpus(c):
+            value = f"{c.name}: {scripts[c.pointer] or c.image}"
+            return _decided("stress-test", "program" if scripts[c.pointer] else "image", value, _STRESS)
+    for c in holders:
+        if _only_checks(scripts[c.pointer], t):
+            return _decided("smoke-test", "program", f"{c.name}: {scripts[c.pointer]}", t.check_why)
+    for table, signal in ((t.programs, "program"), (t.images, "image")):
+        for entry in table:
+            for c in holders if entry.gpu_only else containers:
+                text = scripts[c.pointer] if signal == "program" else c.image
+                if text and entry.finds(text):
+                    return _decided(entry.purpose, signal, f"{c.name}: {text}", entry.why)
+
+    name = name if name is not None else (w.name or str(_meta(w.document.obj).get("generateName") or ""))
+    labelled = [name, *_label_values(w)]
+
+    # 3: no GPU container does GPU work.
+    if holders and all(_idle(c, activities.get(c.pointer) or {}, t) for c in holders):
+        context = _demo_context(file if file is not None else w.document.file, t)
+        if context:
+            why = "its GPU containers do no GPU work, in a file written to show something"
+            return _decided("demo", "context", context, why)
+        found = _named(t.names, labelled, idle=True)
+        if found is not None:
+            return found
+        for c in holders:
+            if t.placeholder_images.finds(c.image):
+                return _decided("placeholder", "image", f"{c.name}: {c.image}", t.placeholder_images.why)
+        if not long_running and all((activities.get(c.pointer) or {}).get("command_kind") == "idle" for c in holders):
+            shown = next(
+                (a["command_text"] for c in holders if (a := activities.get(c.pointer) or {}).get("command_text")), ""
+            )
+            why = "it holds GPUs for a command that ends without GPU work: a check that they are there"
+            return _decided("smoke-test", "idle", shown, why)
+        found = _named(t.names, labelled, idle=False)
+        if found is not None:
+            return found
+        return _decided("unknown", "idle", "", "its GPU containers do no GPU work, and nothing says why")
+
+    # 4: what it is called.
+    found = _named(t.names, labelled, idle=False)
+    if found is not None:
+        return found
+
+    # 5, 6: a model server; a training run.
+    for c in holders:
+        if (activities.get(c.pointer) or {}).get("command_kind") == "server":
+            return _decided(
+                "service", "server", f"{c.name}: {c.image}", "it runs a model server, which serves until stopped"
+            )
+    for c in holders:
+        if t.server_images.finds(c.image):
+            return _decided("service", "image", f"{c.name}: {c.image}", t.server_images.why)
+    for c in holders:
+        if _trains(scripts[c.pointer], t):
+            return _decided("training", "program", f"{c.name}: {scripts[c.pointer]}", "its command trains a model")
+
+    # 7: the kind.
+    if w.kind in t.training_kinds:
+        return _decided("training", "kind", w.kind, "a training operator's kind")
+    by_class = t.classes.get(w.workload_class)
+    if by_class is not None:
+        return _decided(by_class, "kind", f"{w.kind} ({w.workload_class})", f"a {w.workload_class} kind")
+    return _decided("unknown", "none", "", "nothing in the manifest says")
+
+
+def _named(entries: Sequence[_Entry], labelled: Sequence[str], *, idle: bool) -> dict[str, Any] | None:
+    """The first entry (of those for idle workloads, or the others) that a
+    name or label value says."""
+    for entry in entries:
+        if entry.idle_only == idle:
+            found = next((v for v in labelled if entry.names_it(v)), None)
+            if found is not None:
+                return _decided(entry.purpose, "name", found, entry.why)
+    return None
+
+
+def _only_checks(script: str, t: _Tables) -> bool:
+    """Every shell segment of ``script`` runs a device check or a program
+    beside it (echo, sleep), and one runs a check."""
+    segments = (s.split() for s in _SHELL_SEGMENTS.split(script))
+    programs = [posixpath.basename(words[0]).lower() for words in segments if words]
+    allowed = t.check_programs | t.check_beside
+    return any(p in t.check_programs for p in programs) and all(p in allowed for p in programs)
+
+
+def _trains(script: str, t: _Tables) -> bool:
+    low = script.lower()
+    if any(a in low for a in t.training):
+        return True
+    return any(
+        word.endswith(".py") and any(s in posixpath.basename(word) for s in t.training_scripts) for word in low.split()
+    )
+
+
+def _image_name(image: str) -> tuple[str, str]:
+    """(name, tag) of an image reference: `busybox`, `1.36` of docker.io/library/busybox:1.36."""
+    ref = image.partition("@")[0]
+    last = ref.rsplit("/", 1)[-1]
+    name, _, tag = last.partition(":")
+    return name, tag
+
+
+def _image_named(image: str, names: Iterable[str]) -> bool:
+    name, _ = _image_name(image)
+    return any(name == n or name.endswith(f"-{n}") for n in names)
+
+
+def _idle(c: Container, activity: Mapping[str, Any], t: _Tables) -> bool:
+    if activity.get("command_kind") in ("idle", "idle_forever"):
+        return True
+    if c.command or c.args:
+        return False
+    name, tag = _image_name(c.image.lower())
+    return name in t.base_names or (name in t.base_tags_of and "base" in tag)
+
+
+def _demo_context(file: str, t: _Tables) -> str | None:
+    """The segment of the file's path (a folder, or the file name's stem)
+    that says it was written to show something."""
+    for segment in _PATH_PARTS.split(file or ""):
+        low = segment.lower()
+        if low in t.demo_contexts or low.rsplit(".", 1)[0] in t.demo_contexts:
+            return segment
+    return None
+
+
+def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    meta = obj.get("metadata")
+    return meta if isinstance(meta, Mapping) else {}
+
+
+def _label_values(w: Workload) -> list[str]:
+    values: list[str] = []
+    sources: Sequence[Any] = [_meta(w.document.obj).get("labels"), *(t.labels for t in w.templates)]
+    for labels in sources:
+        if isinstance(labels, Mapping):
+            values += [v for v in labels.values() if isinstance(v, str)]
+    return values
+
+
+def _short(text: str) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= 120 else text[:117] + "..."

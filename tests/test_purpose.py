@@ -1,0 +1,305 @@
+"""The `purpose` fact (facts/purpose.py over data/purposes.yaml) and what
+rules do with it (`severity_by_purpose`): which signal decides, that a
+file's folder only speaks for pods that do no GPU work, that the fact schema
+and the rule format name the same purposes, and that the engine lowers or
+silences a rule's findings by purpose and nothing else."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from gpuaudit.bundled import policies_dir
+from gpuaudit.engine.evaluate import evaluate
+from gpuaudit.engine.rules import RuleError, fact_schema, load_rule
+from gpuaudit.facts import Subject
+from gpuaudit.facts.purpose import purposes
+from gpuaudit.facts.workload import subjects
+from gpuaudit.model import Resource
+from gpuaudit.model.workload_builder import build_workloads
+from gpuaudit.sources.manifests import ReadResult, read_text
+
+
+def documents(manifest: str, file: str) -> list:
+    result = ReadResult()
+    read_text(textwrap.dedent(manifest), file, result)
+    return result.documents
+
+
+def purpose_of(manifest: str, file: str = "deploy/app.yaml") -> tuple[str, dict]:
+    docs = documents(manifest, file)
+    workloads, _ = build_workloads(docs)
+    facts = next(subjects(workloads[0])).facts
+    return facts["purpose"], facts["purpose_evidence"]
+
+
+def pod(image: str, command: list[str] | None = None, *, name: str = "p", kind_extra: str = "") -> str:
+    cmd = f"\n    command: {json.dumps(command)}" if command else ""
+    return f"""\
+apiVersion: v1
+kind: Pod
+metadata: {{name: {name}{kind_extra}}}
+spec:
+  containers:
+  - name: c
+    image: {image}{cmd}
+    resources:
+      limits: {{nvidia.com/gpu: 1}}
+"""
+
+
+@pytest.mark.parametrize(
+    ("manifest", "purpose", "signal"),
+    [
+        (pod("oguzpastirmaci/gpu-burn:latest"), "stress-test", "image"),
+        (pod("busybox", ["sh", "-c", "/app/gpu_burn 60"]), "stress-test", "program"),
+        (pod("nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0"), "smoke-test", "image"),
+        (pod("intel/opencl", ["clinfo"]), "smoke-test", "program"),
+        (pod("vault.habana.ai/gaudi-docker/1.17.0/pytorch", ["hl-smi"]), "smoke-test", "program"),
+        (pod("nvidia/cuda:12.4.1-base-ubuntu22.04", ["nvidia-smi"]), "smoke-test", "idle"),
+        (pod("x/bench", ["python3", "benchmarks/benchmark_serving.py"]), "benchmark", "program"),
+        (pod("mlcommons/mlperf-inference:v4.1"), "benchmark", "image"),
+        (pod("vllm/vllm-openai:v0.10.0", ["vllm", "serve", "Qwen/Qwen2.5-7B"]), "service", "server"),
+        (pod("nvcr.io/nim/meta/llama3-8b-instruct:1.0.3"), "service", "image"),
+        (pod("pytorch/pytorch", ["torchrun", "--nproc_per_node=1", "train.py"]), "training", "program"),
+        (pod("registry.k8s.io/pause:3.9"), "placeholder", "image"),
+        (pod("busybox", ["sleep", "infinity"], name="gpu-placeholder"), "placeholder", "name"),
+        (pod("busybox", ["sleep", "infinity"], name="debug"), "unknown", "idle"),
+        (pod("example/app:1"), "unknown", "none"),
+    ],
+)
+def test_each_signal_decides(manifest: str, purpose: str, signal: str) -> None:
+    got, evidence = purpose_of(manifest)
+    assert (got, evidence["signal"]) == (purpose, signal), evidence
+    assert evidence["why"]
+
+
+def test_kinds_decide_last() -> None:
+    job = """\
+    apiVersion: batch/v1
+    kind: Job
+    metadata: {name: convert}
+    spec:
+      template:
+        spec:
+          containers:
+          - {name: c, image: example/convert:1, resources: {limits: {nvidia.com/gpu: 1}}}
+    """
+    assert purpose_of(job) == ("batch", {"signal": "kind", "value": "Job (batch)", "why": "a batch kind"})
+    pytorchjob = """\
+    apiVersion: kubeflow.org/v1
+    kind: PyTorchJob
+    metadata: {name: resnet}
+    spec:
+      pytorchReplicaSpecs:
+        Worker:
+          template:
+            spec:
+              containers:
+              - {name: pytorch, image: example/resnet:1, resources: {limits: {nvidia.com/gpu: 1}}}
+    """
+    assert purpose_of(pytorchjob)[:1] == ("training",)
+    assert purpose_of(pytorchjob)[1]["signal"] == "kind"
+
+
+def test_an_nccl_test_is_read_from_the_launcher_that_holds_no_gpu() -> None:
+    mpijob = """\
+    apiVersion: kubeflow.org/v2beta1
+    kind: MPIJob
+    metadata: {name: allreduce}
+    spec:
+      mpiReplicaSpecs:
+        Launcher:
+          template:
+            spec:
+              containers:
+              - {name: launcher, image: nccl-tests:1, command: [mpirun, -np, "16", all_reduce_perf, -b, 1G]}
+        Worker:
+          template:
+            spec:
+              containers:
+              - name: worker
+                image: nccl-tests:1
+                command: [sleep, infinity]
+                resources: {limits: {nvidia.com/gpu: 8}}
+    """
+    purpose, evidence = purpose_of(mpijob)
+    assert purpose == "smoke-test"
+    assert evidence["value"].startswith("launcher: mpirun")
+
+
+def test_a_check_is_a_smoke_test_only_when_it_is_all_the_command_runs() -> None:
+    assert purpose_of(pod("rocm/pytorch", ["sh", "-c", "rocm-smi; echo done"]))[0] == "smoke-test"
+    assert purpose_of(pod("rocm/pytorch", ["sh", "-c", "rocm-smi; python3 train.py"]))[0] == "training"
+    short = "import torch\nprint(torch.cuda.is_available())"
+    trains = short + "\nopt = torch.optim.SGD(m.parameters(), lr=0.1)\nfor epoch in range(90): step()"
+    assert purpose_of(pod("pytorch/pytorch", ["python3", "-c", short]))[0] == "smoke-test"
+    assert purpose_of(pod("pytorch/pytorch", ["python3", "-c", trains]))[0] == "unknown"
+
+
+def test_a_demo_folder_speaks_only_for_pods_that_do_no_gpu_work() -> None:
+    sleeper = pod("ubuntu:22.04", ["bash", "-c", "sleep 86400"])
+    assert purpose_of(sleeper, "repo/examples/gpu-pod.yaml") == (
+        "demo",
+        {
+            "signal": "context",
+            "value": "examples",
+            "why": "its GPU containers do no GPU work, in a file written to show something",
+        },
+    )
+    # Flattened copies keep their path with `__` for `/`.
+    assert purpose_of(sleeper, "corpus/HAMi__docs__gpu-pod.yaml")[0] == "demo"
+    assert purpose_of(sleeper, "deploy/gpu-pod.yaml")[0] == "unknown"
+    server = pod("vllm/vllm-openai:v0.10.0", ["vllm", "serve", "google/gemma-2-2b-it"])
+    assert purpose_of(server, "repo/examples/serve.yaml")[0] == "service"  # advice that goes with each copy
+    # A training example named "demo" still trains.
+    assert purpose_of(pod("pytorch/pytorch", ["torchrun", "train.py"], name="deepspeed-demo"))[0] == "training"
+
+
+def test_live_pods_get_the_purpose_of_their_owner_by_name() -> None:
+    from gpuaudit.facts.process import command_lines
+    from gpuaudit.facts.workload import workload_purpose
+
+    docs = documents(pod("busybox", ["sleep", "infinity"], name="web-7d9c-abcde"), "")
+    w = build_workloads(docs)[0][0]
+    lines = [command_lines(w, t) for t in w.templates]
+    got = workload_purpose(w, lines, workload_class="service", name="gpu-warm-pool", file="")
+    assert got["purpose"] == "placeholder"
+
+
+def test_the_fact_schema_and_the_rule_format_name_the_same_purposes() -> None:
+    rule_format = json.loads((policies_dir() / "rule.schema.json").read_text())
+    by_purpose = rule_format["properties"]["severity_by_purpose"]
+    assert by_purpose["propertyNames"]["enum"] == list(purposes())
+    for target in ("workload", "pod", "container"):
+        assert fact_schema()["$defs"][target]["properties"]["purpose"]["enum"] == list(purposes())
+
+
+RULE = """\
+id: SITE-PURPOSE
+title: a GPU pod
+category: allocation
+severity: high
+severity_by_purpose: {benchmark: low, demo: silent, service: critical}
+scope: [manifest]
+target: pod
+violation: {properties: {gpu: {properties: {requested: {const: true}}}}}
+message: "{{ name }}"
+docs: Says how a rule's findings follow the workload's purpose.
+"""
+
+
+def _judge(rule_text: str, tmp_path: Path, purpose: str | None) -> list[str]:
+    path = tmp_path / "rule.yaml"
+    path.write_text(rule_text)
+    rule = load_rule(path)
+    facts = {"gpu": {"requested": True}, "pointer": "", **({"purpose": purpose} if purpose else {})}
+    subject = Subject("pod", facts, Resource("v1", "Pod", "", "p"), None)
+    return [f.severity for f in evaluate([rule], [subject], inputs={"manifest"}).findings]
+
+
+def test_severity_by_purpose_lowers_or_silences_and_never_raises(tmp_path: Path) -> None:
+    assert _judge(RULE, tmp_path, "benchmark") == ["low"]
+    assert _judge(RULE, tmp_path, "demo") == []
+    assert _judge(RULE, tmp_path, "service") == ["high"]  # at most: a purpose never raises it
+    assert _judge(RULE, tmp_path, "training") == ["high"]
+    assert _judge(RULE, tmp_path, None) == ["high"]  # a subject without the fact: the rule's own
+
+
+def test_severity_by_purpose_is_refused_where_no_subject_has_a_purpose(tmp_path: Path) -> None:
+    path = tmp_path / "rule.yaml"
+    path.write_text(
+        RULE.replace("target: pod", "target: config").replace(
+            "violation: {properties: {gpu: {properties: {requested: {const: true}}}}}", "violation: {}"
+        )
+    )
+    with pytest.raises(RuleError, match="severity_by_purpose needs a subject with a purpose"):
+        load_rule(path)
+    path.write_text(RULE.replace("demo: silent", "demos: silent"))
+    with pytest.raises(RuleError, match="severity_by_purpose"):
+        load_rule(path)
+
+
+DEMO_FOLDER = """\
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: chat}
+spec:
+  template:
+    spec:
+      nodeSelector: {kubernetes.io/hostname: gpu-node-03}
+      containers:
+      - name: server
+        image: vllm/vllm-openai:v0.10.0
+        args: [--model, meta-llama/Llama-3.1-70B-Instruct, --tensor-parallel-size, "2"]
+        resources:
+          requests: {cpu: "8", memory: 64Gi}
+          limits: {nvidia.com/gpu: 2}
+        volumeMounts: [{name: shm, mountPath: /dev/shm}]
+      volumes: [{name: shm, emptyDir: {medium: Memory}}]
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: gpu-pod}
+spec:
+  containers:
+  - name: ubuntu
+    image: ubuntu:22.04
+    command: [sleep, infinity]
+    resources:
+      limits: {nvidia.com/gpu: 1}
+"""
+
+
+def test_fix_verify_judges_a_demo_folder_alike_before_and_after(tmp_path: Path, run_cli) -> None:
+    """The overlay's build is read from kustomize's output, where no folder
+    says `examples/`: the idle pod there is no new finding of the overlay."""
+    if shutil.which("kubectl") is None and not (Path(__file__).parents[1] / ".tools" / "bin" / "kubectl").exists():
+        pytest.skip("kubectl is not installed (scripts/install-kube-tools.py)")
+    folder = tmp_path / "examples"
+    folder.mkdir()
+    (folder / "serve.yaml").write_text(DEMO_FOLDER)
+    tools = Path(__file__).parents[1] / ".tools" / "bin"
+    env = {"PATH": f"{tools}{os.pathsep}{os.environ['PATH']}"}
+    checked = run_cli("check", "--format", "json", str(folder / "serve.yaml"), env=env)
+    assert {f["rule"] for f in json.loads(checked.stdout)["findings"]} == {"GPA-PL-001"}
+    proc = run_cli("fix", str(folder / "serve.yaml"), "--out", str(tmp_path / "overlay"), "--verify", env=env)
+    assert "1 targeted finding(s) gone, 0 still there, 0 new" in proc.stdout, proc.stdout + proc.stderr
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_the_purpose_reads_the_env_a_config_map_completes(tmp_path: Path, run_cli) -> None:
+    manifest = tmp_path / "bench.yaml"
+    manifest.write_text(
+        textwrap.dedent(
+            """\
+            apiVersion: v1
+            kind: ConfigMap
+            metadata: {name: bench-cfg}
+            data: {RUN: "python3 benchmarks/benchmark_serving.py --num-prompts 1000"}
+            ---
+            apiVersion: batch/v1
+            kind: Job
+            metadata: {name: nightly}
+            spec:
+              template:
+                spec:
+                  restartPolicy: Never
+                  containers:
+                  - name: main
+                    image: example/runner:1
+                    command: [sh, -c, "$(RUN)"]
+                    envFrom: [{configMapRef: {name: bench-cfg}}]
+                    resources:
+                      limits: {nvidia.com/gpu: 1}
+            """
+        )
+    )
+    proc = run_cli("facts", str(manifest), "--target", "workload")
+    (doc,) = [d for d in json.loads(proc.stdout) if d["resource"]["kind"] == "Job"]
+    assert doc["facts"]["purpose"] == "benchmark", doc["facts"]["purpose_evidence"]
