@@ -20,6 +20,7 @@ Context the caller may give (keyword arguments of :func:`render`):
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
@@ -31,6 +32,7 @@ if TYPE_CHECKING:  # prometheus_client is imported when metrics are made: `parti
     from prometheus_client.core import GaugeMetricFamily, Metric
     from prometheus_client.registry import CollectorRegistry
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
 CONTENT_TYPE = "application/openmetrics-text; version=1.0.0; charset=utf-8"
 # The Prometheus text format (0.0.4): what a Pushgateway is sent.
 TEXT_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -162,7 +164,16 @@ class _Collected:
         self._metrics = metrics
 
     def collect(self) -> list[Metric]:
+        for metric in self._metrics:
+            metric.samples = [s._replace(labels=_encodable(s.labels)) for s in metric.samples]
         return self._metrics
+
+
+def _encodable(labels: Mapping[str, str]) -> dict[str, str]:
+    """Label values the exposition can write as UTF-8: a lone surrogate (cluster
+    text JSON can carry, no character of its own) becomes U+FFFD; every other
+    character is kept, escaped by the exposition where it must be."""
+    return {k: _SURROGATE.sub("\ufffd", v) for k, v in labels.items()}
 
 
 def _registry(metrics: list[Metric]) -> CollectorRegistry:

@@ -41,9 +41,10 @@ def audit_cluster(
         unread_telemetry.append("telemetry")
     for problem in (state.telemetry or {}).get("errors") or []:
         message = str(problem.get("message"))
-        # A server's warning (a partial response) comes with its data; a failed
-        # query lost its field for every pod.
-        failed = not message.startswith("warning:")
+        # A server's warning (a partial response) comes with its data, as does
+        # a sample line left out of a samples file; a failed query lost its
+        # field for every pod.
+        failed = problem.get("level") != "warning" and not message.startswith("warning:")
         text = f"telemetry query {problem.get('query')}: {message}"
         errors.append(
             InputError(

@@ -122,7 +122,11 @@ def _read_file(path: Path, errors: list[dict[str, str]], headers: list[dict[str,
         problems += 1
         if problems <= MAX_PROBLEMS_PER_FILE:
             where = f"{path}:{number}" if number else str(path)
-            errors.append({"endpoint": where, "query": query, "message": message})
+            # A line left out costs one sample, and the rest is read: a
+            # warning. A file that cannot be read on loses what follows: the
+            # audit is partial.
+            level = "error" if query == "read" else "warning"
+            errors.append({"endpoint": where, "query": query, "message": message, "level": level})
 
     try:
         for number, line in iter_lines(path, limit=MAX_SAMPLES_BYTES,
@@ -151,7 +155,7 @@ def _read_file(path: Path, errors: list[dict[str, str]], headers: list[dict[str,
     except FileReadError as exc:
         problem(exc.line, exc.problem, "read")
     if problems > MAX_PROBLEMS_PER_FILE:
-        errors.append({"endpoint": str(path), "query": "parse",
+        errors.append({"endpoint": str(path), "query": "parse", "level": "warning",
                        "message": f"{problems - MAX_PROBLEMS_PER_FILE} more lines with problems"})
 
 

@@ -116,7 +116,9 @@ def test_times_that_are_all_equal_or_microseconds_apart_stay_finite(tmp_path):
 def test_problems_are_listed_up_to_ten_per_file_then_counted(tmp_path):
     path, got = aggregate(tmp_path, header(), *[record(i, uuid=[i]) for i in range(25)], *GOOD)
     assert len(got["errors"]) == MAX_PROBLEMS_PER_FILE + 1
-    assert got["errors"][-1] == {"endpoint": str(path), "query": "parse", "message": "15 more lines with problems"}
+    assert got["errors"][-1] == {"endpoint": str(path), "query": "parse", "level": "warning",
+                                 "message": "15 more lines with problems"}
+    assert all(e["level"] == "warning" for e in got["errors"])  # lines left out: the rest is read
     assert got["gpus"]
 
 
