@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
+import time
 from datetime import date
 from pathlib import Path
 
@@ -138,9 +140,22 @@ def as_data(result: AuditResult) -> tuple:
     )
 
 
+def _no_other_threads(budget: float = 30.0) -> None:
+    """Wait for threads other tests left ending (a server's request handler,
+    a timer) to end: shards fork only from a single-threaded process. A thread
+    that outlives the wait is named: some test leaks it."""
+    deadline = time.monotonic() + budget
+    for thread in threading.enumerate():
+        if thread is not threading.current_thread():
+            thread.join(max(0.0, deadline - time.monotonic()))
+    alive = [t.name for t in threading.enumerate() if t is not threading.current_thread()]
+    assert not alive, f"threads left by earlier tests keep the audit from forking: {alive}"
+
+
 @pytest.fixture
 def two_cpus(monkeypatch):
     """Two processes even on a one-CPU machine, and a count of the forks."""
+    _no_other_threads()
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
     forks = []
     real_fork = os.fork
