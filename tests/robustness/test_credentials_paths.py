@@ -163,7 +163,21 @@ class CapturingProxy:
     def __init__(self) -> None:
         self.seen: list[bytes] = []
         self.sock = socket.create_server(("127.0.0.1", 0))
-        threading.Thread(target=self._accept, daemon=True).start()
+        self._threads = [threading.Thread(target=self._accept, daemon=True)]
+        self._threads[0].start()
+
+    def __enter__(self) -> CapturingProxy:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        # shutdown wakes the blocked accept (close alone does not, on Linux);
+        # then every thread ends: none may outlive the test (a live thread
+        # keeps a later audit from forking its shard workers)
+        with contextlib.suppress(OSError):
+            self.sock.shutdown(socket.SHUT_RDWR)
+        self.sock.close()
+        for thread in list(self._threads):
+            thread.join(5)
 
     @property
     def url(self) -> str:
@@ -175,7 +189,9 @@ class CapturingProxy:
                 client, _ = self.sock.accept()
             except OSError:
                 return
-            threading.Thread(target=self._serve, args=(client,), daemon=True).start()
+            serving = threading.Thread(target=self._serve, args=(client,), daemon=True)
+            self._threads.append(serving)
+            serving.start()
 
     def _pipe(self, source: socket.socket, sink: socket.socket) -> None:
         try:
@@ -207,7 +223,9 @@ class CapturingProxy:
             upstream = socket.create_connection((url.hostname, url.port))
             path = url.path + (f"?{url.query}" if url.query else "")
             upstream.sendall(head.replace(target, path.encode(), 1))
-        threading.Thread(target=self._pipe, args=(upstream, client), daemon=True).start()
+        piping = threading.Thread(target=self._pipe, args=(upstream, client), daemon=True)
+        self._threads.append(piping)
+        piping.start()
         self._pipe(client, upstream)
 
 
@@ -222,8 +240,7 @@ def test_through_https_proxy_the_api_token_stays_inside_tls(tmp_path):
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.load_cert_chain(tmp_path / "cert.pem", tmp_path / "key.pem")
     server._httpd.socket = context.wrap_socket(server._httpd.socket, server_side=True)
-    proxy = CapturingProxy()
-    with server:
+    with CapturingProxy() as proxy, server:
         url = server.url.replace("http://", "https://")
         authority = {"certificate-authority": str(tmp_path / "cert.pem")}
         config = kubeconfig(tmp_path / "kc", url, {"token": SECRET}, **authority)
