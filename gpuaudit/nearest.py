@@ -5,11 +5,13 @@ typo the CLI and the config reader catch reads the same."""
 from __future__ import annotations
 
 from collections.abc import Iterable
-from difflib import get_close_matches
 
 
 def nearest(word: str, known: Iterable[str], cutoff: float = 0.6) -> str | None:
     """The known name closest to ``word`` (difflib's ratio at least ``cutoff``), or None."""
+    # imported on a typo only: the config reader imports this module on every check
+    from difflib import get_close_matches
+
     found = get_close_matches(word, sorted(set(known)), n=1, cutoff=cutoff)
     return found[0] if found else None
 
