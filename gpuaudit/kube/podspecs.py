@@ -38,6 +38,7 @@ class Locator(msgspec.Struct, frozen=True):
     container_lists: tuple[str, ...]
     resources_only: str | None
     merged_over: str | None = None  # see data/podspecs.yaml
+    spark_pod: bool = False  # see data/podspecs.yaml
 
 
 class KindLocator(msgspec.Struct, frozen=True):
@@ -63,6 +64,7 @@ def parse_locators(entries: Sequence[Mapping[str, Any]]) -> dict[tuple[str, str]
                 container_lists=tuple(p.get("container_lists", ())),
                 resources_only=p.get("resources_only"),
                 merged_over=p.get("merged_over"),
+                spark_pod=bool(p.get("spark_pod", False)),
             )
             for p in entry["pods"]
         )

@@ -36,6 +36,10 @@ MAX_INT32 = 2**31 - 1
 # What YAML 1.1 would read as a base-60 number (1:20 = 80); the loader keeps it
 # text, as Kubernetes' YAML does (kube/yaml_lines.py).
 _BASE_60 = re.compile(r"[-+]?\d[\d_]*(?::[0-5]?\d)+(?:\.\d*)?")
+# A JVM memory size as Spark reads it (spark.executor.memory): a whole number
+# with an optional k, m, g, t or p (and b); no unit means MiB.
+_JVM_SIZE = re.compile(r"(\d+)([kmgtp])?b?")
+_JVM_UNITS = "kmgtp"
 
 
 def build_workloads(
@@ -192,6 +196,9 @@ class _TemplateBuilder:
             meta = meta if isinstance(meta, Mapping) else {}
             labels = _str_map(meta.get("labels"))
             annotations = _str_map(meta.get("annotations"))
+            if loc.spark_pod:
+                yield self._spark_pod(node, at, role, replicas)
+                continue
             if loc.resources_only is not None:
                 template = self._resources_only(node, at, loc.resources_only, role, replicas)
                 if loc.merged_over:
@@ -306,6 +313,98 @@ class _TemplateBuilder:
             **self._resource_fields(res, res_ptr),
         )
         return PodTemplate(role, at, replicas, (container,), (), {}, {}, {})
+
+    def _spark_pod(self, node: Mapping[str, Any], at: str, role: str, replicas: int | None) -> PodTemplate:
+        """A Spark operator driver or executor: its SparkPodSpec holds the pod's
+        placement fields as a PodSpec does, and its one Spark container as
+        fields of its own. Spark always sets the container's CPU and memory:
+        what the manifest leaves out is Spark's default (one core, 1 GiB), and
+        the memory is a lower bound (Spark adds an overhead it computes)."""
+        obj = self.doc.obj
+        spec = {k: v for k, v in node.items() if k in ("nodeSelector", "affinity", "tolerations", "schedulerName")}
+        cpu_request = self._spark_cores(node, at, "coreRequest") or self._spark_cores(node, at, "cores") or 1.0
+        memory = self._spark_memory(node, at)
+        main = Container(
+            name=f"spark-kubernetes-{role}",
+            pointer=at,
+            init=False,
+            image=_image(node.get("image") or pointers.get(obj, "/spec/image")),
+            command=(),
+            args=(),
+            env=_env(node.get("env")),
+            volume_mounts=_mounts(node.get("volumeMounts")),
+            gpus=tuple(self._spark_gpus(node, at, role)),
+            cpu_request=cpu_request,
+            cpu_limit=self._spark_cores(node, at, "coreLimit"),
+            memory_request=memory,
+            memory_limit=memory,
+            resources_pointer=at,
+        )
+        sidecars = tuple(self._containers(node, at, "sidecars", init=False))
+        inits = tuple(self._containers(node, at, "initContainers", init=True))
+        return PodTemplate(
+            role=role,
+            pointer=at,
+            replicas=replicas,
+            containers=(main, *sidecars, *(c for c in inits if not c.init)),
+            init_containers=tuple(c for c in inits if c.init),
+            spec=spec,
+            labels=_str_map(node.get("labels")),
+            annotations=_str_map(node.get("annotations")),
+        )
+
+    def _spark_cores(self, node: Mapping[str, Any], at: str, field: str) -> float | None:
+        if node.get(field) is None:
+            return None
+        try:
+            return parse_quantity(node[field])
+        except QuantityError as exc:
+            self.error(f"{at}/{field}", f"{field}: {exc}")
+            return None
+
+    def _spark_memory(self, node: Mapping[str, Any], at: str) -> float | None:
+        """Bytes of a Spark ``memory`` (a JVM size: 512m, 4g; MiB without a
+        unit), Spark's 1 GiB default when it is left out."""
+        value = node.get("memory", "1g")
+        match = _JVM_SIZE.fullmatch(str(value).strip().lower())
+        if match is None:
+            self.error(f"{at}/memory", f"memory: {value!r} is not a JVM size such as 512m or 4g")
+            return None
+        return float(match.group(1)) * 1024 ** (_JVM_UNITS.index(match.group(2) or "m") + 1)
+
+    def _spark_gpus(self, node: Mapping[str, Any], at: str, role: str) -> Iterator[GpuRequest]:
+        """The GPU of a Spark pod: the operator's ``gpu: {name, quantity}``, or
+        Spark's own resource scheduling (``spark.<role>.resource.gpu.amount``
+        with its ``.vendor``, which Spark on Kubernetes asks for as the
+        resource ``<vendor>/gpu``)."""
+        gpu = node.get("gpu")
+        if isinstance(gpu, Mapping) and gpu.get("name"):
+            name, ptr, value = str(gpu["name"]), f"{at}/gpu/quantity", gpu.get("quantity")
+        else:
+            conf = pointers.get(self.doc.obj, "/spec/sparkConf")
+            conf = conf if isinstance(conf, Mapping) else {}
+            key = f"spark.{role}.resource.gpu.amount"
+            vendor = conf.get(f"spark.{role}.resource.gpu.vendor")
+            if key not in conf or not vendor:
+                return
+            name, ptr, value = f"{vendor}/gpu", f"/spec/sparkConf/{pointers.escape(key)}", conf[key]
+        if not GPU_RESOURCE.match(name):
+            return
+        try:
+            count = parse_quantity(value) if value is not None else 1.0
+        except QuantityError as exc:
+            field = ptr.rsplit("/", 1)[-1]
+            self.error(ptr, f"{field}: {value!r} is not a GPU count ({exc}); this request cannot be judged")
+            count = None
+        mig = MIG_RESOURCE.match(name)
+        yield GpuRequest(
+            resource=name,
+            mode="mig" if mig else "whole",
+            request=None,
+            limit=count,
+            pointer=ptr,
+            profile=mig.group(1) if mig else None,
+        )
 
     def _resource_fields(self, resources_: Mapping[str, Any], res_ptr: str) -> dict[str, Any]:
         """A container's GPUs, CPU and memory from its ``resources`` at ``res_ptr``."""

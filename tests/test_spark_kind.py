@@ -1,0 +1,68 @@
+"""The Spark operator's SparkApplication: driver and executors written as
+SparkPodSpecs (cores, memory, gpu), not PodSpecs, and GPUs that Spark's own
+resource scheduling asks for through sparkConf."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from gpuaudit.model.workload_builder import build_workloads
+from gpuaudit.sources.manifests import read_paths
+
+TRUTH_FILE = Path(__file__).parent / "truth" / "manifests" / "spark.yaml"
+
+
+def _build(path: Path):
+    result = read_paths([path])
+    workloads, errors = build_workloads(result.documents)
+    return {w.name: w for w in workloads}, errors
+
+
+def test_driver_and_executors_with_their_gpus_cpu_and_memory():
+    workloads, errors = _build(TRUTH_FILE)
+    assert not errors
+    etl = workloads["rapids-etl"]
+    assert etl.workload_class == "batch"
+    driver, executor = etl.templates
+    assert (driver.role, driver.replicas, executor.role, executor.replicas) == ("driver", 1, "executor", 4)
+    (main,) = executor.containers
+    assert main.name == "spark-kubernetes-executor"
+    assert main.image == "nvcr.io/nvidia/spark-rapids:24.10.0-spark3.5"  # the application's image
+    gpus = [(g.resource, g.count, g.pointer) for g in main.gpus]
+    assert gpus == [("nvidia.com/gpu", 1.0, "/spec/executor/gpu/quantity")]
+    assert (main.cpu_request, main.memory_request) == (4.0, 16 * 1024**3)
+    assert executor.spec["nodeSelector"] == {"node.kubernetes.io/instance-type": "g5.2xlarge"}
+    assert not driver.containers[0].gpus
+
+
+def test_gpus_asked_for_by_spark_conf_with_a_vendor():
+    workloads, _ = _build(TRUTH_FILE)
+    driver, executor = workloads["rapids-conf"].templates
+    (gpu,) = executor.containers[0].gpus
+    assert (gpu.resource, gpu.count) == ("nvidia.com/gpu", 1.0)
+    assert gpu.pointer == "/spec/sparkConf/spark.executor.resource.gpu.amount"
+    assert [g.resource for g in driver.containers[0].gpus] == ["nvidia.com/gpu"]  # the operator's gpu field
+
+
+def test_spark_defaults_and_unreadable_values(tmp_path):
+    path = tmp_path / "app.yaml"
+    path.write_text(
+        "apiVersion: sparkoperator.k8s.io/v1beta2\nkind: SparkApplication\n"
+        "metadata: {name: app}\n"
+        "spec:\n"
+        "  image: spark:3.5\n"
+        "  sparkConf: {spark.executor.resource.gpu.amount: \"1\"}\n"  # no vendor: Spark asks Kubernetes for nothing
+        "  driver: {memory: lots}\n"
+        "  executor: {instances: 2, gpu: {name: nvidia.com/gpu, quantity: $GPUS}}\n"
+    )
+    workloads, errors = _build(path)
+    driver, executor = workloads["app"].templates
+    assert driver.containers[0].cpu_request == 1.0  # Spark's default core
+    assert driver.containers[0].memory_request is None
+    assert executor.containers[0].memory_request == 1024**3  # Spark's default 1g
+    (gpu,) = executor.containers[0].gpus
+    assert gpu.count is None
+    messages = sorted(e.message for e in errors)
+    assert any("memory: 'lots' is not a JVM size" in m for m in messages)
+    assert any("'$GPUS' is not a GPU count" in m for m in messages)
+    assert all(e.line in (7, 8) for e in errors)
