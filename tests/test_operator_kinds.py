@@ -1,6 +1,7 @@
-"""The Spark operator's SparkApplication: driver and executors written as
-SparkPodSpecs (cores, memory, gpu), not PodSpecs, and GPUs that Spark's own
-resource scheduling asks for through sparkConf."""
+"""Operator kinds whose pods are not plain PodTemplateSpecs: the Spark
+operator's SparkApplication (driver and executors written as SparkPodSpecs
+— cores, memory, gpu — and GPUs that Spark's own resource scheduling asks
+for through sparkConf), and RoleBasedGroup's roles in both API versions."""
 
 from __future__ import annotations
 
@@ -66,3 +67,52 @@ def test_spark_defaults_and_unreadable_values(tmp_path):
     assert any("memory: 'lots' is not a JVM size" in m for m in messages)
     assert any("'$GPUS' is not a GPU count" in m for m in messages)
     assert all(e.line in (7, 8) for e in errors)
+
+
+RBG = """\
+apiVersion: workloads.x-k8s.io/v1alpha2
+kind: RoleBasedGroup
+metadata: {name: pd}
+spec:
+  roles:
+    - name: prefill
+      replicas: 2
+      leaderWorkerPattern:
+        size: 4
+        template:
+          spec:
+            containers:
+              - {name: engine, image: lmsysorg/sglang:v0.5.2, resources: {limits: {nvidia.com/gpu: 2}}}
+    - name: router
+      replicas: 1
+      standalonePattern:
+        template:
+          spec:
+            containers: [{name: router, image: lmsysorg/sglang-router:v0.1}]
+    - name: decode
+      replicas: 3
+      templateRef: {name: shared}
+---
+apiVersion: workloads.x-k8s.io/v1alpha1
+kind: RoleBasedGroup
+metadata: {name: old}
+spec:
+  roles:
+    - name: worker
+      replicas: 2
+      leaderWorkerSet: {size: 2}
+      template:
+        spec:
+          containers: [{name: w, image: vllm/vllm-openai:v0.10.0, resources: {limits: {nvidia.com/gpu: 1}}}]
+"""
+
+
+def test_role_based_group_roles_in_both_api_versions(tmp_path):
+    path = tmp_path / "rbg.yaml"
+    path.write_text(RBG)
+    workloads, errors = _build(path)
+    assert not errors
+    pods = {name: sorted((t.role, t.replicas) for t in w.templates) for name, w in workloads.items()}
+    # A LeaderWorkerSet role runs `size` pods per replica; a templateRef role is not read.
+    assert pods == {"pd": [("prefill", 8), ("router", 1)], "old": [("worker", 4)]}
+    assert workloads["pd"].workload_class == "service"
