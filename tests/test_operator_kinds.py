@@ -116,3 +116,37 @@ def test_role_based_group_roles_in_both_api_versions(tmp_path):
     # A LeaderWorkerSet role runs `size` pods per replica; a templateRef role is not read.
     assert pods == {"pd": [("prefill", 8), ("router", 1)], "old": [("worker", 4)]}
     assert workloads["pd"].workload_class == "service"
+
+
+STORM = """\
+apiVersion: orchestration.aibrix.ai/v1alpha1
+kind: StormService
+metadata: {name: pd}
+spec:
+  replicas: 2
+  template:
+    spec:
+      roles:
+        - name: prefill
+          replicas: 3
+          template:
+            spec:
+              containers: [{name: p, image: vllm/vllm-openai:v0.10.0, resources: {limits: {nvidia.com/gpu: 1}}}]
+        - name: decode
+          replicas: 1
+          template:
+            spec:
+              nodeSelector: {kubernetes.io/hostname: gpu-7}
+              containers: [{name: d, image: vllm/vllm-openai:v0.10.0, resources: {limits: {nvidia.com/gpu: 2}}}]
+"""
+
+
+def test_storm_service_roles_with_their_pins(tmp_path):
+    path = tmp_path / "storm.yaml"
+    path.write_text(STORM)
+    workloads, errors = _build(path)
+    assert not errors
+    (prefill, decode) = workloads["pd"].templates
+    assert [(t.role, t.replicas) for t in (prefill, decode)] == [("prefill", 6), ("decode", 2)]
+    assert decode.spec["nodeSelector"] == {"kubernetes.io/hostname": "gpu-7"}
+    assert workloads["pd"].workload_class == "service"
