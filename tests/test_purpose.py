@@ -155,6 +155,10 @@ def test_a_demo_folder_speaks_only_for_pods_that_do_no_gpu_work() -> None:
     # Flattened copies keep their path with `__` for `/`.
     assert purpose_of(sleeper, "corpus/HAMi__docs__gpu-pod.yaml")[0] == "demo"
     assert purpose_of(sleeper, "deploy/gpu-pod.yaml")[0] == "unknown"
+    # A demo word inside a longer folder or file name says the same; `doc` only as a whole segment.
+    assert purpose_of(sleeper, "repo/tutorial-examples/job/gpu-pod.yaml")[0] == "demo"
+    assert purpose_of(sleeper, "repo/k8s/gpu_demo.yaml")[0] == "demo"
+    assert purpose_of(sleeper, "repo/doc-parser/gpu-pod.yaml")[0] == "unknown"
     server = pod("vllm/vllm-openai:v0.10.0", ["vllm", "serve", "google/gemma-2-2b-it"])
     assert purpose_of(server, "repo/examples/serve.yaml")[0] == "service"  # advice that goes with each copy
     # A training example named "demo" still trains.

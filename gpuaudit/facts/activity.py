@@ -23,7 +23,7 @@ from gpuaudit.model import Container, PodTemplate
 # Programs that never touch a GPU's compute (nvidia-smi only reads it).
 _IDLE_PROGRAMS = frozenset(
     {"sleep", "true", ":", "echo", "printf", "nvidia-smi", "tail", "cat", "env", "printenv",
-     "ls", "date", "hostname", "exit", "wait", "pause", "trap"}
+     "ls", "date", "hostname", "exit", "wait", "pause", "trap", "export", "unset"}
 )
 # CUDA samples that finish in milliseconds: run once, a device check, not
 # work; run in an endless loop (a time-slicing demo), GPU work without pause.

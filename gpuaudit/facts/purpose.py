@@ -70,6 +70,7 @@ class _Tables(msgspec.Struct, frozen=True):
     base_tags_of: frozenset[str]
     placeholder_images: _Entry
     demo_contexts: frozenset[str]
+    demo_words: frozenset[str]
     names: tuple[_Entry, ...]
     server_images: _Entry
     training: tuple[str, ...]
@@ -112,6 +113,7 @@ def tables() -> _Tables:
         base_tags_of=frozenset(str(n).lower() for n in base["base_tags_of"]),
         placeholder_images=_entry(data["placeholder_images"], "placeholder"),
         demo_contexts=frozenset(str(s).lower() for s in data["demo_contexts"]),
+        demo_words=frozenset(str(s).lower() for s in data["demo_words"]),
         names=_entries(data["names"]),
         server_images=_entry(data["server_images"], "service"),
         training=tuple(str(a).lower() for a in data["training"]["any"]),
@@ -280,6 +282,8 @@ def _demo_context(file: str, t: _Tables) -> str | None:
     for segment in _PATH_PARTS.split(file or ""):
         low = segment.lower()
         if low in t.demo_contexts or low.rsplit(".", 1)[0] in t.demo_contexts:
+            return segment
+        if not t.demo_words.isdisjoint(_NOT_ALNUM.split(low)):
             return segment
     return None
 

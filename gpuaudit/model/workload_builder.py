@@ -40,6 +40,7 @@ _BASE_60 = re.compile(r"[-+]?\d[\d_]*(?::[0-5]?\d)+(?:\.\d*)?")
 # with an optional k, m, g, t or p (and b); no unit means MiB.
 _JVM_SIZE = re.compile(r"(\d+)([kmgtp])?b?")
 _JVM_UNITS = "kmgtp"
+PATCH_BASE = "the base this patch is applied to (a container without an image, read without its base)"
 
 
 def build_workloads(
@@ -220,6 +221,12 @@ class _TemplateBuilder:
             containers = list(self._containers(spec, spec_ptr, "containers", init=False))
             if loc.merged_over and not loc.inline_containers:
                 containers = [replace(c, merged_over=loc.merged_over) for c in containers]
+            # A container without an image cannot run: the object is a patch
+            # (a kustomize patch read without its base), and what it leaves
+            # unset comes from the base.
+            containers = [
+                replace(c, merged_over=PATCH_BASE) if not c.image and not c.merged_over else c for c in containers
+            ]
             for rel in loc.inline_containers:
                 inline = spec.get(rel)
                 if isinstance(inline, Mapping):
