@@ -114,6 +114,8 @@ def _refused(node: nodes.Node) -> str | None:
         if not all(isinstance(a, nodes.Const) for a in arguments):
             return f"{node.name}: arguments must be literals"
         test_at = _NAMES_A_TEST.get(node.name)
+        if node.name == "tojson" and arguments:  # its indent repeats at every level
+            return "tojson: no arguments"
         if node.name == "map" and node.args:
             return "map: only map(attribute=...) is allowed"
         if test_at is not None and len(node.args) > test_at and node.args[test_at].value not in TESTS:
@@ -210,7 +212,8 @@ def _bounded_join(original: Any) -> Any:
     @pass_eval_context
     def join(eval_ctx: Any, value: Any, d: str = "", attribute: Any = None) -> Any:
         items = _within(list(value))
-        if max(len(items) - 1, 0) * len(str(d)) > MAX_STRING:
+        strings = sum(len(item) for item in items if isinstance(item, str))  # `map(default=...)` repeats one
+        if strings + max(len(items) - 1, 0) * len(str(d)) > MAX_STRING:
             raise MessageLimitError(f"a string longer than {MAX_STRING:,} characters")
         return _within(original(eval_ctx, items, d, attribute))
 
