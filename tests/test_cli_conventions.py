@@ -22,7 +22,7 @@ from gpuaudit.cli.options import use_colour
 from gpuaudit.output import text as text_format
 from gpuaudit.sources.units import discover, units_for_changed
 from tests.manifests import PINNED
-from tests.robustness.test_rules_config import rule
+from tests.robustness.test_rules_config import rule as site_rule
 
 ROOT = Path(__file__).resolve().parents[1]
 DEMO = ROOT / "examples" / "demo-snapshot.json.gz"
@@ -370,8 +370,8 @@ def test_check_runs_without_any_extra(tmp_path):
 def test_a_site_message_beyond_placeholders_without_jinja2_names_the_rule_and_the_extra(tmp_path):
     (tmp_path / "pinned.yaml").write_text(PINNED)
     (tmp_path / "site").mkdir()
-    (tmp_path / "site" / "rich.yaml").write_text(rule(1, "{{ container|upper }}"))
-    (tmp_path / "site" / "plain.yaml").write_text(rule(2, "{{ container }} asks for {{ cpu_request }} CPU"))
+    (tmp_path / "site" / "rich.yaml").write_text(site_rule(1, "{{ container|upper }}"))
+    (tmp_path / "site" / "plain.yaml").write_text(site_rule(2, "{{ container }} asks for {{ cpu_request }} CPU"))
     proc = subprocess.run(
         [sys.executable, "-c", _WITHOUT_EXTRAS, "check", "pinned.yaml", "--policies", "site"],
         capture_output=True,

@@ -130,9 +130,7 @@ def test_plain_messages_render_without_jinja_and_rich_ones_are_sandboxed(tmp_pat
 
     # A rule that did not come through loading is refused all the same.
     rule = replace(load_rule(write(tmp_path, VALID)), message=hostile.split('"')[1])
-    subject = Subject(
-        "container", {"container": "c", "cpu_request": 1}, Resource("v1", "Pod", "", "p"), None
-    )
+    subject = Subject("container", {"container": "c", "cpu_request": 1}, Resource("v1", "Pod", "", "p"), None)
     with pytest.raises(SecurityError):
         make_finding(rule, subject)
 
