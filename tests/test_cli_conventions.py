@@ -22,6 +22,7 @@ from gpuaudit.cli.options import use_colour
 from gpuaudit.output import text as text_format
 from gpuaudit.sources.units import discover, units_for_changed
 from tests.manifests import PINNED
+from tests.robustness.test_rules_config import rule as site_rule
 
 ROOT = Path(__file__).resolve().parents[1]
 DEMO = ROOT / "examples" / "demo-snapshot.json.gz"
@@ -364,6 +365,23 @@ def test_check_runs_without_any_extra(tmp_path):
         [sys.executable, "-c", _WITHOUT_EXTRAS, "--help"], capture_output=True, text=True, timeout=120
     )
     assert helped.returncode == 0 and "gpuaudit[report]" in helped.stdout
+
+
+def test_a_site_message_beyond_placeholders_without_jinja2_names_the_rule_and_the_extra(tmp_path):
+    (tmp_path / "pinned.yaml").write_text(PINNED)
+    (tmp_path / "site").mkdir()
+    (tmp_path / "site" / "rich.yaml").write_text(site_rule(1, "{{ container|upper }}"))
+    (tmp_path / "site" / "plain.yaml").write_text(site_rule(2, "{{ container }} asks for {{ cpu_request }} CPU"))
+    proc = subprocess.run(
+        [sys.executable, "-c", _WITHOUT_EXTRAS, "check", "pinned.yaml", "--policies", "site"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=120,
+    )
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert "rich.yaml:12: message: " in proc.stdout and "pip install 'gpuaudit[report]'" in proc.stdout
+    assert "SITE-002" in proc.stdout and "cuda asks for 4 CPU" in proc.stdout  # a plain site message needs no extra
 
 
 def test_the_base_install_is_light_and_all_holds_every_extra():

@@ -95,7 +95,7 @@ def test_invalid_yaml_rule_file(tmp_path):
 
 @pytest.mark.parametrize(
     "template",
-    ["{{ container.priority_class }}", "{{ container.priority_class | lower }}", "{{ container.priority_class ~ '' }}"],
+    ["{{ container.priority_class }}", "{{ container.priority_class | lower }}", "{{ container.priority_class|trim }}"],
 )
 def test_an_absent_fact_reads_unset_and_a_null_one_unknown_never_no(template):
     """A site rule's message naming a field the fact document lacks, plain or
@@ -115,19 +115,22 @@ def test_plain_messages_render_without_jinja_and_rich_ones_are_sandboxed(tmp_pat
     assert render("{{ n | round(1) }}", {"n": 0.26}) == "0.3"
     from jinja2.exceptions import SecurityError
 
-    with pytest.raises(SecurityError):
+    with pytest.raises(SecurityError, match="a call is not allowed"):
         render("{{ x.__class__.__mro__[1].__subclasses__() }}", {"x": ""})
-    hostile = VALID.replace(
-        'message: "{{ container }}', 'message: "{{ container.__class__.__init__.__globals__ }}'
-    )
-    rule = load_rule(write(tmp_path, hostile))
+    hostile = 'message: "{{ container.__class__.__init__.__globals__ }}'
+    path = write(tmp_path, VALID.replace('message: "{{ container }}', hostile))
+    with pytest.raises(RuleError, match=r"rule.yaml:14: message: the attribute '__\w+__' is not allowed"):
+        load_rule(path)  # refused before anything renders it
+
+    from msgspec.structs import replace
+
     from gpuaudit.engine.evaluate import make_finding
     from gpuaudit.facts import Subject
     from gpuaudit.model import Resource
 
-    subject = Subject(
-        "container", {"container": "c", "cpu_request": 1}, Resource("v1", "Pod", "", "p"), None
-    )
+    # A rule that did not come through loading is refused all the same.
+    rule = replace(load_rule(write(tmp_path, VALID)), message=hostile.split('"')[1])
+    subject = Subject("container", {"container": "c", "cpu_request": 1}, Resource("v1", "Pod", "", "p"), None)
     with pytest.raises(SecurityError):
         make_finding(rule, subject)
 

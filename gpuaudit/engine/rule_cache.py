@@ -12,9 +12,10 @@ depends on:
 - the rule folders and the path and bytes of every rule file in them;
 - the config's params and severities (they are spliced into the schemas);
 - the fact schema fragments and the rule schema;
-- the source of the modules that load and compile rules and of
-  fastjsonschema's (found without importing it: a run that reads the cache
-  never needs the library), gpuaudit's version and Python's version.
+- the source of the modules that load and compile rules, of the message
+  sandbox and of fastjsonschema's (both found without importing them: a run
+  that reads the cache never needs Jinja2 or the library), gpuaudit's
+  version and Python's version.
 
 Any change to one of them gives another key, so a stale entry is never
 read. The entry holds plain data (each rule's fields, each load error) and
@@ -100,6 +101,9 @@ def _engine_sources() -> list[str]:
 
     modules = (rules_module, rule_schemas, fact_schema, messages, schemas, files, yaml_lines, sys.modules[__name__])
     sources = [m.__file__ for m in modules if m.__file__]
+    sandbox = find_spec("gpuaudit.engine.message_sandbox")  # judges a rich message; imports jinja2, so not imported
+    if sandbox is not None and sandbox.origin:
+        sources.append(sandbox.origin)
     library = find_spec("fastjsonschema")  # it writes the validators' code
     if library is not None and library.origin:
         sources += sorted(str(p) for p in Path(library.origin).parent.glob("*.py"))

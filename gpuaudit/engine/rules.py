@@ -459,7 +459,7 @@ def rule_from_data(
 
         problem = check_template(data["message"])
         if problem:
-            raise RuleError(source, _nearest_line(lines, "/message"), f"message: {problem}")
+            raise RuleError(source, _nearest_line(lines, "/message"), f"message: {problem}", data["id"])
 
     by_purpose = data.get("severity_by_purpose") or {}
     if by_purpose and data["target"] not in PURPOSE_TARGETS:

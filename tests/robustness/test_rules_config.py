@@ -92,38 +92,47 @@ def test_every_broken_rule_file_is_named_and_the_good_rules_still_run(run_cli, r
     assert {"GPA-PL-001", "SITE-001"} <= rules  # built-in and good site rules still judged
 
 
-HOSTILE_TEMPLATES = [
-    "{{ ''.__class__.__mro__[1].__subclasses__() }}",
-    "{{ container.__class__.__init__.__globals__ }}",
-    "{{ cycler.__init__.__globals__.os.popen('cat CANARY').read() }}",
-    "{{ lipsum.__globals__['os'].environ }}",
-    "{{ self._TemplateReference__context }}",
-    "{% for c in ().__class__.__base__.__subclasses__() %}{{ c }}{% endfor %}",
-    "{{ params.__class__.__dict__ }}",
-    "{{ gpu.update({'requested': false}) }}",
-    "{{ 'x' * 1000000000 }}",
-    "{{ 9 ** 9 ** 9 ** 9 }}",
-    "{{ cpu_request / 0 }}",
-    "{{ nothing.here.at_all }}",
-]
+# template -> why loading refuses it (engine/message_sandbox.py), or None: it renders
+HOSTILE_TEMPLATES = {
+    "{{ ''.__class__.__mro__[1].__subclasses__() }}": "a call is not allowed",
+    "{{ container.__class__.__init__.__globals__ }}": "the attribute '__globals__' is not allowed",
+    "{{ cycler.__init__.__globals__.os.popen('cat CANARY').read() }}": "a call is not allowed",
+    "{{ lipsum.__globals__['os'].environ }}": "the attribute '__globals__' is not allowed",
+    "{{ self._TemplateReference__context }}": "the attribute '_TemplateReference__context' is not allowed",
+    "{% for c in ().__class__.__base__.__subclasses__() %}{{ c }}{% endfor %}": "a call is not allowed",
+    "{{ params.__class__.__dict__ }}": "the attribute '__dict__' is not allowed",
+    "{{ gpu.update({'requested': false}) }}": "a call is not allowed",
+    "{{ 'x' * 1000000000 }}": "arithmetic (*) is not allowed",
+    "{{ 9 ** 9 ** 9 ** 9 }}": "arithmetic (**) is not allowed",
+    "{{ cpu_request / 0 }}": "arithmetic (/) is not allowed",
+    "{{ container|attr('__class__') }}": "the filter 'attr' is not allowed",
+    "{{ nothing.here.at_all }}": None,
+    "{{ container.upper }}{{ gpu.items|string }}": None,  # a fact's field, never a method
+}
 
 
-@pytest.mark.parametrize("template", HOSTILE_TEMPLATES)
+@pytest.mark.parametrize("template", list(HOSTILE_TEMPLATES))
 def test_a_hostile_message_template_runs_nothing_and_loses_no_finding(run_cli, repo, template):
+    """Refused when the rule loads (the error names the file and line, exit 2),
+    or rendered within the sandbox: either way nothing runs and nothing leaks."""
     (repo / "CANARY").write_text("the canary's secret")
     (repo / "site" / "hostile.yaml").write_text(rule(1, template))
 
     code, report, _ = audit(run_cli, "--policies", "site")
 
     everything = json.dumps(report)
-    for leak in ("canary's secret", "<class", "<function", "<module", "PATH"):
+    for leak in ("canary's secret", "<class", "<function", "<built-in", "<module", "PATH"):
         assert leak not in everything, leak
-    [finding] = [f for f in report["findings"] if f["rule"] == "SITE-001"]  # kept
-    assert finding["resource"]["name"] == "pinned"
-    if "message unavailable" in finding["message"]:
-        [error] = [e for e in report["errors"] if "SITE-001" in e["message"]]
-        assert error["file"].endswith("hostile.yaml") and "message failed" in error["message"]
+    refused = HOSTILE_TEMPLATES[template]
+    if refused:
+        [error] = [e for e in report["errors"] if e["file"].endswith("hostile.yaml")]
+        assert error["line"] == 12 and f"message: {refused}" in error["message"], error
+        assert "SITE-001" not in {f["rule"] for f in report["findings"]}
         assert code == 2
+    else:
+        [finding] = [f for f in report["findings"] if f["rule"] == "SITE-001"]
+        assert finding["resource"]["name"] == "pinned" and finding["message"] in ("unset", "unsetunset")
+        assert not report["errors"]
     assert "GPA-PL-001" in {f["rule"] for f in report["findings"]}
 
 
