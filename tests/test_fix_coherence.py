@@ -480,14 +480,14 @@ def test_kuberay_shm_counts_and_the_planner_declines_a_smaller_one():
 
     from gpuaudit.model import Document
     from gpuaudit.model.workload_builder import build_workloads
-    from gpuaudit.remediate.planners.application import add_dev_shm
+    from gpuaudit.remediate.planners import PLANNERS
     from gpuaudit.remediate.planners.common import Context, RunState
 
     doc = Document(before, "ray.yaml", 1)
     (w,) = build_workloads([doc], builtin_locators())[0]
     worker = next(t for t in w.templates if t.containers[0].gpus)
     params = {"size_limit": "16Gi", "memory_fraction": 0.5, "volume_name": "dshm"}
-    declined = add_dev_shm(Context(None, {}, doc, worker, None, params, RunState()))
+    declined = PLANNERS["add-dev-shm"].plan(Context(None, {}, doc, worker, None, params, RunState()))
     assert "KubeRay mounts a memory-backed /dev/shm" in declined.reason
 
 

@@ -7,9 +7,9 @@ from typing import Any
 from gpuaudit import gpus
 from gpuaudit.kube import pointers
 from gpuaudit.kube.podspecs import group_of
+from gpuaudit.model import Container, PodTemplate
 from gpuaudit.remediate import reservations, sizing
 from gpuaudit.remediate.planners.common import (
-    NO_CONTAINER,
     NVIDIA_GPU,
     Confidence,
     Context,
@@ -17,8 +17,6 @@ from gpuaudit.remediate.planners.common import (
     Proposal,
     SharePlan,
     identity,
-    needs_template,
-    planner,
     same_type,
 )
 
@@ -124,11 +122,7 @@ def _shared_pool(spec: Any) -> str | None:
     return None
 
 
-@planner("move-to-shared-gpu")
-def move_to_shared_gpu(ctx: Context) -> Proposal | Declined:
-    template = needs_template(ctx)
-    if isinstance(template, Declined):
-        return template
+def move_to_shared_gpu(ctx: Context, template: PodTemplate) -> Proposal | Declined:
     if _is_ray(ctx):
         return RAY_DECLINE
     pool = _shared_pool(template.spec)
@@ -405,21 +399,15 @@ def _unadvertised(ctx: Context) -> str | None:
 # --- GPU counts and fields the API server rejects -------------------------------------
 
 
-def _gpu_raw(ctx: Context, section: str, resource: str) -> Any:
-    c = ctx.container
-    assert c is not None
+def _gpu_raw(ctx: Context, c: Container, section: str, resource: str) -> Any:
     return pointers.get(ctx.document.obj, pointers.join(c.resources_pointer, section, resource))
 
 
-@planner("gpu-requests-equal-limits")
-def gpu_requests_equal_limits(ctx: Context) -> Proposal | Declined:
-    c = ctx.container
-    if c is None:
-        return NO_CONTAINER
+def gpu_requests_equal_limits(ctx: Context, c: Container) -> Proposal | Declined:
     fixes = [
         {
             "name": r.resource,
-            "value": same_type(_gpu_raw(ctx, "requests", r.resource), _gpu_raw(ctx, "limits", r.resource)),
+            "value": same_type(_gpu_raw(ctx, c, "requests", r.resource), _gpu_raw(ctx, c, "limits", r.resource)),
         }
         for r in c.gpus
         if r.request is not None and r.limit is not None and r.request != r.limit
@@ -436,13 +424,9 @@ def gpu_requests_equal_limits(ctx: Context) -> Proposal | Declined:
     return Proposal(None, params, basis, "static", f"{c.pointer}#gpu-requests")
 
 
-@planner("gpu-limits-from-requests")
-def gpu_limits_from_requests(ctx: Context) -> Proposal | Declined:
-    c = ctx.container
-    if c is None:
-        return NO_CONTAINER
+def gpu_limits_from_requests(ctx: Context, c: Container) -> Proposal | Declined:
     fixes = [
-        {"name": r.resource, "value": _gpu_raw(ctx, "requests", r.resource)}
+        {"name": r.resource, "value": _gpu_raw(ctx, c, "requests", r.resource)}
         for r in c.gpus
         if r.request is not None and r.limit is None and r.mode != "dra"
     ]
@@ -458,11 +442,7 @@ def gpu_limits_from_requests(ctx: Context) -> Proposal | Declined:
     return Proposal(None, params, basis, "static", f"{c.pointer}#gpu-limits")
 
 
-@planner("whole-gpu-quantity")
-def whole_gpu_quantity(ctx: Context) -> Proposal | Declined:
-    c = ctx.container
-    if c is None:
-        return NO_CONTAINER
+def whole_gpu_quantity(ctx: Context, c: Container) -> Proposal | Declined:
     fractional = [r for r in c.gpus if r.mode == "whole" and r.count is not None and r.count != int(r.count)]
     if not fractional:
         return Declined("no fractional whole-GPU count")
@@ -490,11 +470,7 @@ def whole_gpu_quantity(ctx: Context) -> Proposal | Declined:
     return Proposal(None, params, basis, "needs confirmation", f"{c.pointer}#fraction")
 
 
-@planner("drop-init-container-gpus", takes_gpus_away=True)
-def drop_init_container_gpus(ctx: Context) -> Proposal | Declined:
-    template = needs_template(ctx)
-    if isinstance(template, Declined):
-        return template
+def drop_init_container_gpus(ctx: Context, template: PodTemplate) -> Proposal | Declined:
     main = (ctx.facts.get("gpu") or {}).get("main_count") or 0
     if not main:
         return _move_init_gpus(ctx, template)
@@ -550,11 +526,7 @@ def _move_init_gpus(ctx: Context, template: Any) -> Declined:
 _RAY_POD_TEMPLATE = "/template/spec"  # a Ray group's pod spec, below the group
 
 
-@planner("drop-ray-head-gpus", takes_gpus_away=True)
-def drop_ray_head_gpus(ctx: Context) -> Proposal | Declined:
-    template = needs_template(ctx)
-    if isinstance(template, Declined):
-        return template
+def drop_ray_head_gpus(ctx: Context, template: PodTemplate) -> Proposal | Declined:
     if not template.pointer.endswith(_RAY_POD_TEMPLATE):
         return Declined("the head's pod spec is not where a Ray head group keeps it (template.spec)")
     if template.extra_gpus:
@@ -589,11 +561,7 @@ def drop_ray_head_gpus(ctx: Context) -> Proposal | Declined:
     )
 
 
-@planner("match-gpus-to-parallelism")
-def match_gpus_to_parallelism(ctx: Context) -> Proposal | Declined:
-    c = ctx.container
-    if c is None:
-        return NO_CONTAINER
+def match_gpus_to_parallelism(ctx: Context, c: Container) -> Proposal | Declined:
     if _is_ray(ctx):
         return Declined(
             "a Ray worker's GPUs are Ray's pool: Ray Serve and Ray Train place several replicas or "
@@ -613,8 +581,8 @@ def match_gpus_to_parallelism(ctx: Context) -> Proposal | Declined:
         "resources_pointer": c.resources_pointer,
         "resource": r.resource,
         "count": int(total),
-        "limit": same_type(_gpu_raw(ctx, "limits", r.resource), int(total)) if r.limit is not None else None,
-        "request": same_type(_gpu_raw(ctx, "requests", r.resource), int(total)) if r.request is not None else None,
+        "limit": same_type(_gpu_raw(ctx, c, "limits", r.resource), int(total)) if r.limit is not None else None,
+        "request": same_type(_gpu_raw(ctx, c, "requests", r.resource), int(total)) if r.request is not None else None,
     }
     basis = (
         f"The container's arguments declare parallelism {int(total)} (tensor "
@@ -629,11 +597,7 @@ def match_gpus_to_parallelism(ctx: Context) -> Proposal | Declined:
     )
 
 
-@planner("drop-visible-devices-env")
-def drop_visible_devices_env(ctx: Context) -> Proposal | Declined:
-    c = ctx.container
-    if c is None:
-        return NO_CONTAINER
+def drop_visible_devices_env(ctx: Context, c: Container) -> Proposal | Declined:
     if "NVIDIA_VISIBLE_DEVICES" not in c.env:
         return Declined("the container no longer sets NVIDIA_VISIBLE_DEVICES")
     params = {

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from gpuaudit import gpus
-from gpuaudit.remediate.planners.common import PLANNERS, Context, Declined, planner
+from gpuaudit.remediate.planners.common import Context, Declined
 
 REASONS = {
     "scale-to-zero": (
@@ -24,17 +24,6 @@ REASONS = {
         "or set renameByDefault: false): decide it per workload"
     ),
 }
-
-
-def _decline(reason: str):
-    def plan(ctx: Context) -> Declined:
-        return Declined(reason)
-
-    return plan
-
-
-for _remediation, _reason in REASONS.items():
-    PLANNERS[_remediation] = _decline(_reason)
 
 
 def enable_mig_reason(facts: Mapping[str, Any], peak_mib: float | None = None) -> str:
@@ -74,7 +63,6 @@ def enable_mig_reason(facts: Mapping[str, Any], peak_mib: float | None = None) -
     )
 
 
-@planner("enable-mig")
 def enable_mig(ctx: Context) -> Declined:
     """MIG layouts are chosen per node by a label the MIG manager watches; an
     overlay should not apply Node objects (the kubelet owns them), so the

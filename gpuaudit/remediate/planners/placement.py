@@ -10,8 +10,9 @@ from gpuaudit import gpus
 from gpuaudit.facts.model_size import heuristic, parameters_b
 from gpuaudit.kube import pointers
 from gpuaudit.kube.labels import HOSTNAME_LABEL
+from gpuaudit.model import PodTemplate
 from gpuaudit.remediate import reservations
-from gpuaudit.remediate.planners.common import Context, Declined, Proposal, identity, needs_template, planner
+from gpuaudit.remediate.planners.common import Context, Declined, Proposal, identity
 
 # --- placement -----------------------------------------------------------------------
 
@@ -45,11 +46,7 @@ def _preferred(label: str, values: Sequence[str], weight: int) -> list[dict[str,
     ]
 
 
-@planner("drop-hostname-pin")
-def drop_hostname_pin(ctx: Context) -> Proposal | Declined:
-    template = needs_template(ctx)
-    if isinstance(template, Declined):
-        return template
+def drop_hostname_pin(ctx: Context, template: PodTemplate) -> Proposal | Declined:
     placement = ctx.facts.get("placement") or {}
     node, by = placement.get("pinned_node"), placement.get("pinned_by")
     if not node or by not in ("nodeName", "nodeSelector", "affinity"):
@@ -194,11 +191,7 @@ def _with_floor(required: Any, expression: Mapping[str, Any]) -> dict[str, Any]:
     return {**copy.deepcopy(dict(required or {})), "nodeSelectorTerms": out}
 
 
-@planner("prefer-product-affinity")
-def prefer_product_affinity(ctx: Context) -> Proposal | Declined:
-    template = needs_template(ctx)
-    if isinstance(template, Declined):
-        return template
+def prefer_product_affinity(ctx: Context, template: PodTemplate) -> Proposal | Declined:
     product = (ctx.facts.get("placement") or {}).get("gpu_product") or {}
     label, values, by = product.get("label"), product.get("values"), product.get("by")
     if not label or not values or by not in ("nodeSelector", "affinity"):
@@ -285,11 +278,7 @@ def tolerated(tolerations: Sequence[Mapping[str, Any]], taint: Mapping[str, Any]
     return False
 
 
-@planner("add-gpu-toleration")
-def add_gpu_toleration(ctx: Context) -> Proposal | Declined:
-    template = needs_template(ctx)
-    if isinstance(template, Declined):
-        return template
+def add_gpu_toleration(ctx: Context, template: PodTemplate) -> Proposal | Declined:
     taints = ctx.params.get("gpu_taints") or []
     existing = [t for t in template.spec.get("tolerations") or [] if isinstance(t, Mapping)]
     missing = [_toleration_for(t) for t in taints if not tolerated(existing, t)]
@@ -303,11 +292,7 @@ def add_gpu_toleration(ctx: Context) -> Proposal | Declined:
     return Proposal(None, params, basis, "static", f"{template.pointer}#tolerations")
 
 
-@planner("select-gpu-class")
-def select_gpu_class(ctx: Context) -> Proposal | Declined:
-    template = needs_template(ctx)
-    if isinstance(template, Declined):
-        return template
+def select_gpu_class(ctx: Context, template: PodTemplate) -> Proposal | Declined:
     product = (ctx.facts.get("placement") or {}).get("gpu_product") or {}
     label, by = product.get("label"), product.get("by")
     wanted = (product.get("broader_class") or {}).get("name")
@@ -345,11 +330,7 @@ def select_gpu_class(ctx: Context) -> Proposal | Declined:
     return Proposal(variant, params, basis, "static", f"{spec_ptr}#product")
 
 
-@planner("prefer-spread")
-def prefer_spread(ctx: Context) -> Proposal | Declined:
-    template = needs_template(ctx)
-    if isinstance(template, Declined):
-        return template
+def prefer_spread(ctx: Context, template: PodTemplate) -> Proposal | Declined:
     spread = (ctx.facts.get("placement") or {}).get("spread") or {}
     where, by = spread.get("pointer"), spread.get("by")
     if not isinstance(where, str) or by not in ("podAntiAffinity", "topologySpreadConstraints"):

@@ -11,7 +11,7 @@ import yaml
 
 from gpuaudit.model import Document
 from gpuaudit.remediate import sizing
-from gpuaudit.remediate.planners.common import NVIDIA_GPU, Confidence, Context, Declined, Proposal, identity, planner
+from gpuaudit.remediate.planners.common import NVIDIA_GPU, Confidence, Context, Declined, Proposal, identity
 
 # --- sharing ------------------------------------------------------------------------------
 
@@ -86,7 +86,6 @@ def _time_slicing_replicas(ctx: Context) -> tuple[int, str, Confidence] | Declin
     return replicas, basis, "needs confirmation"
 
 
-@planner("enable-time-slicing")
 def enable_time_slicing(ctx: Context) -> Proposal | Declined:
     facts = ctx.facts
     strategy = str(ctx.params["strategy"])
@@ -180,7 +179,6 @@ def enable_time_slicing(ctx: Context) -> Proposal | Declined:
     return Declined("not a ClusterPolicy or device-plugin config")
 
 
-@planner("mig-strategy-mixed")
 def mig_strategy_mixed(ctx: Context) -> Proposal | Declined:
     if ctx.facts.get("config_type") != "cluster-policy":
         return Declined("only the ClusterPolicy's MIG strategy is patched")
@@ -216,7 +214,6 @@ def _rewrite_device_plugin_config(
     return {**identity(ctx), "key": key, "data_pointer": "/data", "config_text": text}
 
 
-@planner("time-slicing-replicas")
 def time_slicing_replicas(ctx: Context) -> Proposal | Declined:
     sized = _time_slicing_replicas(ctx)
     if isinstance(sized, Declined):
@@ -248,7 +245,6 @@ def time_slicing_replicas(ctx: Context) -> Proposal | Declined:
     return Proposal(None, params, basis, confidence, f"/data/{params['key']}")
 
 
-@planner("fail-requests-greater-than-one")
 def fail_requests_greater_than_one(ctx: Context) -> Proposal | Declined:
     def set_flag(config: dict[str, Any]) -> str | None:
         section = (config.get("sharing") or {}).get("timeSlicing")
