@@ -413,10 +413,11 @@ def test_review_never_prints_an_empty_location():
 
 def test_no_mig_advice_for_gpus_that_cannot_do_mig():
     from gpuaudit.remediate.planners.declined import enable_mig_reason
+    from tests.manifests import node_facts
 
-    assert "cannot be partitioned with MIG" in enable_mig_reason({"name": "n1", "model": "L4"})
-    assert "cannot be partitioned with MIG" in enable_mig_reason({"name": "n1", "product": "NVIDIA-L40S"})
-    assert "nvidia.com/mig.config" in enable_mig_reason({"name": "n1", "model": "A100-80GB", "mig_capable": True})
+    assert "cannot be partitioned with MIG" in enable_mig_reason(node_facts("n1", model="L4"))
+    assert "cannot be partitioned with MIG" in enable_mig_reason(node_facts("n1", product="NVIDIA-L40S"))
+    assert "nvidia.com/mig.config" in enable_mig_reason(node_facts("n1", model="A100-80GB", mig_capable=True))
 
 
 def test_gitops_controllers_are_recognised():

@@ -29,10 +29,9 @@ def _gpu_model(ctx: Context) -> tuple[gpus.GpuModel | None, str]:
     seen = ctx.run.evidence_for(ctx.document)
     if seen is not None and seen.model is not None:
         return seen.model, f"the node(s) its pods ran on: {', '.join(seen.nodes)}"
-    placement = ctx.facts.get("placement") or {}
-    product = placement.get("gpu_product") or {}
-    named = product.get("model")
-    source = f"its {product.get('label')} selector" if named else ""
+    product = ctx.pod_facts.placement.gpu_product
+    named = product.model if product is not None else None
+    source = f"its {product.label} selector" if product is not None and named else ""
     if not named and ctx.params.get("gpu_model"):
         named, source = ctx.params["gpu_model"], "the gpu_model setting"
     if not named:
@@ -166,12 +165,17 @@ def move_to_shared_gpu(ctx: Context, template: PodTemplate) -> Proposal | Declin
     # The patch resizes every replica: size it from the peak over all the
     # owner's pods (this finding's pod is one of them) where the run has it.
     seen = ctx.run.evidence_for(ctx.document)
-    telemetry = seen.telemetry if seen is not None and seen.telemetry else ctx.facts.get("telemetry") or {}
-    peak = telemetry.get("fb_used_max_mib")
+    over_pods = seen is not None and bool(seen.telemetry)
+    if over_pods:
+        peak, window, compute = (seen.telemetry.get(k) for k in ("fb_used_max_mib", "window_seconds", "compute_p95"))
+    elif (telemetry := ctx.pod_facts.telemetry) is not None:
+        peak, window, compute = telemetry.fb_used_max_mib, telemetry.window_seconds, telemetry.compute_p95
+    else:
+        peak = window = compute = None
     unadvertised = _unadvertised(ctx)
     headroom = float(ctx.params["headroom"])
     model, model_source = _gpu_model(ctx)
-    pods = _replicas(ctx)
+    pods = _replicas(template)
     shared = str(ctx.params["shared_resource"])
     unmeasured = _unmeasured(ctx, seen)
     if unmeasured is not None:
@@ -218,13 +222,11 @@ def move_to_shared_gpu(ctx: Context, template: PodTemplate) -> Proposal | Declin
 
     if isinstance(peak, (int, float)) and peak > 0:
         need = sizing.with_headroom(float(peak), headroom)
-        window = telemetry.get("window_seconds")
         observed = f"peak VRAM {peak:,.0f} MiB" + (
             f" over {window / 3600:,.0f} h" if isinstance(window, (int, float)) else ""
         )
-        if seen is not None and seen.telemetry is telemetry:
+        if over_pods:
             observed += f" ({seen.describe(ctx.run.evidence_source)})"
-        compute = telemetry.get("compute_p95")
         compute = float(compute) if isinstance(compute, (int, float)) else None
         if model is not None and model.mig_capable and ctx.params["prefer"] == "mig":
             choice = sizing.smallest_mig_profile(model, need, compute)
@@ -355,10 +357,11 @@ def _unmeasured(ctx: Context, seen: Any) -> Declined | None:
     )
 
 
-def _replicas(ctx: Context) -> int:
-    """Pods of the template the change resizes (1 when it does not say)."""
-    replicas = ctx.template.replicas if ctx.template is not None else None
-    return int(replicas if replicas is not None else ctx.facts.get("replicas") or 1)
+def _replicas(template: PodTemplate | None) -> int:
+    """Pods of the template the change resizes (1 when it does not say; the
+    pod facts' replicas are the same template's, read before any change)."""
+    replicas = template.replicas if template is not None else None
+    return int(replicas if replicas is not None else 1)
 
 
 def _advertiser(ctx: Context, resource: str) -> str:
@@ -471,7 +474,8 @@ def whole_gpu_quantity(ctx: Context, c: Container) -> Proposal | Declined:
 
 
 def drop_init_container_gpus(ctx: Context, template: PodTemplate) -> Proposal | Declined:
-    main = (ctx.facts.get("gpu") or {}).get("main_count") or 0
+    gpu = ctx.pod_facts.gpu
+    main = gpu.main_count or 0
     if not main:
         return _move_init_gpus(ctx, template)
     changes = []
@@ -501,7 +505,7 @@ def drop_init_container_gpus(ctx: Context, template: PodTemplate) -> Proposal | 
         f"pod's whole life: their GPU requests become {what}."
     )
     params = {**identity(ctx), "containers": changes}
-    frees = float((ctx.facts.get("gpu") or {}).get("init_excess") or 0) * _replicas(ctx)
+    frees = float(gpu.init_excess or 0) * _replicas(template)
     return Proposal(
         None, params, basis, "static", f"{template.pointer}#init-gpus", lowers=frozenset({"gpu"}), frees_gpus=frees
     )
@@ -547,7 +551,7 @@ def drop_ray_head_gpus(ctx: Context, template: PodTemplate) -> Proposal | Declin
         **identity(ctx),
         "group_pointer": template.pointer.removesuffix(_RAY_POD_TEMPLATE),
         "containers": changes,
-        "workers": ctx.facts.get("other_gpu_roles") or [],
+        "workers": ctx.pod_facts.other_gpu_roles or [],
     }
     held = sum(float(r.count or 0) for c in template.containers for r in c.gpus)
     return Proposal(
@@ -568,10 +572,10 @@ def match_gpus_to_parallelism(ctx: Context, c: Container) -> Proposal | Declined
             "workers (each with its own parallelism) on them, which the container's arguments do "
             "not show; size the group from the Serve or Train config by hand"
         )
-    parallelism = ctx.facts.get("parallelism") or {}
-    total = parallelism.get("total")
+    parallelism = ctx.container_facts.parallelism
+    total = parallelism.total if parallelism is not None else None
     whole = [r for r in c.gpus if r.mode == "whole"]
-    if not isinstance(total, (int, float)) or total < 1 or len(whole) != 1:
+    if parallelism is None or total is None or total < 1 or len(whole) != 1:
         return Declined("needs one whole-GPU resource and a known parallelism")
     r = whole[0]
     if r.count is None or total >= r.count:
@@ -586,12 +590,12 @@ def match_gpus_to_parallelism(ctx: Context, c: Container) -> Proposal | Declined
     }
     basis = (
         f"The container's arguments declare parallelism {int(total)} (tensor "
-        f"{parallelism.get('tensor')}, pipeline {parallelism.get('pipeline')}, data "
-        f"{parallelism.get('data')}, processes {parallelism.get('processes')}); it holds "
+        f"{parallelism.tensor}, pipeline {parallelism.pipeline}, data "
+        f"{parallelism.data}, processes {parallelism.processes}); it holds "
         f"{r.count:g} GPUs."
     )
     basis += " Lowering the GPU count is this change's purpose."
-    frees = (r.count - int(total)) * _replicas(ctx)
+    frees = (r.count - int(total)) * _replicas(ctx.template)
     return Proposal(
         None, params, basis, "static", f"{c.pointer}#gpu-count", lowers=frozenset({"gpu"}), frees_gpus=frees
     )

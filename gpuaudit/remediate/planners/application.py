@@ -5,6 +5,9 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping
 
+import msgspec
+
+from gpuaudit.facts.types import ModelFit, Parallelism
 from gpuaudit.kube import pointers
 from gpuaudit.kube.quantity import QuantityError, parse_quantity
 from gpuaudit.model import Container, PodTemplate
@@ -34,6 +37,14 @@ def _is_pause(c: Container) -> bool:
     return name in ("pause", "pause-amd64", "pause-arm64") or name.startswith("pause-")
 
 
+class _ProcessFacts(msgspec.Struct, frozen=True):
+    """What ``_model_weights`` reads of the facts of a pod's processes
+    (facts/process.py: a part of the pod's facts)."""
+
+    model: ModelFit | None
+    parallelism: Parallelism | None
+
+
 def _model_weights(ctx: Context) -> tuple[str, float, float | None] | None:
     """The model the pod serves, its weights in GiB and the GPUs its declared
     parallelism spans (None when none is declared), when its command line or
@@ -50,12 +61,12 @@ def _model_weights(ctx: Context) -> tuple[str, float, float | None] | None:
             if t.pointer != ctx.template.pointer:
                 continue
             context = build_context(Site(), [ctx.document], workloads)
-            facts = pod_process_facts(w, t, {}, context, command_lines(w, t))
-            model = facts.get("model") or {}
-            total = (facts.get("parallelism") or {}).get("total")
-            if isinstance(model.get("weights_gib"), (int, float)) and model["weights_gib"] > 0:
-                span = float(total) if isinstance(total, (int, float)) and total > 0 else None
-                return str(model.get("name")), float(model["weights_gib"]), span
+            facts = msgspec.convert(pod_process_facts(w, t, {}, context, command_lines(w, t)), _ProcessFacts)
+            model, parallelism = facts.model, facts.parallelism
+            total = parallelism.total if parallelism is not None else None
+            if model is not None and model.weights_gib is not None and model.weights_gib > 0:
+                span = float(total) if total is not None and total > 0 else None
+                return str(model.name), float(model.weights_gib), span
     return None
 
 
@@ -67,8 +78,8 @@ def _locators(ctx: Context):
 
 def _gpu_count(ctx: Context) -> float | None:
     """The GPUs the pod asks for; None when that is not a known positive number."""
-    count = (ctx.facts.get("gpu") or {}).get("count")
-    return count if isinstance(count, (int, float)) and count > 0 else None
+    count = ctx.container_facts.gpu.count
+    return count if count is not None and count > 0 else None
 
 
 def sized_per_gpu(func: Callable[[Context, Container, float], Proposal | Declined]) -> Planner:

@@ -1,5 +1,5 @@
-"""Planners: one per remediation id. Each reads the finding's facts and the
-object's pod templates, and decides the template parameters (and which
+"""Planners: one per remediation id. Each reads the finding's facts (typed:
+``Context.pod_facts`` and the like) and the object's pod templates, and decides the template parameters (and which
 evidence chose them), or declines with the reason a reviewer should see.
 Pure: no IO beyond the packaged data tables.
 
@@ -10,11 +10,13 @@ planner and what it needs of the finding."""
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from functools import cached_property
 from typing import Any, Literal
 
 import msgspec
 
 from gpuaudit import gpus
+from gpuaudit.facts.types import ConfigFacts, ContainerFacts, NodeFacts, PodFacts, as_type
 from gpuaudit.model import Container, Document, Finding, PodTemplate
 
 REMEDIATED = "gpuaudit.io/remediated"
@@ -75,7 +77,7 @@ class RunState(msgspec.Struct):
         return self.evidence.get(key)
 
 
-class Context(msgspec.Struct, frozen=True):
+class Context(msgspec.Struct, frozen=True, dict=True):
     finding: Finding
     facts: Mapping[str, Any]
     document: Document
@@ -83,6 +85,24 @@ class Context(msgspec.Struct, frozen=True):
     container: Container | None  # container findings
     params: Mapping[str, Any]
     run: RunState
+
+    # The finding's facts as its target's type (facts/types.py), read by the
+    # planners of that target: converted on the first read.
+    @cached_property
+    def pod_facts(self) -> PodFacts:
+        return as_type(self.facts, PodFacts)
+
+    @cached_property
+    def container_facts(self) -> ContainerFacts:
+        return as_type(self.facts, ContainerFacts)
+
+    @cached_property
+    def config_facts(self) -> ConfigFacts:
+        return as_type(self.facts, ConfigFacts)
+
+    @cached_property
+    def node_facts(self) -> NodeFacts:
+        return as_type(self.facts, NodeFacts)
 
 
 class Proposal(msgspec.Struct, frozen=True):
