@@ -311,6 +311,7 @@ _NOT_ON_THE_CHECK_PATH = (
     "pynvml",
     "prometheus_client",  # -o openmetrics only
     "gpuaudit.webclient",  # --pushgateway, --webhook-url of audit and report only
+    "gpuaudit.remediate.planners",  # fix only: the table imports every planner
 )
 _IMPORTED = f"""
 import atexit, sys

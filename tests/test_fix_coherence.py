@@ -413,10 +413,11 @@ def test_review_never_prints_an_empty_location():
 
 def test_no_mig_advice_for_gpus_that_cannot_do_mig():
     from gpuaudit.remediate.planners.declined import enable_mig_reason
+    from tests.manifests import node_facts
 
-    assert "cannot be partitioned with MIG" in enable_mig_reason({"name": "n1", "model": "L4"})
-    assert "cannot be partitioned with MIG" in enable_mig_reason({"name": "n1", "product": "NVIDIA-L40S"})
-    assert "nvidia.com/mig.config" in enable_mig_reason({"name": "n1", "model": "A100-80GB", "mig_capable": True})
+    assert "cannot be partitioned with MIG" in enable_mig_reason(node_facts("n1", model="L4"))
+    assert "cannot be partitioned with MIG" in enable_mig_reason(node_facts("n1", product="NVIDIA-L40S"))
+    assert "nvidia.com/mig.config" in enable_mig_reason(node_facts("n1", model="A100-80GB", mig_capable=True))
 
 
 def test_gitops_controllers_are_recognised():
@@ -480,14 +481,14 @@ def test_kuberay_shm_counts_and_the_planner_declines_a_smaller_one():
 
     from gpuaudit.model import Document
     from gpuaudit.model.workload_builder import build_workloads
-    from gpuaudit.remediate.planners.application import add_dev_shm
+    from gpuaudit.remediate.planners import PLANNERS
     from gpuaudit.remediate.planners.common import Context, RunState
 
     doc = Document(before, "ray.yaml", 1)
     (w,) = build_workloads([doc], builtin_locators())[0]
     worker = next(t for t in w.templates if t.containers[0].gpus)
     params = {"size_limit": "16Gi", "memory_fraction": 0.5, "volume_name": "dshm"}
-    declined = add_dev_shm(Context(None, {}, doc, worker, None, params, RunState()))
+    declined = PLANNERS["add-dev-shm"].plan(Context(None, {}, doc, worker, None, params, RunState()))
     assert "KubeRay mounts a memory-backed /dev/shm" in declined.reason
 
 

@@ -408,8 +408,9 @@ def test_no_placeholder_warning_for_kubernetes_own_expansion():
 
 def test_no_balanced_mig_layout_for_a_node_whose_pods_need_the_whole_gpu():
     from gpuaudit.remediate.planners.declined import enable_mig_reason
+    from tests.manifests import node_facts
 
-    node = {"name": "h100-3", "model": "H100-80GB", "mig_capable": True}
+    node = node_facts("h100-3", model="H100-80GB", mig_capable=True)
     assert "has no slice that holds them; keep it whole" in enable_mig_reason(node, 73400.0)
     unmeasured = enable_mig_reason(node)
     assert "none is measured: no layout is recommended" in unmeasured and "all-balanced" not in unmeasured

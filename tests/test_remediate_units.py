@@ -313,7 +313,11 @@ def _findings(text: str, rules: str):
     return check_manifests(["-"], Config(), loaded, stdin_text=text).findings
 
 
-def _with_telemetry(finding, telemetry):
+def _with_telemetry(finding, measured):
+    """The finding with telemetry in its pod's facts: ``measured``, every other signal unknown."""
+    from gpuaudit.facts.types import Telemetry
+
+    telemetry = {f.encode_name: None for f in msgspec.structs.fields(Telemetry)} | {"extra": {}} | measured
     subject = finding.subject
     facts = {**subject.facts, "telemetry": telemetry}
     return msgspec.structs.replace(finding, subject=msgspec.structs.replace(subject, facts=facts))

@@ -25,8 +25,8 @@ from gpuaudit.model import CATEGORIES, Container, Document, Finding, PodTemplate
 from gpuaudit.model.workload_builder import build_workloads
 from gpuaudit.remediate import coherence, patches, templates
 from gpuaudit.remediate.edits import EditError, apply_edits
-from gpuaudit.remediate.planners import PLANNERS
-from gpuaudit.remediate.planners.common import REMEDIATED, TAKE_GPUS_AWAY, Context, Declined, Proposal, RunState
+from gpuaudit.remediate.planners import PLANNERS, TAKE_GPUS_AWAY
+from gpuaudit.remediate.planners.common import REMEDIATED, Context, Declined, Proposal, RunState
 
 
 class Source(msgspec.Struct, frozen=True):
@@ -271,7 +271,7 @@ def _plan_once(
         if isinstance(ctx, str):
             plan.skipped.append(Skip(finding, ctx))
             continue
-        proposal = PLANNERS[remediation](ctx)
+        proposal = PLANNERS[remediation].plan(ctx)
         if isinstance(proposal, Declined):
             # An earlier change of the same remediation on this object already
             # did what this finding asks (two rules about one whole GPU): it

@@ -7,9 +7,9 @@ from typing import Any
 from gpuaudit import gpus
 from gpuaudit.kube import pointers
 from gpuaudit.kube.podspecs import group_of
+from gpuaudit.model import Container, PodTemplate
 from gpuaudit.remediate import reservations, sizing
 from gpuaudit.remediate.planners.common import (
-    NO_CONTAINER,
     NVIDIA_GPU,
     Confidence,
     Context,
@@ -17,8 +17,6 @@ from gpuaudit.remediate.planners.common import (
     Proposal,
     SharePlan,
     identity,
-    needs_template,
-    planner,
     same_type,
 )
 
@@ -31,10 +29,9 @@ def _gpu_model(ctx: Context) -> tuple[gpus.GpuModel | None, str]:
     seen = ctx.run.evidence_for(ctx.document)
     if seen is not None and seen.model is not None:
         return seen.model, f"the node(s) its pods ran on: {', '.join(seen.nodes)}"
-    placement = ctx.facts.get("placement") or {}
-    product = placement.get("gpu_product") or {}
-    named = product.get("model")
-    source = f"its {product.get('label')} selector" if named else ""
+    product = ctx.pod_facts.placement.gpu_product
+    named = product.model if product is not None else None
+    source = f"its {product.label} selector" if product is not None and named else ""
     if not named and ctx.params.get("gpu_model"):
         named, source = ctx.params["gpu_model"], "the gpu_model setting"
     if not named:
@@ -124,11 +121,7 @@ def _shared_pool(spec: Any) -> str | None:
     return None
 
 
-@planner("move-to-shared-gpu")
-def move_to_shared_gpu(ctx: Context) -> Proposal | Declined:
-    template = needs_template(ctx)
-    if isinstance(template, Declined):
-        return template
+def move_to_shared_gpu(ctx: Context, template: PodTemplate) -> Proposal | Declined:
     if _is_ray(ctx):
         return RAY_DECLINE
     pool = _shared_pool(template.spec)
@@ -172,12 +165,17 @@ def move_to_shared_gpu(ctx: Context) -> Proposal | Declined:
     # The patch resizes every replica: size it from the peak over all the
     # owner's pods (this finding's pod is one of them) where the run has it.
     seen = ctx.run.evidence_for(ctx.document)
-    telemetry = seen.telemetry if seen is not None and seen.telemetry else ctx.facts.get("telemetry") or {}
-    peak = telemetry.get("fb_used_max_mib")
+    over_pods = seen is not None and bool(seen.telemetry)
+    if over_pods:
+        peak, window, compute = (seen.telemetry.get(k) for k in ("fb_used_max_mib", "window_seconds", "compute_p95"))
+    elif (telemetry := ctx.pod_facts.telemetry) is not None:
+        peak, window, compute = telemetry.fb_used_max_mib, telemetry.window_seconds, telemetry.compute_p95
+    else:
+        peak = window = compute = None
     unadvertised = _unadvertised(ctx)
     headroom = float(ctx.params["headroom"])
     model, model_source = _gpu_model(ctx)
-    pods = _replicas(ctx)
+    pods = _replicas(template)
     shared = str(ctx.params["shared_resource"])
     unmeasured = _unmeasured(ctx, seen)
     if unmeasured is not None:
@@ -224,13 +222,11 @@ def move_to_shared_gpu(ctx: Context) -> Proposal | Declined:
 
     if isinstance(peak, (int, float)) and peak > 0:
         need = sizing.with_headroom(float(peak), headroom)
-        window = telemetry.get("window_seconds")
         observed = f"peak VRAM {peak:,.0f} MiB" + (
             f" over {window / 3600:,.0f} h" if isinstance(window, (int, float)) else ""
         )
-        if seen is not None and seen.telemetry is telemetry:
+        if over_pods:
             observed += f" ({seen.describe(ctx.run.evidence_source)})"
-        compute = telemetry.get("compute_p95")
         compute = float(compute) if isinstance(compute, (int, float)) else None
         if model is not None and model.mig_capable and ctx.params["prefer"] == "mig":
             choice = sizing.smallest_mig_profile(model, need, compute)
@@ -361,10 +357,11 @@ def _unmeasured(ctx: Context, seen: Any) -> Declined | None:
     )
 
 
-def _replicas(ctx: Context) -> int:
-    """Pods of the template the change resizes (1 when it does not say)."""
-    replicas = ctx.template.replicas if ctx.template is not None else None
-    return int(replicas if replicas is not None else ctx.facts.get("replicas") or 1)
+def _replicas(template: PodTemplate | None) -> int:
+    """Pods of the template the change resizes (1 when it does not say; the
+    pod facts' replicas are the same template's, read before any change)."""
+    replicas = template.replicas if template is not None else None
+    return int(replicas if replicas is not None else 1)
 
 
 def _advertiser(ctx: Context, resource: str) -> str:
@@ -405,21 +402,15 @@ def _unadvertised(ctx: Context) -> str | None:
 # --- GPU counts and fields the API server rejects -------------------------------------
 
 
-def _gpu_raw(ctx: Context, section: str, resource: str) -> Any:
-    c = ctx.container
-    assert c is not None
+def _gpu_raw(ctx: Context, c: Container, section: str, resource: str) -> Any:
     return pointers.get(ctx.document.obj, pointers.join(c.resources_pointer, section, resource))
 
 
-@planner("gpu-requests-equal-limits")
-def gpu_requests_equal_limits(ctx: Context) -> Proposal | Declined:
-    c = ctx.container
-    if c is None:
-        return NO_CONTAINER
+def gpu_requests_equal_limits(ctx: Context, c: Container) -> Proposal | Declined:
     fixes = [
         {
             "name": r.resource,
-            "value": same_type(_gpu_raw(ctx, "requests", r.resource), _gpu_raw(ctx, "limits", r.resource)),
+            "value": same_type(_gpu_raw(ctx, c, "requests", r.resource), _gpu_raw(ctx, c, "limits", r.resource)),
         }
         for r in c.gpus
         if r.request is not None and r.limit is not None and r.request != r.limit
@@ -436,13 +427,9 @@ def gpu_requests_equal_limits(ctx: Context) -> Proposal | Declined:
     return Proposal(None, params, basis, "static", f"{c.pointer}#gpu-requests")
 
 
-@planner("gpu-limits-from-requests")
-def gpu_limits_from_requests(ctx: Context) -> Proposal | Declined:
-    c = ctx.container
-    if c is None:
-        return NO_CONTAINER
+def gpu_limits_from_requests(ctx: Context, c: Container) -> Proposal | Declined:
     fixes = [
-        {"name": r.resource, "value": _gpu_raw(ctx, "requests", r.resource)}
+        {"name": r.resource, "value": _gpu_raw(ctx, c, "requests", r.resource)}
         for r in c.gpus
         if r.request is not None and r.limit is None and r.mode != "dra"
     ]
@@ -458,11 +445,7 @@ def gpu_limits_from_requests(ctx: Context) -> Proposal | Declined:
     return Proposal(None, params, basis, "static", f"{c.pointer}#gpu-limits")
 
 
-@planner("whole-gpu-quantity")
-def whole_gpu_quantity(ctx: Context) -> Proposal | Declined:
-    c = ctx.container
-    if c is None:
-        return NO_CONTAINER
+def whole_gpu_quantity(ctx: Context, c: Container) -> Proposal | Declined:
     fractional = [r for r in c.gpus if r.mode == "whole" and r.count is not None and r.count != int(r.count)]
     if not fractional:
         return Declined("no fractional whole-GPU count")
@@ -490,12 +473,9 @@ def whole_gpu_quantity(ctx: Context) -> Proposal | Declined:
     return Proposal(None, params, basis, "needs confirmation", f"{c.pointer}#fraction")
 
 
-@planner("drop-init-container-gpus", takes_gpus_away=True)
-def drop_init_container_gpus(ctx: Context) -> Proposal | Declined:
-    template = needs_template(ctx)
-    if isinstance(template, Declined):
-        return template
-    main = (ctx.facts.get("gpu") or {}).get("main_count") or 0
+def drop_init_container_gpus(ctx: Context, template: PodTemplate) -> Proposal | Declined:
+    gpu = ctx.pod_facts.gpu
+    main = gpu.main_count or 0
     if not main:
         return _move_init_gpus(ctx, template)
     changes = []
@@ -525,7 +505,7 @@ def drop_init_container_gpus(ctx: Context) -> Proposal | Declined:
         f"pod's whole life: their GPU requests become {what}."
     )
     params = {**identity(ctx), "containers": changes}
-    frees = float((ctx.facts.get("gpu") or {}).get("init_excess") or 0) * _replicas(ctx)
+    frees = float(gpu.init_excess or 0) * _replicas(template)
     return Proposal(
         None, params, basis, "static", f"{template.pointer}#init-gpus", lowers=frozenset({"gpu"}), frees_gpus=frees
     )
@@ -550,11 +530,7 @@ def _move_init_gpus(ctx: Context, template: Any) -> Declined:
 _RAY_POD_TEMPLATE = "/template/spec"  # a Ray group's pod spec, below the group
 
 
-@planner("drop-ray-head-gpus", takes_gpus_away=True)
-def drop_ray_head_gpus(ctx: Context) -> Proposal | Declined:
-    template = needs_template(ctx)
-    if isinstance(template, Declined):
-        return template
+def drop_ray_head_gpus(ctx: Context, template: PodTemplate) -> Proposal | Declined:
     if not template.pointer.endswith(_RAY_POD_TEMPLATE):
         return Declined("the head's pod spec is not where a Ray head group keeps it (template.spec)")
     if template.extra_gpus:
@@ -575,7 +551,7 @@ def drop_ray_head_gpus(ctx: Context) -> Proposal | Declined:
         **identity(ctx),
         "group_pointer": template.pointer.removesuffix(_RAY_POD_TEMPLATE),
         "containers": changes,
-        "workers": ctx.facts.get("other_gpu_roles") or [],
+        "workers": ctx.pod_facts.other_gpu_roles or [],
     }
     held = sum(float(r.count or 0) for c in template.containers for r in c.gpus)
     return Proposal(
@@ -589,21 +565,17 @@ def drop_ray_head_gpus(ctx: Context) -> Proposal | Declined:
     )
 
 
-@planner("match-gpus-to-parallelism")
-def match_gpus_to_parallelism(ctx: Context) -> Proposal | Declined:
-    c = ctx.container
-    if c is None:
-        return NO_CONTAINER
+def match_gpus_to_parallelism(ctx: Context, c: Container) -> Proposal | Declined:
     if _is_ray(ctx):
         return Declined(
             "a Ray worker's GPUs are Ray's pool: Ray Serve and Ray Train place several replicas or "
             "workers (each with its own parallelism) on them, which the container's arguments do "
             "not show; size the group from the Serve or Train config by hand"
         )
-    parallelism = ctx.facts.get("parallelism") or {}
-    total = parallelism.get("total")
+    parallelism = ctx.container_facts.parallelism
+    total = parallelism.total if parallelism is not None else None
     whole = [r for r in c.gpus if r.mode == "whole"]
-    if not isinstance(total, (int, float)) or total < 1 or len(whole) != 1:
+    if parallelism is None or total is None or total < 1 or len(whole) != 1:
         return Declined("needs one whole-GPU resource and a known parallelism")
     r = whole[0]
     if r.count is None or total >= r.count:
@@ -613,27 +585,23 @@ def match_gpus_to_parallelism(ctx: Context) -> Proposal | Declined:
         "resources_pointer": c.resources_pointer,
         "resource": r.resource,
         "count": int(total),
-        "limit": same_type(_gpu_raw(ctx, "limits", r.resource), int(total)) if r.limit is not None else None,
-        "request": same_type(_gpu_raw(ctx, "requests", r.resource), int(total)) if r.request is not None else None,
+        "limit": same_type(_gpu_raw(ctx, c, "limits", r.resource), int(total)) if r.limit is not None else None,
+        "request": same_type(_gpu_raw(ctx, c, "requests", r.resource), int(total)) if r.request is not None else None,
     }
     basis = (
         f"The container's arguments declare parallelism {int(total)} (tensor "
-        f"{parallelism.get('tensor')}, pipeline {parallelism.get('pipeline')}, data "
-        f"{parallelism.get('data')}, processes {parallelism.get('processes')}); it holds "
+        f"{parallelism.tensor}, pipeline {parallelism.pipeline}, data "
+        f"{parallelism.data}, processes {parallelism.processes}); it holds "
         f"{r.count:g} GPUs."
     )
     basis += " Lowering the GPU count is this change's purpose."
-    frees = (r.count - int(total)) * _replicas(ctx)
+    frees = (r.count - int(total)) * _replicas(ctx.template)
     return Proposal(
         None, params, basis, "static", f"{c.pointer}#gpu-count", lowers=frozenset({"gpu"}), frees_gpus=frees
     )
 
 
-@planner("drop-visible-devices-env")
-def drop_visible_devices_env(ctx: Context) -> Proposal | Declined:
-    c = ctx.container
-    if c is None:
-        return NO_CONTAINER
+def drop_visible_devices_env(ctx: Context, c: Container) -> Proposal | Declined:
     if "NVIDIA_VISIBLE_DEVICES" not in c.env:
         return Declined("the container no longer sets NVIDIA_VISIBLE_DEVICES")
     params = {

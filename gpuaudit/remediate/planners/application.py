@@ -3,19 +3,22 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
+import msgspec
+
+from gpuaudit.facts.types import ModelFit, Parallelism
 from gpuaudit.kube import pointers
 from gpuaudit.kube.quantity import QuantityError, parse_quantity
+from gpuaudit.model import Container, PodTemplate
 from gpuaudit.remediate import sizing
 from gpuaudit.remediate.planners.common import (
-    NO_CONTAINER,
     Context,
     Declined,
+    Planner,
     Proposal,
     identity,
-    needs_template,
-    planner,
+    per_container,
     same_type,
 )
 
@@ -28,10 +31,18 @@ PAUSE = Declined(
 )
 
 
-def _is_pause(ctx: Context) -> bool:
-    image = (ctx.container.image if ctx.container else "") or ""
+def _is_pause(c: Container) -> bool:
+    image = c.image or ""
     name = image.rsplit("/", 1)[-1].split("@")[0].split(":")[0]
     return name in ("pause", "pause-amd64", "pause-arm64") or name.startswith("pause-")
+
+
+class _ProcessFacts(msgspec.Struct, frozen=True):
+    """What ``_model_weights`` reads of the facts of a pod's processes
+    (facts/process.py: a part of the pod's facts)."""
+
+    model: ModelFit | None
+    parallelism: Parallelism | None
 
 
 def _model_weights(ctx: Context) -> tuple[str, float, float | None] | None:
@@ -50,12 +61,12 @@ def _model_weights(ctx: Context) -> tuple[str, float, float | None] | None:
             if t.pointer != ctx.template.pointer:
                 continue
             context = build_context(Site(), [ctx.document], workloads)
-            facts = pod_process_facts(w, t, {}, context, command_lines(w, t))
-            model = facts.get("model") or {}
-            total = (facts.get("parallelism") or {}).get("total")
-            if isinstance(model.get("weights_gib"), (int, float)) and model["weights_gib"] > 0:
-                span = float(total) if isinstance(total, (int, float)) and total > 0 else None
-                return str(model.get("name")), float(model["weights_gib"]), span
+            facts = msgspec.convert(pod_process_facts(w, t, {}, context, command_lines(w, t)), _ProcessFacts)
+            model, parallelism = facts.model, facts.parallelism
+            total = parallelism.total if parallelism is not None else None
+            if model is not None and model.weights_gib is not None and model.weights_gib > 0:
+                span = float(total) if total is not None and total > 0 else None
+                return str(model.name), float(model.weights_gib), span
     return None
 
 
@@ -67,20 +78,27 @@ def _locators(ctx: Context):
 
 def _gpu_count(ctx: Context) -> float | None:
     """The GPUs the pod asks for; None when that is not a known positive number."""
-    count = (ctx.facts.get("gpu") or {}).get("count")
-    return count if isinstance(count, (int, float)) and count > 0 else None
+    count = ctx.container_facts.gpu.count
+    return count if count is not None and count > 0 else None
 
 
-@planner("cpu-request-per-gpu")
-def cpu_request_per_gpu(ctx: Context) -> Proposal | Declined:
-    c = ctx.container
-    if c is None:
-        return NO_CONTAINER
-    gpu_count = _gpu_count(ctx)
-    if gpu_count is None:
-        return UNKNOWN_GPU_COUNT
-    if _is_pause(ctx):
-        return PAUSE
+def sized_per_gpu(func: Callable[[Context, Container, float], Proposal | Declined]) -> Planner:
+    """A planner that sizes a container's CPU or memory by the GPUs its pod
+    asks for: declines when that count is unknown, or the container is a
+    pause container (a placeholder that runs no work)."""
+
+    def plan(ctx: Context, c: Container) -> Proposal | Declined:
+        gpu_count = _gpu_count(ctx)
+        if gpu_count is None:
+            return UNKNOWN_GPU_COUNT
+        if _is_pause(c):
+            return PAUSE
+        return func(ctx, c, gpu_count)
+
+    return per_container(plan)
+
+
+def cpu_request_per_gpu(ctx: Context, c: Container, gpu_count: float) -> Proposal | Declined:
     per_gpu = float(ctx.params["min_cpu_per_gpu"])
     cores = sizing.cpu_cores_for(gpu_count, per_gpu)
     if c.cpu_request is None and c.cpu_limit is not None and c.cpu_limit >= cores:
@@ -106,11 +124,7 @@ def cpu_request_per_gpu(ctx: Context) -> Proposal | Declined:
     return Proposal(variant, params, basis, "static", c.pointer)
 
 
-@planner("add-dev-shm")
-def add_dev_shm(ctx: Context) -> Proposal | Declined:
-    template = needs_template(ctx)
-    if isinstance(template, Declined):
-        return template
+def add_dev_shm(ctx: Context, template: PodTemplate) -> Proposal | Declined:
     spec = template.spec
     volumes = {v.get("name"): v for v in spec.get("volumes") or [] if isinstance(v, Mapping)}
     mounts_shm = any(str(p).rstrip("/") == "/dev/shm" for c in template.containers for p in c.volume_mounts.values())
@@ -170,16 +184,7 @@ def add_dev_shm(ctx: Context) -> Proposal | Declined:
     return Proposal(None, params, basis, "static", f"{template.pointer}#shm")
 
 
-@planner("memory-request")
-def memory_request(ctx: Context) -> Proposal | Declined:
-    c = ctx.container
-    if c is None:
-        return NO_CONTAINER
-    gpu_count = _gpu_count(ctx)
-    if gpu_count is None:
-        return UNKNOWN_GPU_COUNT
-    if _is_pause(ctx):
-        return PAUSE
+def memory_request(ctx: Context, c: Container, gpu_count: float) -> Proposal | Declined:
     if ctx.params.get("memory_per_gpu"):  # the site asked for a flat floor (--set memory_per_gpu=...)
         try:
             per_gpu = parse_quantity(ctx.params["memory_per_gpu"])
@@ -223,16 +228,7 @@ def memory_request(ctx: Context) -> Proposal | Declined:
     return Proposal(None, params, basis, confidence, f"{c.pointer}#memory")
 
 
-@planner("raise-cpu-limit")
-def raise_cpu_limit(ctx: Context) -> Proposal | Declined:
-    c = ctx.container
-    if c is None:
-        return NO_CONTAINER
-    gpu_count = _gpu_count(ctx)
-    if gpu_count is None:
-        return UNKNOWN_GPU_COUNT
-    if _is_pause(ctx):
-        return PAUSE
+def raise_cpu_limit(ctx: Context, c: Container, gpu_count: float) -> Proposal | Declined:
     per_gpu = float(ctx.params["min_cpu_limit_per_gpu"])
     cores = sizing.cpu_cores_for(gpu_count, per_gpu)
     limit = pointers.get(ctx.document.obj, pointers.join(c.resources_pointer, "limits", "cpu"))

@@ -11,7 +11,7 @@ from typing import Any
 from gpuaudit.bundled import data_yaml
 from gpuaudit.kube import pointers
 from gpuaudit.kube.podspecs import group_of
-from gpuaudit.remediate.planners.common import Context, Declined, Proposal, identity, planner
+from gpuaudit.remediate.planners.common import Context, Declined, Proposal, identity
 
 # --- batch lifecycle ---------------------------------------------------------------------
 
@@ -76,7 +76,6 @@ def gitops_controller(obj: Mapping[str, Any]) -> str | None:
     return None
 
 
-@planner("add-batch-deadline")
 def add_batch_deadline(ctx: Context) -> Proposal | Declined:
     doc = ctx.document
     entry = lifecycle_table().get((group_of(doc.api_version), doc.kind))

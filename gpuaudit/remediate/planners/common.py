@@ -1,19 +1,22 @@
-"""Planners: one per remediation id. Each reads the finding's facts and the
-object's pod templates, and decides the template parameters (and which
+"""Planners: one per remediation id. Each reads the finding's facts (typed:
+``Context.pod_facts`` and the like) and the object's pod templates, and decides the template parameters (and which
 evidence chose them), or declines with the reason a reviewer should see.
 Pure: no IO beyond the packaged data tables.
 
 This module holds what planners share; the planners live in one module per
-category and register themselves with ``@planner``; the package imports them all."""
+category, and the table in the package (``PLANNERS``) names each remediation's
+planner and what it needs of the finding."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from functools import cached_property
 from typing import Any, Literal
 
 import msgspec
 
 from gpuaudit import gpus
+from gpuaudit.facts.types import ConfigFacts, ContainerFacts, NodeFacts, PodFacts, as_type
 from gpuaudit.model import Container, Document, Finding, PodTemplate
 
 REMEDIATED = "gpuaudit.io/remediated"
@@ -74,7 +77,7 @@ class RunState(msgspec.Struct):
         return self.evidence.get(key)
 
 
-class Context(msgspec.Struct, frozen=True):
+class Context(msgspec.Struct, frozen=True, dict=True):
     finding: Finding
     facts: Mapping[str, Any]
     document: Document
@@ -82,6 +85,24 @@ class Context(msgspec.Struct, frozen=True):
     container: Container | None  # container findings
     params: Mapping[str, Any]
     run: RunState
+
+    # The finding's facts as its target's type (facts/types.py), read by the
+    # planners of that target: converted on the first read.
+    @cached_property
+    def pod_facts(self) -> PodFacts:
+        return as_type(self.facts, PodFacts)
+
+    @cached_property
+    def container_facts(self) -> ContainerFacts:
+        return as_type(self.facts, ContainerFacts)
+
+    @cached_property
+    def config_facts(self) -> ConfigFacts:
+        return as_type(self.facts, ConfigFacts)
+
+    @cached_property
+    def node_facts(self) -> NodeFacts:
+        return as_type(self.facts, NodeFacts)
 
 
 class Proposal(msgspec.Struct, frozen=True):
@@ -105,24 +126,52 @@ class Declined(msgspec.Struct, frozen=True):
 
 
 NO_CONTAINER = Declined("the finding names no container")
+NO_TEMPLATE = Declined("the finding names no pod template of this object")
+
+Plan = Callable[[Context], "Proposal | Declined"]
 
 
-Planner = Callable[[Context], "Proposal | Declined"]
-PLANNERS: dict[str, Planner] = {}
-# Remediations that take GPUs away from a pod shape: planned before the others
-# of their category, so a finding about how those GPUs are held (whole, not
-# shared) is judged again on the object without them, and needs no patch.
-TAKE_GPUS_AWAY: set[str] = set()
+class Planner(msgspec.Struct, frozen=True):
+    """A remediation's planner, as the table ``PLANNERS`` lists it."""
+
+    plan: Plan
+    # The patch takes GPUs away from a pod shape: it is planned before the
+    # others of its category, so a finding about how those GPUs are held
+    # (whole, not shared) is judged again on the object without them, and
+    # needs no patch.
+    takes_gpus_away: bool = False
 
 
-def planner(remediation: str, *, takes_gpus_away: bool = False) -> Callable[[Planner], Planner]:
-    def register(func: Planner) -> Planner:
-        PLANNERS[remediation] = func
-        if takes_gpus_away:
-            TAKE_GPUS_AWAY.add(remediation)
-        return func
+def per_object(func: Plan) -> Planner:
+    """A planner of the finding's object (or config) as a whole."""
+    return Planner(func)
 
-    return register
+
+def per_template(
+    func: Callable[[Context, PodTemplate], Proposal | Declined], *, takes_gpus_away: bool = False
+) -> Planner:
+    """A planner of the finding's pod template: declines a finding that names none."""
+
+    def plan(ctx: Context) -> Proposal | Declined:
+        return NO_TEMPLATE if ctx.template is None else func(ctx, ctx.template)
+
+    return Planner(plan, takes_gpus_away)
+
+
+def per_container(func: Callable[[Context, Container], Proposal | Declined]) -> Planner:
+    """A planner of the finding's container: declines a finding that names none."""
+
+    def plan(ctx: Context) -> Proposal | Declined:
+        return NO_CONTAINER if ctx.container is None else func(ctx, ctx.container)
+
+    return Planner(plan)
+
+
+def declines(reason: str) -> Planner:
+    """A remediation gpuaudit does not write as a patch: every finding is
+    declined with ``reason``, for REVIEW.md."""
+    declined = Declined(reason)
+    return Planner(lambda ctx: declined)
 
 
 def identity(ctx: Context) -> dict[str, Any]:
@@ -153,9 +202,3 @@ def same_type(original: Any, value: Any) -> Any:
             return value
         return int(number) if number.is_integer() else number
     return value
-
-
-def needs_template(ctx: Context) -> PodTemplate | Declined:
-    if ctx.template is None:
-        return Declined("the finding names no pod template of this object")
-    return ctx.template

@@ -3,11 +3,9 @@ each with the reason REVIEW.md gives."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
 from gpuaudit import gpus
-from gpuaudit.remediate.planners.common import PLANNERS, Context, Declined, planner
+from gpuaudit.facts.types import NodeFacts
+from gpuaudit.remediate.planners.common import Context, Declined
 
 REASONS = {
     "scale-to-zero": (
@@ -26,29 +24,18 @@ REASONS = {
 }
 
 
-def _decline(reason: str):
-    def plan(ctx: Context) -> Declined:
-        return Declined(reason)
-
-    return plan
-
-
-for _remediation, _reason in REASONS.items():
-    PLANNERS[_remediation] = _decline(_reason)
-
-
-def enable_mig_reason(facts: Mapping[str, Any], peak_mib: float | None = None) -> str:
+def enable_mig_reason(facts: NodeFacts, peak_mib: float | None = None) -> str:
     """What to do about a MIG-capable node running whole GPUs; never MIG
     advice for a GPU that cannot do MIG (L4, L40S, T4, ...), and no layout
     for a node whose pods use (nearly) the whole GPU's memory or whose
     pods' memory is not measured. ``peak_mib``: the largest GPU memory a pod
     on the node used over the telemetry window."""
-    node = facts.get("name") or "NODE"
-    named = facts.get("model") or facts.get("product")
+    node = facts.name or "NODE"
+    named = facts.model or facts.product
     model = gpus.lookup(str(named)) if named else None
     if model is not None and not model.mig_capable:
         return f"node {node}'s {model.model} cannot be partitioned with MIG: share it with time-slicing or MPS instead"
-    if facts.get("mig_capable") is not True and model is None:
+    if not facts.mig_capable and model is None:
         return f"node {node}'s GPU model is unknown: check nvidia.com/mig.capable before choosing a MIG layout"
     if peak_mib is None:
         return (
@@ -74,12 +61,11 @@ def enable_mig_reason(facts: Mapping[str, Any], peak_mib: float | None = None) -
     )
 
 
-@planner("enable-mig")
 def enable_mig(ctx: Context) -> Declined:
     """MIG layouts are chosen per node by a label the MIG manager watches; an
     overlay should not apply Node objects (the kubelet owns them), so the
     step is spelled out instead."""
-    return Declined(enable_mig_reason(ctx.facts))
+    return Declined(enable_mig_reason(ctx.node_facts))
 
 
 # Remediation ids that never produce a patch (no template needed).

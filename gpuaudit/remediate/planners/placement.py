@@ -10,8 +10,9 @@ from gpuaudit import gpus
 from gpuaudit.facts.model_size import heuristic, parameters_b
 from gpuaudit.kube import pointers
 from gpuaudit.kube.labels import HOSTNAME_LABEL
+from gpuaudit.model import PodTemplate
 from gpuaudit.remediate import reservations
-from gpuaudit.remediate.planners.common import Context, Declined, Proposal, identity, needs_template, planner
+from gpuaudit.remediate.planners.common import Context, Declined, Proposal, identity
 
 # --- placement -----------------------------------------------------------------------
 
@@ -45,14 +46,10 @@ def _preferred(label: str, values: Sequence[str], weight: int) -> list[dict[str,
     ]
 
 
-@planner("drop-hostname-pin")
-def drop_hostname_pin(ctx: Context) -> Proposal | Declined:
-    template = needs_template(ctx)
-    if isinstance(template, Declined):
-        return template
-    placement = ctx.facts.get("placement") or {}
-    node, by = placement.get("pinned_node"), placement.get("pinned_by")
-    if not node or by not in ("nodeName", "nodeSelector", "affinity"):
+def drop_hostname_pin(ctx: Context, template: PodTemplate) -> Proposal | Declined:
+    placement = ctx.pod_facts.placement
+    node, by = placement.pinned_node, placement.pinned_by
+    if not node or by is None:
         return Declined("the facts name no hostname pin")
     spec_ptr = template.pointer
     keep = bool(ctx.params["prefer_former_node"])
@@ -95,7 +92,7 @@ def _pinned_node_floor(ctx: Context, node: str) -> tuple[dict[str, Any], str] | 
     model = gpus.lookup(labels[PRODUCT_LABEL]) if labels and labels.get(PRODUCT_LABEL) else None
     if labels is None or model is None:
         return None
-    floor = _memory_floor(ctx, {"memory_gib": model.memory_gib})
+    floor = _memory_floor(ctx, model.memory_gib)
     if isinstance(floor, Declined):
         return floor
     floor_mib, source = floor
@@ -115,18 +112,18 @@ PRODUCT_LABEL = "nvidia.com/gpu.product"
 NOMINAL_SLACK = 0.95
 
 
-def _memory_floor(ctx: Context, product: Mapping[str, Any]) -> tuple[float, str] | Declined:
+def _memory_floor(ctx: Context, memory: float | None) -> tuple[float, str] | Declined:
     """The least GPU memory (MiB) the relaxed pods must keep, and where it
     comes from: the measured peak (with headroom), the model's size per GPU,
-    or, when neither is known, the pinned GPU's own memory."""
+    or, when neither is known, the pinned GPU's own memory (``memory``, GiB)."""
     needs: list[tuple[float, str]] = []
     seen = ctx.run.evidence_for(ctx.document)
     peak = (seen.telemetry if seen is not None else {}).get("fb_used_max_mib")
     if isinstance(peak, (int, float)) and peak > 0:
         headroom = float(ctx.params.get("headroom", 0.2))
         needs.append((peak * (1 + headroom), f"its measured peak of {peak:,.0f} MiB + {headroom:.0%} headroom"))
-    model = ctx.facts.get("model") or {}
-    need_gib, name, gpus = model.get("need_gib"), model.get("name"), model.get("gpus")
+    model = ctx.pod_facts.model
+    need_gib, name, gpus = (model.need_gib, model.name, model.gpus) if model is not None else (None, None, None)
     if need_gib is None and ctx.template is not None:  # a NIM names its model in its image only
         for c in ctx.template.containers:
             nim = reservations.nim_model(c.image)
@@ -137,7 +134,6 @@ def _memory_floor(ctx: Context, product: Mapping[str, Any]) -> tuple[float, str]
     if isinstance(need_gib, (int, float)) and need_gib > 0:
         per_gpu = float(need_gib) / max(1.0, float(gpus or 1))
         needs.append((per_gpu * 1024, f"the size of its model {name} ({per_gpu:,.0f} GiB per GPU)"))
-    memory = product.get("memory_gib")
     if needs:
         need, source = max(needs)
         if memory and need > float(memory) * 1024 * NOMINAL_SLACK:
@@ -194,18 +190,14 @@ def _with_floor(required: Any, expression: Mapping[str, Any]) -> dict[str, Any]:
     return {**copy.deepcopy(dict(required or {})), "nodeSelectorTerms": out}
 
 
-@planner("prefer-product-affinity")
-def prefer_product_affinity(ctx: Context) -> Proposal | Declined:
-    template = needs_template(ctx)
-    if isinstance(template, Declined):
-        return template
-    product = (ctx.facts.get("placement") or {}).get("gpu_product") or {}
-    label, values, by = product.get("label"), product.get("values"), product.get("by")
-    if not label or not values or by not in ("nodeSelector", "affinity"):
+def prefer_product_affinity(ctx: Context, template: PodTemplate) -> Proposal | Declined:
+    facts = ctx.pod_facts
+    product = facts.placement.gpu_product
+    if product is None or not product.label or not product.values:
         return Declined("the facts name no required GPU product selector")
-    taints = list((ctx.facts.get("placement") or {}).get("untolerated_taints") or []) or list(
-        (ctx.facts.get("pending") or {}).get("untolerated_taints") or []
-    )
+    label, values, by = product.label, product.values, product.by
+    pending = facts.pending.untolerated_taints if facts.pending is not None else []
+    taints = list(facts.placement.untolerated_taints or []) or list(pending)
     if taints:
         shown = ", ".join(taints)
         return Declined(
@@ -213,7 +205,7 @@ def prefer_product_affinity(ctx: Context) -> Proposal | Declined:
             f"not tolerate, not the product pin: relaxing the pin would move it onto other, possibly smaller, "
             f"GPUs. If it belongs on those nodes, add a toleration for {shown} (ask the owner of that pool)"
         )
-    floor = _memory_floor(ctx, product)
+    floor = _memory_floor(ctx, product.memory_gib)
     if isinstance(floor, Declined):
         return floor
     floor_mib, floor_source = floor
@@ -237,7 +229,7 @@ def prefer_product_affinity(ctx: Context) -> Proposal | Declined:
         "floor_mib": int(floor_mib),
         "floor_gib": int(floor_mib // 1024),
     }
-    memory = product.get("memory_gib")
+    memory = product.memory_gib
     kept = f"{expression['key']} {expression['operator']} {expression['values']}"
     params["effect_text"] = (
         f"The pods prefer nodes with {label} in {list(values)} but can run on other GPU nodes when those are "
@@ -285,11 +277,7 @@ def tolerated(tolerations: Sequence[Mapping[str, Any]], taint: Mapping[str, Any]
     return False
 
 
-@planner("add-gpu-toleration")
-def add_gpu_toleration(ctx: Context) -> Proposal | Declined:
-    template = needs_template(ctx)
-    if isinstance(template, Declined):
-        return template
+def add_gpu_toleration(ctx: Context, template: PodTemplate) -> Proposal | Declined:
     taints = ctx.params.get("gpu_taints") or []
     existing = [t for t in template.spec.get("tolerations") or [] if isinstance(t, Mapping)]
     missing = [_toleration_for(t) for t in taints if not tolerated(existing, t)]
@@ -303,18 +291,14 @@ def add_gpu_toleration(ctx: Context) -> Proposal | Declined:
     return Proposal(None, params, basis, "static", f"{template.pointer}#tolerations")
 
 
-@planner("select-gpu-class")
-def select_gpu_class(ctx: Context) -> Proposal | Declined:
-    template = needs_template(ctx)
-    if isinstance(template, Declined):
-        return template
-    product = (ctx.facts.get("placement") or {}).get("gpu_product") or {}
-    label, by = product.get("label"), product.get("by")
-    wanted = (product.get("broader_class") or {}).get("name")
+def select_gpu_class(ctx: Context, template: PodTemplate) -> Proposal | Declined:
+    product = ctx.pod_facts.placement.gpu_product
+    wanted = product.broader_class.name if product is not None and product.broader_class is not None else None
     classes = [c for c in ctx.params.get("gpu_classes") or [] if isinstance(c, Mapping)]
     found = next((c for c in classes if c.get("name") == wanted), None)
-    if not label or by not in ("nodeSelector", "affinity") or found is None:
+    if product is None or not product.label or found is None:
         return Declined("the site declares no GPU class for this product pin")
+    label, by = product.label, product.by
     selector = {str(k): str(v) for k, v in (found.get("selector") or {}).items()}
     if not selector:
         return Declined(f"GPU class {wanted} has no selector")
@@ -325,7 +309,7 @@ def select_gpu_class(ctx: Context) -> Proposal | Declined:
     params = {
         **identity(ctx),
         "label": label,
-        "values": list(product.get("values") or []),
+        "values": list(product.values),
         "class_name": wanted,
         "products": list(found.get("products") or []),
         "selector_pointer": f"{spec_ptr}/nodeSelector",
@@ -345,21 +329,17 @@ def select_gpu_class(ctx: Context) -> Proposal | Declined:
     return Proposal(variant, params, basis, "static", f"{spec_ptr}#product")
 
 
-@planner("prefer-spread")
-def prefer_spread(ctx: Context) -> Proposal | Declined:
-    template = needs_template(ctx)
-    if isinstance(template, Declined):
-        return template
-    spread = (ctx.facts.get("placement") or {}).get("spread") or {}
-    where, by = spread.get("pointer"), spread.get("by")
-    if not isinstance(where, str) or by not in ("podAntiAffinity", "topologySpreadConstraints"):
+def prefer_spread(ctx: Context, template: PodTemplate) -> Proposal | Declined:
+    spread = ctx.pod_facts.placement.spread
+    if spread is None or spread.pointer is None:
         return Declined("the facts name no required spread")
-    params = {**identity(ctx), "pointer": where, "per_node": spread.get("max_pods_per_node")}
+    where, by = spread.pointer, spread.by
+    params = {**identity(ctx), "pointer": where, "per_node": spread.max_pods_per_node}
     basis = (
-        f"{by} allows {spread.get('max_pods_per_node')} pod(s) per node: "
-        f"{spread.get('nodes_demanded')} GPU nodes demanded where "
-        f"{spread.get('nodes_needed')} would do ({spread.get('gpus_per_node')} GPUs per node, "
-        f"from {spread.get('gpus_per_node_source')})."
+        f"{by} allows {spread.max_pods_per_node} pod(s) per node: "
+        f"{spread.nodes_demanded} GPU nodes demanded where "
+        f"{spread.nodes_needed} would do ({spread.gpus_per_node} GPUs per node, "
+        f"from {spread.gpus_per_node_source})."
     )
     if by == "topologySpreadConstraints":
         return Proposal("topology-spread", params, basis, "static", f"{where}#spread")

@@ -11,7 +11,7 @@ import yaml
 
 from gpuaudit.model import Document
 from gpuaudit.remediate import sizing
-from gpuaudit.remediate.planners.common import NVIDIA_GPU, Confidence, Context, Declined, Proposal, identity, planner
+from gpuaudit.remediate.planners.common import NVIDIA_GPU, Confidence, Context, Declined, Proposal, identity
 
 # --- sharing ------------------------------------------------------------------------------
 
@@ -86,9 +86,8 @@ def _time_slicing_replicas(ctx: Context) -> tuple[int, str, Confidence] | Declin
     return replicas, basis, "needs confirmation"
 
 
-@planner("enable-time-slicing")
 def enable_time_slicing(ctx: Context) -> Proposal | Declined:
-    facts = ctx.facts
+    facts = ctx.config_facts
     strategy = str(ctx.params["strategy"])
     if strategy not in ("time-slicing", "mps", "mig"):
         return Declined(f"unknown sharing strategy {strategy!r} (time-slicing, mps or mig)")
@@ -120,7 +119,7 @@ def enable_time_slicing(ctx: Context) -> Proposal | Declined:
         if labelled_pool
         else {}
     )
-    if facts.get("config_type") == "cluster-policy" and strategy != "mig" and ctx.run.sharing_configs:
+    if facts.config_type == "cluster-policy" and strategy != "mig" and ctx.run.sharing_configs:
         namespace, name, key = ctx.run.sharing_configs[0]
         params = {**common, "config_map": name, "namespace": namespace, "config_key": key}
         basis = (
@@ -128,7 +127,7 @@ def enable_time_slicing(ctx: Context) -> Proposal | Declined:
             f"{namespace}/{name}, key {key}. The ClusterPolicy is pointed at it instead of a new one."
         )
         return Proposal("existing", params, basis, "static", "/spec")
-    if facts.get("config_type") == "cluster-policy":
+    if facts.config_type == "cluster-policy":
         if strategy == "mig":
             profiles = sorted({s.mig_profile for s in ctx.run.sharers if s.mig_profile})
             if not profiles:
@@ -155,7 +154,7 @@ def enable_time_slicing(ctx: Context) -> Proposal | Declined:
         params = {**common, "replicas": replicas}
         variant = "mps" if strategy == "mps" else None
         return Proposal(variant, params, basis, confidence, "/spec")
-    if facts.get("config_type") == "device-plugin":
+    if facts.config_type == "device-plugin":
         if strategy == "mig":
             return Declined("a device-plugin config cannot make MIG slices (patch ClusterPolicy)")
         sized = _time_slicing_replicas(ctx)
@@ -180,14 +179,14 @@ def enable_time_slicing(ctx: Context) -> Proposal | Declined:
     return Declined("not a ClusterPolicy or device-plugin config")
 
 
-@planner("mig-strategy-mixed")
 def mig_strategy_mixed(ctx: Context) -> Proposal | Declined:
-    if ctx.facts.get("config_type") != "cluster-policy":
+    facts = ctx.config_facts
+    if facts.config_type != "cluster-policy":
         return Declined("only the ClusterPolicy's MIG strategy is patched")
-    served = list(ctx.facts.get("mig_requests_unserved") or [])
-    params = {**identity(ctx), "strategy": ctx.facts.get("mig_strategy"), "requests": served}
+    served = list(facts.mig_requests_unserved or [])
+    params = {**identity(ctx), "strategy": facts.mig_strategy, "requests": served}
     basis = (
-        f"mig.strategy {ctx.facts.get('mig_strategy')} advertises no nvidia.com/mig-<profile> "
+        f"mig.strategy {facts.mig_strategy} advertises no nvidia.com/mig-<profile> "
         f"resources, and workloads here request {', '.join(map(str, served))}."
     )
     return Proposal(None, params, basis, "static", "/spec/mig")
@@ -198,9 +197,10 @@ def _rewrite_device_plugin_config(
 ) -> dict[str, Any] | Declined:
     """The ConfigMap key's config after ``change`` (which returns why it cannot
     apply, or None), as params for a template that rewrites the key."""
-    if ctx.facts.get("config_type") != "device-plugin" or ctx.document.kind != "ConfigMap":
+    facts = ctx.config_facts
+    if facts.config_type != "device-plugin" or ctx.document.kind != "ConfigMap":
         return Declined("only device-plugin configs held in a ConfigMap are patched")
-    key = str(ctx.facts.get("key") or "")
+    key = str(facts.key or "")
     data = ctx.document.obj.get("data") or {}
     try:
         config = yaml.safe_load(data.get(key) or "") or {}
@@ -216,7 +216,6 @@ def _rewrite_device_plugin_config(
     return {**identity(ctx), "key": key, "data_pointer": "/data", "config_text": text}
 
 
-@planner("time-slicing-replicas")
 def time_slicing_replicas(ctx: Context) -> Proposal | Declined:
     sized = _time_slicing_replicas(ctx)
     if isinstance(sized, Declined):
@@ -248,7 +247,6 @@ def time_slicing_replicas(ctx: Context) -> Proposal | Declined:
     return Proposal(None, params, basis, confidence, f"/data/{params['key']}")
 
 
-@planner("fail-requests-greater-than-one")
 def fail_requests_greater_than_one(ctx: Context) -> Proposal | Declined:
     def set_flag(config: dict[str, Any]) -> str | None:
         section = (config.get("sharing") or {}).get("timeSlicing")
