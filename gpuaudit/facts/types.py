@@ -946,9 +946,9 @@ class ModelFit(_Facts, kw_only=True):
 
 
 class Parallelism(_Facts, kw_only=True):
-    """Parallelism a container declares (--tensor-parallel-size, --num-shard, -tp, --pipeline-parallel-size, --data-
-    parallel-size, --nproc-per-node, NUM_SHARD... and KServe workerSpec), compared with its whole GPUs; null when
-    nothing declares any.
+    """Parallelism a container declares (--tensor-parallel-size, --num-shard, -tp, --pipeline-parallel-size,
+    --data-parallel-size, --nproc-per-node, NUM_SHARD... and KServe workerSpec), compared with its whole GPUs; null
+    when nothing declares any.
     """
 
     tensor: int | None
