@@ -168,7 +168,7 @@ def rules_markdown() -> str:
         "Every built-in rule, in the order an operator should check them:",
         "allocation → memory → placement → application → sharing. A rule judges the",
         "*facts* gpuaudit computes for each target (documented in",
-        "`gpuaudit/facts/*.schema.json`, beside the code that computes them;",
+        "`gpuaudit/facts/facts.schema.json`, generated from their types;",
         "`gpuaudit facts PATH` prints them for your manifests, and",
         "[Write your own rule](write-a-rule.md) adds a rule of yours);",
         "`gpuaudit rules explain ID` prints the same text. Thresholds are `params`,",

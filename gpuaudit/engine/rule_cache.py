@@ -51,9 +51,9 @@ from importlib.util import find_spec
 from pathlib import Path
 from typing import Any
 
-from gpuaudit.engine import fact_schema
 from gpuaudit.engine import rules as rules_module
 from gpuaudit.engine.rules import MAX_RULE_BYTES, Rule, RuleError, load_rules
+from gpuaudit.facts.schema import SCHEMA_PATH as FACT_SCHEMA_PATH
 from gpuaudit.files import blake2b, cache_dir, content_hash  # the key reads some 300 KB on every run
 
 _MAGIC = b"gpuaudit-rules 2\n"
@@ -99,7 +99,7 @@ def _engine_sources() -> list[str]:
     from gpuaudit.engine import messages, rule_schemas
     from gpuaudit.kube import yaml_lines
 
-    modules = (rules_module, rule_schemas, fact_schema, messages, schemas, files, yaml_lines, sys.modules[__name__])
+    modules = (rules_module, rule_schemas, messages, schemas, files, yaml_lines, sys.modules[__name__])
     sources = [m.__file__ for m in modules if m.__file__]
     sandbox = find_spec("gpuaudit.engine.message_sandbox")  # judges a rich message; imports jinja2, so not imported
     if sandbox is not None and sandbox.origin:
@@ -126,8 +126,7 @@ def cache_key(dirs: Sequence[Path], params: Mapping[str, Mapping[str, Any]], sev
     for source in _engine_sources():
         add(source, _read(source))
     add("rule.schema.json", _read(policies_dir() / "rule.schema.json"))
-    for fragment in sorted(fact_schema.FRAGMENTS_DIR.glob(f"*{fact_schema.FRAGMENT_SUFFIX}")):
-        add(fragment.name, _read(fragment))
+    add(FACT_SCHEMA_PATH.name, _read(FACT_SCHEMA_PATH))
     for directory in dirs:
         add("dir", str(directory).encode())
         # The files load_rules reads; one it refuses (a link out of the

@@ -56,7 +56,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
-from gpuaudit.engine.fact_schema import ENVELOPE
+from gpuaudit.facts.schema import SCHEMA_ID
 from gpuaudit.files import excerpt
 
 try:  # Python 3.11+: the parser ``re`` itself uses
@@ -66,7 +66,7 @@ except ImportError:  # pragma: no cover - Python 3.10
     import sre_constants as _sre  # type: ignore[no-redef]
     import sre_parse as _sre_parse  # type: ignore[no-redef]
 
-FACTS_ID: str = ENVELOPE["$id"]
+FACTS_ID: str = SCHEMA_ID
 MAX_PATTERN_CHARS = 2000
 JUDGE_SECONDS = 1.0  # one judgement (a subject) by a rule with regexes
 RUN_SECONDS = 5.0  # all of that rule's judgements in one run (one process)

@@ -22,7 +22,6 @@ import yaml
 from msgspec.structs import replace
 
 from gpuaudit.bundled import policies_dir
-from gpuaudit.engine.fact_schema import assemble, read_fragments
 from gpuaudit.engine.rule_schemas import (
     DATA,
     NAMED_SCHEMAS,
@@ -32,6 +31,7 @@ from gpuaudit.engine.rule_schemas import (
     timed_patterns,
     within,
 )
+from gpuaudit.facts.schema import read as read_fact_schema
 from gpuaudit.files import (
     FileReadError,
     bounded_quotes,
@@ -287,9 +287,9 @@ def _const_as_enum(schema: Any) -> Any:
 
 @cache
 def fact_schema() -> Mapping[str, Any]:
-    """The facts rules may name: the fragments beside the facts modules
-    (gpuaudit/facts/*.schema.json), assembled as fact_schema.py explains."""
-    return assemble(read_fragments())
+    """The facts rules may name: gpuaudit/facts/facts.schema.json, generated
+    from the fact types (gpuaudit/facts/schema.py)."""
+    return read_fact_schema()
 
 
 # --- loading ------------------------------------------------------------------
@@ -440,7 +440,7 @@ def rule_from_data(
                     source,
                     _nearest_line(lines, "/" + key),
                     f"{key} names unknown fact {fact!r} for target {data['target']!r} "
-                    "(documented in gpuaudit/facts/*.schema.json)",
+                    "(documented in gpuaudit/facts/facts.schema.json)",
                 )
     if target_schema is not None:
         paths = [

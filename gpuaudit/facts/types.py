@@ -13,7 +13,7 @@ check`` never imports this module); these types say what the dicts hold:
   of the recorded clusters to its type, strictly: a fact computed but not
   declared here, or of another type, fails it.
 - Readers outside facts/ and engine/ read a document through its type
-  (``typed(subject)``, ``as_type``): an attribute a type checker follows,
+  (``Subject.typed``, ``as_type``): an attribute a type checker follows,
   where a renamed fact is an error, not a ``None`` on some input.
 
 A field without a default is in every document of its target; one with a
@@ -53,7 +53,7 @@ class _Facts(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, frozen=Tr
     __schema_required__: ClassVar[bool] = False
 
 
-class Lifecycle(_Facts, kw_only=True):
+class Lifecycle(_Facts, kw_only=True, frozen=True):
     deadline: Annotated[bool, Meta(description="activeDeadlineSeconds or the kind's equivalent.")]
     cleanup: Annotated[
         bool,
@@ -67,7 +67,7 @@ class Lifecycle(_Facts, kw_only=True):
     pointer: str
 
 
-class Scaling(_Facts, kw_only=True):
+class Scaling(_Facts, kw_only=True, frozen=True):
     min_replicas: int | None
     scale_to_zero: bool
     autoscaler: Annotated[
@@ -76,13 +76,13 @@ class Scaling(_Facts, kw_only=True):
     pointer: str
 
 
-class WorkloadGpu(_Facts, kw_only=True):
+class WorkloadGpu(_Facts, kw_only=True, frozen=True):
     requested: bool
     whole: bool
     total: Annotated[Number | None, Meta(description="GPUs over all pod templates times their replicas.")]
 
 
-class WorkloadFacts(_Facts, kw_only=True):
+class WorkloadFacts(_Facts, kw_only=True, frozen=True):
     lifecycle: Annotated[
         Lifecycle | None,
         Meta(
@@ -135,19 +135,19 @@ class WorkloadFacts(_Facts, kw_only=True):
     ]
 
 
-class SharingPool(_Facts, kw_only=True):
+class SharingPool(_Facts, kw_only=True, frozen=True):
     label: str
     value: str
 
 
-class BroaderClass(_Facts, kw_only=True):
+class BroaderClass(_Facts, kw_only=True, frozen=True):
     name: str
     selector: str
     products: list[str]
     left_out: list[str]
 
 
-class GpuProduct(_Facts, kw_only=True):
+class GpuProduct(_Facts, kw_only=True, frozen=True):
     never_published: Annotated[
         list[str],
         Meta(
@@ -171,7 +171,7 @@ class GpuProduct(_Facts, kw_only=True):
     pointer: str
 
 
-class Placement(_Facts, kw_only=True):
+class Placement(_Facts, kw_only=True, frozen=True):
     eligible_gpu_nodes: Annotated[
         int | None,
         Meta(description=("(cluster) GPU nodes whose labels, taints and GPU capacity admit this pod.")),
@@ -223,7 +223,7 @@ class Placement(_Facts, kw_only=True):
     tolerations: list[dict[str, Any]]
 
 
-class PodStatus(_Facts, kw_only=True):
+class PodStatus(_Facts, kw_only=True, frozen=True):
     waiting_reasons: list[str]
     stuck_reason: Annotated[str | None, Meta(description="CrashLoopBackOff, ImagePullBackOff, CreateContainerError...")]
     restarts: int
@@ -232,7 +232,7 @@ class PodStatus(_Facts, kw_only=True):
     age_hours: Number | None
 
 
-class Pending(_Facts, kw_only=True):
+class Pending(_Facts, kw_only=True, frozen=True):
     pending: Annotated[bool, Meta(description="Not bound to a node yet.")]
     cause: PendingCause | None
     message: Annotated[str | None, Meta(description="The latest FailedScheduling message.")]
@@ -266,7 +266,7 @@ class Pending(_Facts, kw_only=True):
     gates: list[str]
 
 
-class ModelScale(_Facts, kw_only=True):
+class ModelScale(_Facts, kw_only=True, frozen=True):
     __schema_required__: ClassVar[bool] = True
 
     scale: Literal["small", "large", "unknown"]
@@ -276,13 +276,13 @@ class ModelScale(_Facts, kw_only=True):
     ]
 
 
-class PodMetadata(_Facts, kw_only=True):
+class PodMetadata(_Facts, kw_only=True, frozen=True):
     labels: TextMap
     annotations: TextMap
     object: ObjectMetadata
 
 
-class SharedMemory(_Facts, kw_only=True):
+class SharedMemory(_Facts, kw_only=True, frozen=True):
     memory_backed: Annotated[
         bool | None,
         Meta(
@@ -307,7 +307,7 @@ class SharedMemory(_Facts, kw_only=True):
     ]
 
 
-class PodFacts(_Facts, kw_only=True):
+class PodFacts(_Facts, kw_only=True, frozen=True):
     """One pod template of a workload (a Deployment's template, a PyTorchJob's Worker, a Ray worker group)."""
 
     gpu_command_kind: Annotated[
@@ -448,7 +448,7 @@ class PodFacts(_Facts, kw_only=True):
     ] = None
 
 
-class ContainerFacts(_Facts, kw_only=True):
+class ContainerFacts(_Facts, kw_only=True, frozen=True):
     command_kind: Annotated[
         CommandKind | None,
         Meta(
@@ -531,13 +531,13 @@ class ContainerFacts(_Facts, kw_only=True):
     ]
 
 
-class RenameConflict(_Facts, kw_only=True):
+class RenameConflict(_Facts, kw_only=True, frozen=True):
     requested: str
     advertised: str
     workloads: list[str]
 
 
-class InvalidProfile(_Facts, kw_only=True):
+class InvalidProfile(_Facts, kw_only=True, frozen=True):
     config: str
     profile: str
     gpus: list[str]
@@ -545,7 +545,7 @@ class InvalidProfile(_Facts, kw_only=True):
     pointer: str
 
 
-class NodePool(_Facts, kw_only=True):
+class NodePool(_Facts, kw_only=True, frozen=True):
     provisioner: Literal["karpenter"]
     gpu_only: Annotated[
         bool,
@@ -570,7 +570,7 @@ class NodePool(_Facts, kw_only=True):
     taints_pointer: str
 
 
-class ConfigFacts(_Facts, kw_only=True):
+class ConfigFacts(_Facts, kw_only=True, frozen=True):
     """A GPU sharing configuration: a device-plugin config (in a ConfigMap) or the GPU Operator ClusterPolicy, or an
     autoscaler node pool that launches GPU nodes (Karpenter NodePool: facts/node_pools.py).
     """
@@ -634,7 +634,7 @@ class ConfigFacts(_Facts, kw_only=True):
     ] = None
 
 
-class NodeFacts(_Facts, kw_only=True):
+class NodeFacts(_Facts, kw_only=True, frozen=True):
     """(cluster) a node with GPU resources."""
 
     name: str
@@ -658,14 +658,14 @@ class NodeFacts(_Facts, kw_only=True):
     taints: list[str]
 
 
-class SelectorPin(_Facts, kw_only=True):
+class SelectorPin(_Facts, kw_only=True, frozen=True):
     request: str
     pin: Literal["device", "product"]
     expression: str
     pointer: str
 
 
-class ClaimFacts(_Facts, kw_only=True):
+class ClaimFacts(_Facts, kw_only=True, frozen=True):
     """(cluster) a DRA ResourceClaim."""
 
     api_version: Annotated[str | None, ABSENT] = msgspec.field(name="apiVersion", default=None)
@@ -690,7 +690,7 @@ class ClaimFacts(_Facts, kw_only=True):
     age_hours: Number | None = None
 
 
-class ClusterSharing(_Facts, kw_only=True):
+class ClusterSharing(_Facts, kw_only=True, frozen=True):
     active_nodes: Annotated[int, Meta(description="GPU nodes whose labels show time-slicing, MPS or MIG in effect.")]
     time_slicing_nodes: int
     mps_nodes: int
@@ -700,7 +700,7 @@ class ClusterSharing(_Facts, kw_only=True):
     ]
 
 
-class ClusterFacts(_Facts, kw_only=True):
+class ClusterFacts(_Facts, kw_only=True, frozen=True):
     """(cluster) one document for the whole cluster."""
 
     name: str
@@ -730,7 +730,7 @@ class ClusterFacts(_Facts, kw_only=True):
     kueue_examples: list[dict[str, Any]]
 
 
-class GpuRequests(_Facts, kw_only=True):
+class GpuRequests(_Facts, kw_only=True, frozen=True):
     """GPU requests of a container or pod template."""
 
     unknown_mig_profiles: Annotated[
@@ -824,14 +824,17 @@ class GpuRequests(_Facts, kw_only=True):
     ] = None
 
 
-class Telemetry(_Facts, kw_only=True):
+class Telemetry(_Facts, kw_only=True, frozen=True):
     """GPU telemetry aggregated over the audit window (Prometheus/DCGM or NVML samples); null when none was found for
     this subject. Compute values are ratios 0..1.
     """
 
+    # Every signal defaults to None: telemetry laid over a document by hand
+    # (a what-if, a test) names only the signals it has.
+
     signal: Annotated[
         str | None, Meta(description=("The compute metric used (SM_ACTIVE, else GR_ENGINE_ACTIVE, else GPU_UTIL/100)."))
-    ]
+    ] = None
     signal_name: Annotated[
         str | None,
         Meta(
@@ -840,7 +843,7 @@ class Telemetry(_Facts, kw_only=True):
                 "GPU_UTIL): the name to show wherever compute is shown."
             )
         ),
-    ]
+    ] = None
     samples: Annotated[
         Number | None,
         Meta(
@@ -849,7 +852,7 @@ class Telemetry(_Facts, kw_only=True):
                 "Prometheus' lookback)."
             )
         ),
-    ]
+    ] = None
     span_hours: Annotated[
         Number | None,
         Meta(
@@ -858,7 +861,7 @@ class Telemetry(_Facts, kw_only=True):
                 "window when the source does not say)."
             )
         ),
-    ]
+    ] = None
     demand_evidence: Annotated[
         bool | None,
         Meta(
@@ -868,8 +871,8 @@ class Telemetry(_Facts, kw_only=True):
                 "is collected."
             )
         ),
-    ]
-    window_seconds: Number | None
+    ] = None
+    window_seconds: Number | None = None
     coverage: Annotated[
         Number | None,
         Meta(
@@ -878,34 +881,34 @@ class Telemetry(_Facts, kw_only=True):
                 "sample (its own life, not the whole window)."
             )
         ),
-    ]
-    gpus: Number | None
-    compute_mean: Number | None
-    compute_p95: Number | None
-    compute_max: Number | None
-    fb_used_mean_mib: Number | None
-    fb_used_max_mib: Number | None
-    fb_total_mib: Number | None
-    resident_fraction: Number | None
-    resident_idle_fraction: Number | None
-    pcie_tx_mean_bps: Number | None
-    pcie_rx_mean_bps: Number | None
-    nvlink_mean_bps: Number | None
-    occupancy_mean: Number | None
-    tensor_active_mean: Number | None
+    ] = None
+    gpus: Number | None = None
+    compute_mean: Number | None = None
+    compute_p95: Number | None = None
+    compute_max: Number | None = None
+    fb_used_mean_mib: Number | None = None
+    fb_used_max_mib: Number | None = None
+    fb_total_mib: Number | None = None
+    resident_fraction: Number | None = None
+    resident_idle_fraction: Number | None = None
+    pcie_tx_mean_bps: Number | None = None
+    pcie_rx_mean_bps: Number | None = None
+    nvlink_mean_bps: Number | None = None
+    occupancy_mean: Number | None = None
+    tensor_active_mean: Number | None = None
     dram_active_mean: Annotated[
         Number | None,
         Meta(description=("Mean share of time the device-memory interface was busy (DCGM_FI_PROF_DRAM_ACTIVE), 0..1.")),
-    ]
+    ] = None
     idle_gpu_hours: Annotated[
         Number | None,
         Meta(description=("GPUs held x span_hours x coverage x (1 - mean compute): capacity held but not used.")),
-    ]
-    extra: Annotated[dict[str, Any], Meta(description="Site-defined signals from config.")]
-    pcie_mean_bps: Annotated[Number | None, Meta(description="PCIe TX + RX, bytes/s, mean over the window.")]
+    ] = None
+    extra: Annotated[dict[str, Any], Meta(description="Site-defined signals from config.")] = {}
+    pcie_mean_bps: Annotated[Number | None, Meta(description="PCIe TX + RX, bytes/s, mean over the window.")] = None
 
 
-class ModelFit(_Facts, kw_only=True):
+class ModelFit(_Facts, kw_only=True, frozen=True):
     """The model a GPU container loads and the GPUs its size needs, by the heuristic in gpuaudit/data/models.yaml; null
     when no model or no size is known.
     """
@@ -945,10 +948,10 @@ class ModelFit(_Facts, kw_only=True):
     pointer: str | None
 
 
-class Parallelism(_Facts, kw_only=True):
-    """Parallelism a container declares (--tensor-parallel-size, --num-shard, -tp, --pipeline-parallel-size, --data-
-    parallel-size, --nproc-per-node, NUM_SHARD... and KServe workerSpec), compared with its whole GPUs; null when
-    nothing declares any.
+class Parallelism(_Facts, kw_only=True, frozen=True):
+    """Parallelism a container declares (--tensor-parallel-size, --num-shard, -tp, --pipeline-parallel-size,
+    --data-parallel-size, --nproc-per-node, NUM_SHARD... and KServe workerSpec), compared with its whole GPUs; null
+    when nothing declares any.
     """
 
     tensor: int | None
@@ -1001,7 +1004,7 @@ class Parallelism(_Facts, kw_only=True):
     ]
 
 
-class Spread(_Facts, kw_only=True):
+class Spread(_Facts, kw_only=True, frozen=True):
     """Required pod anti-affinity or a DoNotSchedule topology spread on kubernetes.io/hostname that selects the pod's
     own labels; null without one.
     """
@@ -1019,7 +1022,7 @@ class Spread(_Facts, kw_only=True):
     pointer: str | None
 
 
-class PurposeEvidence(_Facts, kw_only=True):
+class PurposeEvidence(_Facts, kw_only=True, frozen=True):
     """Which signal decided `purpose`, what matched and why that means the purpose."""
 
     __schema_required__: ClassVar[bool] = True
@@ -1045,14 +1048,14 @@ class PurposeEvidence(_Facts, kw_only=True):
     why: Annotated[str, Meta(description="Why that signal means this purpose, as the table says.")]
 
 
-class SharingStrategy(_Facts, kw_only=True):
+class SharingStrategy(_Facts, kw_only=True, frozen=True):
     resources: list[str]
     min_replicas: int | None
     rename_by_default: bool
     fail_requests_greater_than_one: bool | None
 
 
-class ObjectMetadata(_Facts, kw_only=True):
+class ObjectMetadata(_Facts, kw_only=True, frozen=True):
     """The labels and annotations on the object itself (a Deployment's, a PyTorchJob's), not on its pod templates."""
 
     labels: TextMap

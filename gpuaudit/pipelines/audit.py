@@ -10,6 +10,7 @@ from gpuaudit.engine.per_workload import one_per_workload, suppressed_per_worklo
 from gpuaudit.engine.rules import Rule
 from gpuaudit.facts import Subject
 from gpuaudit.facts import cluster as cluster_facts
+from gpuaudit.facts.types import PodFacts
 from gpuaudit.model import AuditResult, InputError, Skipped
 from gpuaudit.model.cluster_builder import build_cluster_state
 from gpuaudit.sources.user_config import Config
@@ -77,7 +78,7 @@ def audit_cluster(
             "window_seconds": (state.telemetry.get("window") or {}).get("seconds"),
             "queries": state.telemetry.get("queries"),
             "gpu_pods": len(gpu_pods),
-            "gpu_pods_with_data": sum(1 for s in gpu_pods if s.facts.get("telemetry") is not None),
+            "gpu_pods_with_data": sum(1 for s in gpu_pods if s.facts_as(PodFacts).telemetry is not None),
         }
     by_id = {r.id: r for r in rules}
     return AuditResult(
@@ -93,14 +94,17 @@ def audit_cluster(
         subjects=subjects,
         cluster={
             "partial": [*totals["partial"], *dict.fromkeys(unread_telemetry)],
-            **{key: totals[key] for key in (
-                "gpu_nodes",
-                "gpus_total",
-                "gpus_allocated",
-                "pending_gpu_pods",
-                "pending_by_cause",
-                "kueue_pending",
-            )},
+            **{
+                key: totals[key]
+                for key in (
+                    "gpu_nodes",
+                    "gpus_total",
+                    "gpus_allocated",
+                    "pending_gpu_pods",
+                    "pending_by_cause",
+                    "kueue_pending",
+                )
+            },
         },
     )
 
@@ -115,8 +119,10 @@ def insufficient_data(entries: Sequence[tuple[str, Subject, str]]) -> list[Skipp
     for rule_id, items in by_rule.items():
         examples = []
         for subject, missing in items[:5]:
-            facts = subject.facts
-            name = f"{facts.get('namespace') or ''}/{facts.get('pod') or facts.get('name')}"
+            facts = subject.typed
+            namespace = getattr(facts, "namespace", None) or ""  # a node or the cluster has none
+            pod = facts.pod if isinstance(facts, PodFacts) else None
+            name = f"{namespace}/{pod or facts.name}"
             examples.append(f"{name} ({missing})")
         more = f", and {len(items) - 5} more" if len(items) > 5 else ""
         reason = f"insufficient data for {len(items)} GPU pod(s): {', '.join(examples)}{more}"

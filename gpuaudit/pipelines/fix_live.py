@@ -22,10 +22,10 @@ from gpuaudit.facts.context import Site, build_context
 from gpuaudit.facts.model_size import DTYPE_ENV, MODEL_ENV
 from gpuaudit.facts.parallelism import ENV as PARALLELISM_ENV
 from gpuaudit.facts.process import DATALOADER_ENV
-from gpuaudit.facts.types import NodeFacts, as_type
+from gpuaudit.facts.types import NodeFacts, PodFacts, as_type
 from gpuaudit.kube.owners import OwnerKey
 from gpuaudit.kube.podspecs import KindLocator, builtin_locators, group_of
-from gpuaudit.kube.shapes import object_id
+from gpuaudit.kube.shapes import as_map, object_id
 from gpuaudit.model import Document, Finding
 from gpuaudit.model.cluster_builder import build_cluster_state
 from gpuaudit.model.workload_builder import build_workloads
@@ -126,9 +126,7 @@ def _holds_credential(words: list[Any]) -> bool:
     if any(looks_like_credential(t) for t in texts):
         return True
     # --hf-token VALUE: the flag alone, its value the next word
-    return any(
-        t.startswith("-") and "=" not in t and credential_name(t.lstrip("-")) for t in texts[:-1]
-    )
+    return any(t.startswith("-") and "=" not in t and credential_name(t.lstrip("-")) for t in texts[:-1])
 
 
 def redacted(obj: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
@@ -193,10 +191,12 @@ def telemetry_window(snapshot: Mapping[str, Any]) -> str | None:
     telemetry = snapshot.get("telemetry")
     if not isinstance(telemetry, Mapping) or not (telemetry.get("gpus") or telemetry.get("pods")):
         return None
-    window = telemetry.get("window") if isinstance(telemetry.get("window"), Mapping) else {}
+    window = as_map(telemetry.get("window"))
     seconds = window.get("seconds")
-    span = f"{seconds / 86400:g} days" if isinstance(seconds, (int, float)) and seconds >= 86400 else (
-        f"{seconds / 3600:g} h" if isinstance(seconds, (int, float)) else "its window"
+    span = (
+        f"{seconds / 86400:g} days"
+        if isinstance(seconds, (int, float)) and seconds >= 86400
+        else (f"{seconds / 3600:g} h" if isinstance(seconds, (int, float)) else "its window")
     )
     end = window.get("end") or window.get("until")
     return f"{span}{f' to {end}' if end else ''}"
@@ -307,7 +307,7 @@ def live_items(
         r = finding.resource
         where = f"{r.kind} {r.namespace + '/' if r.namespace else ''}{r.name}"
         on_pod = subject is not None and subject.target == "pod" and subject.document is None
-        pod = index.pod(r.namespace or "", str(subject.facts.get("pod") or "")) if on_pod else None
+        pod = index.pod(r.namespace or "", subject.facts_as(PodFacts).pod or "") if on_pod else None
         if pod is not None:
             top = index.top(pod, where)
             if top.key is None or top.key not in objects:
@@ -350,7 +350,7 @@ def live_items(
 
 def _node_peaks(snapshot: Mapping[str, Any]) -> dict[str, float]:
     """Per node, the largest GPU memory a pod used over the telemetry window (MiB)."""
-    telemetry = snapshot.get("telemetry") if isinstance(snapshot.get("telemetry"), Mapping) else {}
+    telemetry = as_map(snapshot.get("telemetry"))
     peaks: dict[str, float] = {}
     for row in telemetry.get("gpus") or []:
         value, node = row.get("fb_used_max_mib"), row.get("node")

@@ -21,8 +21,10 @@ from gpuaudit.engine.rules import Rule
 from gpuaudit.facts import Subject
 from gpuaudit.facts import workload as workload_facts
 from gpuaudit.facts.context import Context
+from gpuaudit.facts.types import PodFacts
 from gpuaudit.kube.owners import INTERMEDIATE_KINDS, OwnerKey, OwnerWalk
 from gpuaudit.kube.podspecs import KindLocator, group_of
+from gpuaudit.kube.shapes import as_map
 from gpuaudit.model import Document, Finding, PodTemplate, Resource, Workload
 from gpuaudit.model.workload_builder import build_workloads
 
@@ -111,7 +113,7 @@ def on_owner(
         (
             s
             for s in workload_facts.subjects(workload, context)
-            if s.target == "pod" and s.facts.get("pointer") == template.pointer
+            if s.target == "pod" and s.typed.pointer == template.pointer
         ),
         None,
     )
@@ -134,7 +136,7 @@ def on_owner(
         )
     severity = rule.severity_for(facts)
     if severity is None:
-        return f"{owner.kind} {owner.name} is a {facts.get('purpose')}: {rule.id} does not apply to it"
+        return f"{owner.kind} {owner.name} is a {subject.facts_as(PodFacts).purpose}: {rule.id} does not apply to it"
     return make_finding(rule, subject, severity=severity)
 
 
@@ -142,11 +144,11 @@ def _template_for(pod: Mapping[str, Any], workload: Workload) -> PodTemplate | N
     """The owner template the pod was made from: the one whose containers the
     pod runs (injected sidecars aside), then the one whose role a pod label
     names (replica type, group name, task name)."""
-    spec = pod.get("spec") if isinstance(pod.get("spec"), Mapping) else {}
+    spec = as_map(pod.get("spec"))
     running = {str(c.get("name")) for c in spec.get("containers") or [] if isinstance(c, Mapping)}
     candidates = [t for t in workload.templates if t.containers and {c.name for c in t.containers} <= running]
     if len(candidates) > 1:
-        meta = pod.get("metadata") if isinstance(pod.get("metadata"), Mapping) else {}
+        meta = as_map(pod.get("metadata"))
         labels = {str(v).lower() for v in (meta.get("labels") or {}).values()}
         candidates = [t for t in candidates if t.role.lower() in labels] or candidates
         widest = max(len(t.containers) for t in candidates)

@@ -276,7 +276,7 @@ def _plan_once(
             # An earlier change of the same remediation on this object already
             # did what this finding asks (two rules about one whole GPU): it
             # fixes this one too, rather than a decline that contradicts it.
-            pointer = str(finding.subject.facts.get("pointer") or "")
+            pointer = finding.subject.typed.pointer or ""
             same = [
                 c
                 for c in plan.changes
@@ -389,7 +389,7 @@ def _context(
         # the facts were computed at.
         workloads, _ = build_workloads([working], locators)
         templates_ = [t for w in workloads for t in w.templates]
-        pointer = facts.get("pointer")
+        pointer = finding.subject.typed.pointer
         if finding.subject.target == "pod":
             template = next((t for t in templates_ if t.pointer == pointer), None)
         else:

@@ -41,8 +41,7 @@ def finding_key(finding: Finding) -> tuple[Any, ...]:
     subject it judged (the pod template or container, by its pointer into the
     object). Not the field it points at: a patch that adds a GPU limit moves
     the pointer of a finding about that GPU without making it another one."""
-    facts = finding.subject.facts if finding.subject is not None else {}
-    subject = facts.get("pointer") if isinstance(facts.get("pointer"), str) else None
+    subject = finding.subject.typed.pointer if finding.subject is not None else None
     if subject is None:
         doc = finding.subject.document if finding.subject is not None else None
         subject = pointers.relative(finding.location.pointer, doc.base if doc else "")
@@ -65,10 +64,10 @@ def verify(
     the built objects are also checked for coherence against the originals
     (``world``: every object of the inputs, for what advertises resources)."""
     result = Verification()
-    expected = {k: after for k, (_, after) in plan.expected.items()}
+    expected: dict[ObjectId, Mapping[str, Any]] = {k: after for k, (_, after) in plan.expected.items()}
     for change in plan.changes:
-        for obj in change.new_objects:
-            expected[object_id(obj)] = dict(obj)
+        for new in change.new_objects:
+            expected[object_id(new)] = dict(new)
     seen = set()
     for obj in built:
         oid = object_id(obj)

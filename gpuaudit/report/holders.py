@@ -16,8 +16,10 @@ from typing import Any
 
 import msgspec
 
+from gpuaudit.facts import Subject
 from gpuaudit.facts.capacity import physical_gpus
 from gpuaudit.facts.scheduling import selects_node, untolerated_taints
+from gpuaudit.facts.types import PodFacts
 from gpuaudit.kube.labels import HOSTNAME_LABEL
 from gpuaudit.kube.requests import pod_requests
 from gpuaudit.kube.shapes import as_map
@@ -239,7 +241,7 @@ def gpu_needs(pod: PodState) -> dict[str, float]:
 
 def collect(
     state: ClusterState,
-    pod_facts: Mapping[tuple[str, str], Mapping[str, Any]],
+    pod_facts: Mapping[tuple[str, str], Subject],
     thresholds: Thresholds,
     *,
     team_label: str | None = None,
@@ -259,9 +261,10 @@ def collect(
     admission = Admission(gpu_nodes.values())
     held: dict[str, float] = {}
     for pod in state.pods:
-        facts = pod_facts.get((pod.namespace, pod.name))
-        if facts is None:  # not a GPU pod, or finished
+        subject = pod_facts.get((pod.namespace, pod.name))
+        if subject is None:  # not a GPU pod, or finished
             continue
+        facts = subject.facts_as(PodFacts)
         if pod.holds_gpus and pod.node:
             node = gpu_nodes.get(pod.node)
             if node is None:  # bound to a node that is gone or has no GPUs
@@ -269,7 +272,8 @@ def collect(
             share, whole, profiles = physical_gpus(pod, node)
             if share <= 0:
                 continue
-            telemetry = facts.get("telemetry")
+            # Handed on as the document holds it: the review reads its keys (Holder.telemetry).
+            telemetry = subject.facts.get("telemetry")
             holders.append(
                 Holder(
                     namespace=pod.namespace,
@@ -286,13 +290,13 @@ def collect(
                     state=classify(telemetry, thresholds),
                     telemetry=telemetry,
                     requests=pod_requests(as_map(pod.workload.document.obj.get("spec"))),
-                    stuck=(facts.get("status") or {}).get("stuck_reason"),
+                    stuck=facts.status.stuck_reason if facts.status else None,
                 )
             )
             held[pod.node] = held.get(pod.node, 0.0) + share
-        elif (facts.get("pending") or {}).get("pending"):
-            pending = facts["pending"]
-            product = (facts.get("placement") or {}).get("gpu_product") or {}
+        elif facts.pending and facts.pending.pending:
+            pending = facts.pending
+            product = facts.placement.gpu_product
             spec = as_map(pod.workload.document.obj.get("spec"))
             waiting.append(
                 Waiting(
@@ -301,11 +305,11 @@ def collect(
                     owner_kind=pod.owner.kind,
                     owner=pod.owner.name,
                     team=team_of(pod, team_label),
-                    gpus=float((facts.get("gpu") or {}).get("count") or 0.0),
-                    cause=str(pending.get("cause") or "unknown"),
-                    message=pending.get("message"),
-                    model=product.get("model") if isinstance(product, Mapping) else None,
-                    eligible=(facts.get("placement") or {}).get("eligible_gpu_nodes"),
+                    gpus=float(facts.gpu.count or 0.0),
+                    cause=str(pending.cause or "unknown"),
+                    message=pending.message,
+                    model=product.model if product else None,
+                    eligible=facts.placement.eligible_gpu_nodes,
                     nodes=admission.of(spec, gpu_needs(pod), pod_requests(spec)),
                 )
             )
@@ -340,10 +344,11 @@ def _room(node: Node, requested: tuple[float, float]) -> tuple[float, float] | N
     return node.cpu_allocatable - requested[0], node.memory_allocatable - requested[1]
 
 
-def pod_fact_index(subjects: Iterable[Any]) -> dict[tuple[str, str], Mapping[str, Any]]:
-    """(namespace, pod) -> the pod fact document, from an audit's subjects."""
-    return {
-        (str(s.facts.get("namespace") or ""), str(s.facts.get("pod"))): s.facts
-        for s in subjects
-        if s.target == "pod" and s.scope == "cluster"
-    }
+def pod_fact_index(subjects: Iterable[Subject]) -> dict[tuple[str, str], Subject]:
+    """(namespace, pod) -> the live pod's subject, from an audit's subjects."""
+    index = {}
+    for s in subjects:
+        if s.target == "pod" and s.scope == "cluster":
+            facts = s.facts_as(PodFacts)
+            index[(facts.namespace, str(facts.pod))] = s
+    return index

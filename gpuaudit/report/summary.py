@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
+from gpuaudit.facts.types import PodFacts
 from gpuaudit.kube.timestamps import parse_time
 from gpuaudit.model import CATEGORIES, Finding
 from gpuaudit.report.gate import ANY_MODEL, STALE_HOURS
@@ -193,7 +194,9 @@ def _activity_values(holders: Sequence[Holder]) -> dict[str, Any]:
         "vram_used_ratio": rounded(used / capacity) if capacity else None,
         "vram_used_mib": round(used) if measured and capacity else None,
         "memory_bandwidth": rounded(_weighted(measured, lambda t: t.get("dram_active_mean"))),
-        "pcie_bps_per_gpu": round(sum(h.telemetry["pcie_mean_bps"] for h in pcie) / pcie_gpus) if pcie_gpus else None,
+        "pcie_bps_per_gpu": (
+            round(sum((h.telemetry or {})["pcie_mean_bps"] for h in pcie) / pcie_gpus) if pcie_gpus else None
+        ),
         "tensor_active": rounded(_weighted(measured, lambda t: t.get("tensor_active_mean"))),
         "occupancy": rounded(_weighted(measured, lambda t: t.get("occupancy_mean"))),
     }
@@ -321,13 +324,13 @@ def hardware_demand(inventory: Inventory) -> dict[str, Any]:
     excluded = []
     others = _group((w for w in inventory.waiting if not w.hardware_demand), lambda w: w.cause)
     for cause in [*PENDING_CAUSES, *sorted(set(others) - set(PENDING_CAUSES))]:
-        members = others.get(cause)
-        if members:
+        waiting = others.get(cause)
+        if waiting:
             excluded.append(
                 {
                     "cause": cause,
-                    "pods": len(members),
-                    "gpus": r1(sum(w.gpus for w in members)),
+                    "pods": len(waiting),
+                    "gpus": r1(sum(w.gpus for w in waiting)),
                     "reason": NOT_HARDWARE.get(cause, "not a lack of GPUs"),
                 }
             )
@@ -436,7 +439,7 @@ def showback(inventory: Inventory, prices: Prices, share_unallocated: bool = Fal
         elif spare and unallocated is not None:
             unallocated += spare * price * HOURS_PER_MONTH  # type: ignore[operator]
     held_total = sum(h.gpus for h in inventory.holders)
-    rows = []
+    rows: list[dict[str, Any]] = []
     for team, members in _group(inventory.holders, lambda h: h.team).items():
         allocated = idle = 0.0
         priced = True
@@ -485,13 +488,14 @@ def finding_keys(finding: Finding) -> list[tuple[str, ...]]:
     covers (``pods`` in its evidence: one finding per workload), ("node",
     name) for a node; nothing for a cluster, config or manifest finding."""
     subject = finding.subject
-    facts: Mapping[str, Any] = subject.facts if subject is not None else {}
     target = subject.target if subject is not None else None
     evidence = finding.evidence
     res = finding.resource
     if target == "pod" or "pod" in evidence:
-        namespace = str(facts.get("namespace") or res.namespace or "")
-        names = evidence.get("pods") or [facts.get("pod") or evidence.get("pod") or ""]
+        facts = subject.typed if subject is not None else None
+        namespace = str(getattr(facts, "namespace", None) or res.namespace or "")  # a node's facts have none
+        pod = facts.pod if isinstance(facts, PodFacts) else None
+        names = evidence.get("pods") or [pod or evidence.get("pod") or ""]
         return [("pod", namespace, str(name)) for name in names]
     if target == "node":
         return [("node", res.name)]
