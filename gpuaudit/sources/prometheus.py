@@ -33,25 +33,22 @@ The server is not trusted:
 - an answer may take at most ``max_response_bytes`` (a telemetry param,
   default :data:`MAX_RESPONSE_BYTES`) and nest at most
   :data:`MAX_JSON_DEPTH` levels; beyond either it is that query's error.
+
+The HTTP of it (credentials, redirects, the deadline, the bound) is
+``webclient.OriginClient``'s; this module asks Prometheus' API and reads its
+answers.
 """
 
 from __future__ import annotations
 
-import base64
-import http.client
 import itertools
 import json
 import math
 import re
-import ssl
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta, timezone
-from email.message import Message
 from typing import Any
-from urllib.parse import unquote, urlencode, urljoin, urlsplit, urlunsplit
 
 import msgspec
 
@@ -59,17 +56,13 @@ from gpuaudit.model import telemetry
 from gpuaudit.model.telemetry import TelemetryUnavailable
 from gpuaudit.sources import promql
 from gpuaudit.sources.promql import Candidate, Field, QuerySpec
-from gpuaudit.webclient import Watchdog as _Watchdog
-from gpuaudit.webclient import guarded_opener
+from gpuaudit.webclient import OriginClient, RequestFailed, is_http_url, without_userinfo
 
 __all__ = ["DEFAULT_DEADLINE_S", "MAX_JSON_DEPTH", "MAX_RESPONSE_BYTES", "TelemetryUnavailable",
            "query_telemetry"]
 
 _MERGE_TO_COMBINE = {"avg": "mean", "max": "max", "min": "min", "sum": "sum"}
 _TOO_LARGE = {413, 414, 431}
-_REDIRECTS = {301, 302, 303, 307, 308}
-_MAX_REDIRECTS = 5
-_DEFAULT_PORTS = {"http": 80, "https": 443}
 # After this many transport failures (timeouts, refused connections) in a row the
 # server is down or drowning; stop sending it more work.
 _MAX_TRANSPORT_FAILURES = 2
@@ -80,8 +73,7 @@ MAX_RESPONSE_BYTES = 256 * 2**20
 DEFAULT_DEADLINE_S = 600.0
 # A Prometheus answer nests 5 levels ({data: {result: [{metric: {}, value: []}]}}).
 MAX_JSON_DEPTH = 64
-# Bytes of an error answer kept for its message; characters of server text kept.
-_ERROR_BODY_BYTES = 4096
+# Characters of server text kept in a message.
 _TEXT_CHARS = 300
 _MAX_WARNINGS = 10
 
@@ -95,14 +87,6 @@ class _QueryFailed(Exception):
         self.status = status
 
 
-def _redact(url: str) -> str:
-    """The URL without user:password@."""
-    parts = urlsplit(url)
-    if "@" not in parts.netloc:
-        return url
-    return urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
-
-
 def _clip(value: Any, limit: int = _TEXT_CHARS) -> str:
     text = value if isinstance(value, str) else str(value)
     return text if len(text) <= limit else text[:limit] + "…"
@@ -112,36 +96,7 @@ def _seconds(value: float) -> str:
     return f"{value:.3g}"
 
 
-def _origin(url: str) -> tuple[str, str, int | None]:
-    """(scheme, host, port): where credentials may go. Raises ValueError on a bad port."""
-    parts = urlsplit(url)
-    scheme = parts.scheme.lower()
-    return scheme, (parts.hostname or "").lower(), parts.port or _DEFAULT_PORTS.get(scheme)
-
-
 # --- reading an answer ------------------------------------------------------------------
-
-
-def _read_body(resp: http.client.HTTPResponse, limit: int, *, truncate: bool = False) -> bytearray:
-    """At most ``limit`` bytes; more is an error unless ``truncate``."""
-    length = resp.headers.get("Content-Length", "").strip()
-    if not truncate and length.isdigit() and int(length) > limit:
-        raise _QueryFailed(f"answer of {int(length):,} bytes refused: the limit is {limit:,} "
-                           "bytes (telemetry param max_response_bytes)")
-    body = bytearray()
-    while len(body) <= limit:
-        chunk = resp.read(min(2**20, limit + 1 - len(body)))
-        if not chunk:
-            missing = getattr(resp, "length", None)  # of a Content-Length, still unread
-            if missing and not truncate:
-                raise _QueryFailed(f"answer cut short: {len(body):,} bytes, {missing:,} more "
-                                   "announced", transport=True)
-            return body  # json.loads takes a bytearray: no copy of a large answer
-        body += chunk
-    if truncate:
-        return body[:limit]
-    raise _QueryFailed(f"answer larger than {limit:,} bytes: not read further "
-                       "(telemetry param max_response_bytes)")
 
 
 def _too_deep(value: Any, limit: int) -> bool:
@@ -155,7 +110,7 @@ def _too_deep(value: Any, limit: int) -> bool:
     return False
 
 
-def _parse_json(raw: bytes) -> Any:
+def _parse_json(raw: bytes | bytearray) -> Any:
     """The JSON value; an invalid or absurdly nested one is a failed query."""
     deep = _QueryFailed(f"invalid answer: JSON nested more than {MAX_JSON_DEPTH} levels deep")
     try:
@@ -170,39 +125,26 @@ def _parse_json(raw: bytes) -> Any:
 
 
 class _Client:
-    """POSTs form-encoded queries (no URL length limits); falls back to GET
-    once a server or proxy answers 405. Follows redirects within the origin
-    of ``url`` only; each request ends within ``timeout`` seconds of wall
-    clock, and none starts after ``stop_at`` (``time.monotonic()``)."""
+    """Prometheus' HTTP API at one URL: POSTs form-encoded queries (no URL
+    length limits); falls back to GET once a server or proxy answers 405.
+    ``http`` carries them, by its rules (credentials, redirects, deadlines)."""
 
-    def __init__(self, url: str, *, headers: Mapping[str, str], context: ssl.SSLContext,
-                 timeout: float, stop_at: float, deadline: float, max_response_bytes: int):
-        self.base = url.rstrip("/")
-        self.endpoint = _redact(self.base)
-        self.origin = _origin(self.base)
-        self.headers = dict(headers)
-        self.context = context
-        self.timeout = timeout
-        self.stop_at = stop_at
-        self.deadline = deadline
-        self.max_response_bytes = max_response_bytes
+    def __init__(self, http: OriginClient):
+        self.http = http
+        self.endpoint = http.endpoint
         self.method = "POST"
-        self.sent = 0
         self.warnings: list[str] = []  # of the last successful call
 
-    def out_of_time(self) -> bool:
-        return time.monotonic() >= self.stop_at
+    @property
+    def sent(self) -> int:
+        return self.http.sent
 
-    def _budget(self) -> float:
-        """Seconds the next request may take: ``timeout``, less near the deadline."""
-        left = self.stop_at - time.monotonic()
-        if left <= 0:
-            raise _QueryFailed(f"not sent: the telemetry deadline of {_seconds(self.deadline)}s passed")
-        return min(self.timeout, left)
+    def out_of_time(self) -> bool:
+        return time.monotonic() >= self.http.stop_at
 
     def instant(self, query: str, at: float) -> list[dict[str, Any]]:
         # Prometheus durations take no fractions: milliseconds
-        budget = min(self.timeout, max(0.0, self.stop_at - time.monotonic()))
+        budget = min(self.http.timeout, max(0.0, self.http.stop_at - time.monotonic()))
         form = {"query": query, "time": f"{at:.3f}",
                 "timeout": f"{max(1, round(budget * 1000))}ms"}
         data = self._call("/api/v1/query", form)
@@ -239,86 +181,16 @@ class _Client:
             raise
 
     def _send(self, path: str, form: Mapping[str, str], method: str) -> Any:
-        encoded = urlencode(form)
-        url = self.base + path
-        if method == "GET":
-            url = f"{url}?{encoded}"
-        for _ in range(_MAX_REDIRECTS + 1):
-            status, reason, headers, raw = self._exchange(url, method, encoded)
-            if status in _REDIRECTS:
-                url, method = self._follow(url, path, status, headers.get("Location"), method,
-                                           encoded)
-                continue
-            if not 200 <= status < 300:
-                raise _QueryFailed(_http_message(status, reason, raw), status=status,
-                                   too_large=status in _TOO_LARGE)
-            return self._payload(raw)
-        raise _QueryFailed(f"more than {_MAX_REDIRECTS} redirects from {_redact(self.base + path)}")
-
-    def _follow(self, url: str, path: str, status: int, location: str | None, method: str,
-                encoded: str) -> tuple[str, str]:
-        """Where a redirect leads, if it stays within the origin: a redirect to
-        another scheme, host or port would take the credentials with it."""
-        if not location:
-            raise _QueryFailed(f"HTTP {status} redirect without a Location")
-        target = urljoin(url, location.strip())
-        shown = _clip(_redact(target), 200)
         try:
-            same = _origin(target) == self.origin
-        except ValueError:
-            same = False
-        if not same:
-            raise _QueryFailed(
-                f"HTTP {status} redirect from {_redact(url.split('?')[0])} to {shown} not "
-                "followed: it leaves the origin (scheme, host, port) of the Prometheus URL, "
-                "and credentials and headers are never sent to another origin; if that is "
-                "the right server, give its address as the Prometheus URL")
-        parts = urlsplit(target)
-        if parts.path.endswith(path):
-            # a path prefix (a proxy): send every later query there directly
-            prefix = parts.path[: len(parts.path) - len(path)]
-            self.base = urlunsplit((parts.scheme, parts.netloc, prefix, "", "")).rstrip("/")
-        if status == 303:
-            method = "GET"
-        if method == "GET" and not parts.query:
-            target = urlunsplit(parts._replace(query=encoded, fragment=""))
-        return target, method
+            answer = self.http.request(path, form, method)
+        except RequestFailed as exc:
+            raise _QueryFailed(str(exc), transport=exc.transport) from None
+        if not 200 <= answer.status < 300:
+            raise _QueryFailed(_http_message(answer.status, answer.reason, answer.body), status=answer.status,
+                               too_large=answer.status in _TOO_LARGE)
+        return self._payload(answer.body)
 
-    def _exchange(self, url: str, method: str, encoded: str) -> tuple[int, str, Message, bytes]:
-        """One HTTP request: the status, reason, headers and body (the body of
-        a redirect is not read, that of an error only its start)."""
-        budget = self._budget()
-        headers = {"Accept": "application/json", **self.headers}
-        body = None
-        if method == "POST":
-            body = encoded.encode()
-            headers["Content-Type"] = "application/x-www-form-urlencoded"
-        request = urllib.request.Request(url, data=body, headers=headers, method=method)
-        timed_out = f"timed out after {_seconds(budget)}s"
-        self.sent += 1
-        with _Watchdog(budget) as watchdog:
-            opener = guarded_opener(watchdog, self.context)
-            try:
-                with opener.open(request, timeout=budget) as resp:
-                    status, reason, head = resp.status, resp.reason, resp.headers
-                    raw = b""
-                    if 200 <= status < 300:
-                        raw = _read_body(resp, self.max_response_bytes)
-                    elif status not in _REDIRECTS:
-                        raw = _read_body(resp, _ERROR_BODY_BYTES, truncate=True)
-            except (_QueryFailed, OSError, http.client.HTTPException, ValueError) as exc:
-                if watchdog.fired:  # whatever the cut made of the answer
-                    raise _QueryFailed(f"{timed_out} (no complete answer in that time)",
-                                       transport=True) from None
-                if isinstance(exc, _QueryFailed):
-                    raise
-                raise _QueryFailed(_transport_message(exc, timed_out), transport=True) from None
-            if watchdog.fired:  # a close-delimited body cut short by the watchdog
-                raise _QueryFailed(f"{timed_out} (no complete answer in that time)",
-                                   transport=True)
-        return status, reason, head, raw
-
-    def _payload(self, raw: bytes) -> Any:
+    def _payload(self, raw: bytes | bytearray) -> Any:
         payload = _parse_json(raw)
         if not isinstance(payload, dict):
             raise _QueryFailed("response is not a JSON object")
@@ -331,17 +203,6 @@ class _Client:
         if len(warnings) > _MAX_WARNINGS:
             self.warnings.append(f"{len(warnings) - _MAX_WARNINGS:,} more warnings not shown")
         return payload.get("data")
-
-
-def _transport_message(exc: OSError | http.client.HTTPException | ValueError, timed_out: str) -> str:
-    reason = exc.reason if isinstance(exc, urllib.error.URLError) else exc
-    if isinstance(reason, TimeoutError):
-        return timed_out
-    if isinstance(exc, urllib.error.URLError):
-        return f"cannot connect: {_clip(reason)}"
-    if isinstance(exc, (http.client.HTTPException, ValueError)):
-        return f"HTTP exchange failed: {type(exc).__name__}: {_clip(exc)}"
-    return f"connection failed: {_clip(exc)}"
 
 
 def _series(item: Mapping[str, Any]) -> dict[str, Any]:
@@ -363,7 +224,7 @@ def _prometheus_message(payload: Mapping[str, Any]) -> str:
     return f"{_clip(kind, 60)}: {_clip(payload.get('error') or 'query failed')}"
 
 
-def _http_message(status: int, reason: str, raw: bytes) -> str:
+def _http_message(status: int, reason: str, raw: bytes | bytearray) -> str:
     detail = raw.decode("utf-8", "replace").strip()[:200]
     try:
         payload = _parse_json(raw)
@@ -372,31 +233,6 @@ def _http_message(status: int, reason: str, raw: bytes) -> str:
     if isinstance(payload, dict) and payload.get("error"):
         detail = _prometheus_message(payload)
     return f"HTTP {status} {_clip(reason, 60)}" + (f": {detail}" if detail else "")
-
-
-def _auth_headers(headers: Mapping[str, str] | None, bearer_token: str | None,
-                  basic_auth: tuple[str, str] | None) -> dict[str, str]:
-    out = dict(headers or {})
-    if bearer_token:
-        out["Authorization"] = f"Bearer {bearer_token}"
-    elif basic_auth:
-        user, password = basic_auth
-        token = base64.b64encode(f"{user}:{password}".encode()).decode()
-        out["Authorization"] = f"Basic {token}"
-    return out
-
-
-def _split_userinfo(url: str, basic_auth: tuple[str, str] | None
-                    ) -> tuple[str, tuple[str, str] | None]:
-    """``http://user:pw@host`` -> the URL without them, and them as basic auth
-    (unless other credentials are given): user info is never sent in the URL."""
-    parts = urlsplit(url)
-    if "@" not in parts.netloc:
-        return url, basic_auth
-    userinfo, _, host = parts.netloc.rpartition("@")
-    user, _, password = userinfo.partition(":")
-    return (urlunsplit(parts._replace(netloc=host)),
-            basic_auth or (unquote(user), unquote(password)))
 
 
 def _positive_int(params: Mapping[str, Any], name: str, default: int, endpoint: str) -> int:
@@ -541,14 +377,8 @@ def query_telemetry(url: str, *, window_seconds: int, end: datetime | None = Non
     if not timeout > 0 or not deadline > 0:
         raise ValueError("timeout and deadline must be positive")
     stop_at = time.monotonic() + deadline
-    url, basic_auth = _split_userinfo(url, basic_auth)
-    endpoint = _redact(url.rstrip("/"))
-    try:
-        _origin(url)
-        valid = urlsplit(url).scheme.lower() in _DEFAULT_PORTS and bool(urlsplit(url).hostname)
-    except ValueError:
-        valid = False
-    if not valid:
+    endpoint = without_userinfo(url.rstrip("/"))
+    if not is_http_url(url):
         raise TelemetryUnavailable(f"Prometheus at {_clip(endpoint, 200)}: not an http:// or "
                                    "https:// URL with a host and a valid port")
     spec = promql.load_queries(queries)
@@ -559,14 +389,15 @@ def query_telemetry(url: str, *, window_seconds: int, end: datetime | None = Non
     if end.tzinfo is None:
         end = end.replace(tzinfo=timezone.utc)
     start = end - timedelta(seconds=window_seconds)
+    out_of_time = f"not sent: the telemetry deadline of {_seconds(deadline)}s passed"
     try:
-        context = ssl.create_default_context(cafile=ca_bundle)
-    except OSError as exc:  # ssl.SSLError is one
-        raise TelemetryUnavailable(f"Prometheus at {endpoint}: cannot use the CA bundle "
-                                   f"{ca_bundle}: {_clip(exc)}") from None
-    client = _Client(url, headers=_auth_headers(headers, bearer_token, basic_auth),
-                     context=context, timeout=timeout, stop_at=stop_at, deadline=deadline,
-                     max_response_bytes=max_response)
+        http = OriginClient(url, what="Prometheus", headers={"Accept": "application/json", **(headers or {})},
+                            bearer_token=bearer_token, basic_auth=basic_auth, ca_bundle=ca_bundle,
+                            timeout=timeout, stop_at=stop_at, too_late=out_of_time,
+                            max_bytes=max_response, limit_name="telemetry param max_response_bytes")
+    except RequestFailed as exc:  # the CA bundle
+        raise TelemetryUnavailable(f"Prometheus at {endpoint}: {exc}") from None
+    client = _Client(http)
     errors: list[dict[str, str]] = []
 
     def record(query: str, message: str) -> None:
@@ -629,9 +460,6 @@ def query_telemetry(url: str, *, window_seconds: int, end: datetime | None = Non
     succeeded = 0
     transport_failures = 0
     aborted: str | None = None
-
-    out_of_time = f"not sent: the telemetry deadline of {_seconds(deadline)}s passed"
-
     failed: set[str] = set()
 
     def run(field: Field, chunk: list[tuple[str, str]] | None, shard: str,
