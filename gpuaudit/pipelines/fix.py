@@ -33,7 +33,7 @@ from gpuaudit.remediate.planners.sharing import sharing_configs
 from gpuaudit.safetext import one_line
 from gpuaudit.sources import kustomize
 from gpuaudit.sources.inputs import InputOptions
-from gpuaudit.sources.manifests import read_paths
+from gpuaudit.sources.manifests import read_each, read_paths
 from gpuaudit.sources.units import KUSTOMIZATION_FILES
 from gpuaudit.sources.user_config import Config
 
@@ -122,10 +122,13 @@ def read_fix_inputs(
         else:
             plain.append(path)
     if plain:
-        read = read_paths(plain)
-        inputs.documents.extend(read.documents)
-        inputs.bare.extend(read.bare)
-        result = check_manifests(plain, config, rules, options=InputOptions(load_anywhere=kustomize_load_anywhere))
+        # Each file is parsed once: the check judges the documents read here.
+        files = read_each(plain)
+        documents = [d for _, read in files for d in read.documents]
+        inputs.documents.extend(documents)
+        inputs.bare.extend(d for _, read in files for d in read.bare)
+        options = InputOptions(load_anywhere=kustomize_load_anywhere)
+        result = check_manifests(plain, config, rules, options=options, read=dict(files))
         inputs.errors.extend(result.errors)
         sources: dict[str, Source] = {}
         for finding in result.findings:
@@ -135,7 +138,7 @@ def read_fix_inputs(
                 sources[file] = _file_source(Path(file))
             inputs.items.append((finding, sources[file]))
             inputs.findings.append(finding)
-        for doc in read.documents:
+        for doc in documents:
             source = sources.get(doc.file)
             if source is not None and source.problem is None:
                 inputs.originals[object_id(doc.obj)] = dict(doc.obj)
@@ -188,14 +191,14 @@ def _read_package(path: Path, config: Config, rules: Sequence[Rule], inputs: Inp
         return
     ids, problem = describe_manifests(text)
     source = Source(label, path, "kustomize", ids, problem, unrestricted)
-    result = check_manifests(["-"], config, rules, stdin_text=text)
+    read = read_paths(["-"], stdin_text=text)  # parsed once: the check judges these documents
+    result = check_manifests(["-"], config, rules, read={"-": read})
     inputs.errors.extend(InputError(label, e.line, e.message, e.level) for e in result.errors if e.level == "error")
     for finding in result.findings:
         inputs.items.append((finding, source))
         inputs.findings.append(finding)
         if finding.subject is not None and finding.subject.document is not None:
             inputs.labels[id(finding.subject.document)] = label
-    read = read_paths(["-"], stdin_text=text)
     inputs.documents.extend(read.documents)
     inputs.bare.extend(read.bare)
     for doc in read.documents:
