@@ -21,7 +21,7 @@ from gpuaudit.facts.context import Site, build_context
 from gpuaudit.files import UnsafePathError, WriteError, inside, make_folders, write_atomic
 from gpuaudit.kube.shapes import ObjectId, object_id
 from gpuaudit.model import Document, Finding, InputError
-from gpuaudit.model.workload_builder import build_workloads
+from gpuaudit.model.workload_builder import WorkloadMemo, build_workloads
 from gpuaudit.pipelines import fix_live
 from gpuaudit.pipelines.audit import audit_cluster
 from gpuaudit.pipelines.check import check_manifests, manifest_subjects
@@ -59,12 +59,14 @@ def plan_fix(
         inputs = read_live(snapshot or {}, snapshot_label, config, rules, telemetry_problem)
     inputs.snapshot = snapshot
     run = run_state(inputs, config, snapshot, snapshot_label)
+    memo = WorkloadMemo()  # the planner's passes and the rechecks ask about the same objects
     plan = plan_fixes(
         inputs.items,
         locators_for(config),
         Settings(site=dict(config.site), overrides=dict(overrides)),
         run,
-        None if inputs.live else rechecker(config, rules, inputs),
+        None if inputs.live else rechecker(config, rules, inputs, memo),
+        memo=memo,
     )
     return plan, inputs
 
@@ -206,9 +208,11 @@ def _read_package(path: Path, config: Config, rules: Sequence[Rule], inputs: Inp
     inputs.files.update(path.resolve() / n for n in KUSTOMIZATION_FILES)
 
 
-def rechecker(config: Config, rules: Sequence[Rule], inputs: Inputs):
+def rechecker(config: Config, rules: Sequence[Rule], inputs: Inputs, memo: WorkloadMemo | None = None):
     """Whether a finding's rule still reports it on an object as patched so
-    far, judged with what the rest of the input says (facts.context)."""
+    far, judged with what the rest of the input says (facts.context).
+    ``memo``: the workloads of objects asked about before (the planner's passes)."""
+    memo = memo or WorkloadMemo()
     by_id = {r.id: r for r in rules}
     locators = locators_for(config)
     workloads, _ = build_workloads(inputs.documents, locators)
@@ -220,7 +224,7 @@ def rechecker(config: Config, rules: Sequence[Rule], inputs: Inputs):
         if rule is None:
             return True
         doc = Document(dict(obj), "", 1)
-        patched, _ = build_workloads([doc], locators)
+        patched, _ = memo.build(doc, locators)
         subjects = manifest_subjects([doc], patched, context)
         found = evaluate([rule], subjects, inputs=have, exemptions=config.exemptions)
         return verify.finding_key(finding) in {verify.finding_key(f) for f in found.findings}
