@@ -8,6 +8,7 @@ on that field's line, never a crash or a silent zero.
 
 from __future__ import annotations
 
+import pickle
 import re
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
@@ -79,6 +80,41 @@ def build_workloads(
                 )
         workloads.append(Workload(doc, group, kl.workload_class if kl else "other", templates))
     return workloads, errors
+
+
+class WorkloadMemo:
+    """build_workloads of one document, remembered by what it holds: `fix`
+    plans in passes (remediate/plan.py) and asks again and again about the
+    same objects (each original, each object as a change left it), most of
+    which a later pass leaves as they were. An object's content is its
+    pickle: key order, types and shared parts included, so the same bytes
+    build the same workloads. The workloads share the dicts of the object
+    first built: objects asked about must not be changed in place."""
+
+    def __init__(self) -> None:
+        self.asked = 0  # documents asked about
+        self.built = 0  # of them, those built (not remembered)
+        self._known: dict[tuple[Any, ...], tuple[Any, tuple[list[Workload], list[InputError]]]] = {}
+
+    def build(
+        self, doc: Document, locators: Mapping[tuple[str, str], KindLocator]
+    ) -> tuple[list[Workload], list[InputError]]:
+        self.asked += 1
+        try:
+            content = pickle.dumps(doc.obj, protocol=pickle.HIGHEST_PROTOCOL)
+        except (pickle.PicklingError, TypeError, AttributeError, RecursionError):
+            content = None
+        if content is None or doc.patched:
+            self.built += 1
+            return build_workloads([doc], locators)
+        # The line map and the table are kept with the entry: their ids stay theirs.
+        key = (content, doc.file, doc.line, doc.base, id(doc.lines) if doc.lines else None, id(locators))
+        entry = self._known.get(key)
+        if entry is None:
+            self.built += 1
+            entry = self._known[key] = ((doc.lines, locators), build_workloads([doc], locators))
+        workloads, errors = entry[1]
+        return list(workloads), list(errors)
 
 
 def is_live_dump(obj: Mapping[str, Any]) -> bool:

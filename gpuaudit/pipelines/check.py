@@ -150,14 +150,17 @@ def check_manifests(
     *,
     options: InputOptions | None = None,
     keep_subjects: bool = True,
+    read: Mapping[str, ReadResult] | None = None,
 ) -> AuditResult:
     """Audit ``paths`` read as ``options`` say (sources/inputs.py).
+    ``read``: files (or stdin, '-') the caller read already, by the name
+    they were read under: judged as read, not read again (`fix`).
 
     Findings keep the Subject they judged (fixes need it) unless
     ``keep_subjects`` is False; then a large input is audited on all cores
     (pipelines/shards.py), since subjects are too big to send between them.
     Either way the findings, errors and their order are the same."""
-    units = gather_units(paths, stdin_text, options)
+    units = gather_units(paths, stdin_text, options, read)
     # Nothing to read still judges once: the rules skipped are reported.
     items = [(unit.name, item) for unit in units for item in unit.items] or [("", ReadResult())]
     order = list(dict.fromkeys(name for name, _ in items))

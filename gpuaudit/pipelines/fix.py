@@ -21,7 +21,7 @@ from gpuaudit.facts.context import Site, build_context
 from gpuaudit.files import UnsafePathError, WriteError, inside, make_folders, write_atomic
 from gpuaudit.kube.shapes import ObjectId, object_id
 from gpuaudit.model import Document, Finding, InputError
-from gpuaudit.model.workload_builder import build_workloads
+from gpuaudit.model.workload_builder import WorkloadMemo, build_workloads
 from gpuaudit.pipelines import fix_live
 from gpuaudit.pipelines.audit import audit_cluster
 from gpuaudit.pipelines.check import check_manifests, manifest_subjects
@@ -33,7 +33,7 @@ from gpuaudit.remediate.planners.sharing import sharing_configs
 from gpuaudit.safetext import one_line
 from gpuaudit.sources import kustomize
 from gpuaudit.sources.inputs import InputOptions
-from gpuaudit.sources.manifests import read_paths
+from gpuaudit.sources.manifests import read_each, read_paths
 from gpuaudit.sources.units import KUSTOMIZATION_FILES
 from gpuaudit.sources.user_config import Config
 
@@ -59,12 +59,14 @@ def plan_fix(
         inputs = read_live(snapshot or {}, snapshot_label, config, rules, telemetry_problem)
     inputs.snapshot = snapshot
     run = run_state(inputs, config, snapshot, snapshot_label)
+    memo = WorkloadMemo()  # the planner's passes and the rechecks ask about the same objects
     plan = plan_fixes(
         inputs.items,
         locators_for(config),
         Settings(site=dict(config.site), overrides=dict(overrides)),
         run,
-        None if inputs.live else rechecker(config, rules, inputs),
+        None if inputs.live else rechecker(config, rules, inputs, memo),
+        memo=memo,
     )
     return plan, inputs
 
@@ -122,10 +124,13 @@ def read_fix_inputs(
         else:
             plain.append(path)
     if plain:
-        read = read_paths(plain)
-        inputs.documents.extend(read.documents)
-        inputs.bare.extend(read.bare)
-        result = check_manifests(plain, config, rules, options=InputOptions(load_anywhere=kustomize_load_anywhere))
+        # Each file is parsed once: the check judges the documents read here.
+        files = read_each(plain)
+        documents = [d for _, read in files for d in read.documents]
+        inputs.documents.extend(documents)
+        inputs.bare.extend(d for _, read in files for d in read.bare)
+        options = InputOptions(load_anywhere=kustomize_load_anywhere)
+        result = check_manifests(plain, config, rules, options=options, read=dict(files))
         inputs.errors.extend(result.errors)
         sources: dict[str, Source] = {}
         for finding in result.findings:
@@ -135,7 +140,7 @@ def read_fix_inputs(
                 sources[file] = _file_source(Path(file))
             inputs.items.append((finding, sources[file]))
             inputs.findings.append(finding)
-        for doc in read.documents:
+        for doc in documents:
             source = sources.get(doc.file)
             if source is not None and source.problem is None:
                 inputs.originals[object_id(doc.obj)] = dict(doc.obj)
@@ -188,14 +193,14 @@ def _read_package(path: Path, config: Config, rules: Sequence[Rule], inputs: Inp
         return
     ids, problem = describe_manifests(text)
     source = Source(label, path, "kustomize", ids, problem, unrestricted)
-    result = check_manifests(["-"], config, rules, stdin_text=text)
+    read = read_paths(["-"], stdin_text=text)  # parsed once: the check judges these documents
+    result = check_manifests(["-"], config, rules, read={"-": read})
     inputs.errors.extend(InputError(label, e.line, e.message, e.level) for e in result.errors if e.level == "error")
     for finding in result.findings:
         inputs.items.append((finding, source))
         inputs.findings.append(finding)
         if finding.subject is not None and finding.subject.document is not None:
             inputs.labels[id(finding.subject.document)] = label
-    read = read_paths(["-"], stdin_text=text)
     inputs.documents.extend(read.documents)
     inputs.bare.extend(read.bare)
     for doc in read.documents:
@@ -203,9 +208,11 @@ def _read_package(path: Path, config: Config, rules: Sequence[Rule], inputs: Inp
     inputs.files.update(path.resolve() / n for n in KUSTOMIZATION_FILES)
 
 
-def rechecker(config: Config, rules: Sequence[Rule], inputs: Inputs):
+def rechecker(config: Config, rules: Sequence[Rule], inputs: Inputs, memo: WorkloadMemo | None = None):
     """Whether a finding's rule still reports it on an object as patched so
-    far, judged with what the rest of the input says (facts.context)."""
+    far, judged with what the rest of the input says (facts.context).
+    ``memo``: the workloads of objects asked about before (the planner's passes)."""
+    memo = memo or WorkloadMemo()
     by_id = {r.id: r for r in rules}
     locators = locators_for(config)
     workloads, _ = build_workloads(inputs.documents, locators)
@@ -217,7 +224,7 @@ def rechecker(config: Config, rules: Sequence[Rule], inputs: Inputs):
         if rule is None:
             return True
         doc = Document(dict(obj), "", 1)
-        patched, _ = build_workloads([doc], locators)
+        patched, _ = memo.build(doc, locators)
         subjects = manifest_subjects([doc], patched, context)
         found = evaluate([rule], subjects, inputs=have, exemptions=config.exemptions)
         return verify.finding_key(finding) in {verify.finding_key(f) for f in found.findings}

@@ -38,7 +38,7 @@ from gpuaudit.kube.quantity import QuantityError, parse_quantity
 from gpuaudit.kube.shapes import ObjectId, object_id
 from gpuaudit.model import Container, Document, PodTemplate
 from gpuaudit.model.serving_runtimes import Runtime, effective, is_inference_service, runtimes_in
-from gpuaudit.model.workload_builder import build_workloads
+from gpuaudit.model.workload_builder import WorkloadMemo, build_workloads
 
 SHARED_SUFFIX = ".shared"
 MIG_PREFIX = "nvidia.com/mig-"
@@ -213,7 +213,7 @@ LLM_CONFIGS = (
 )
 
 
-def _shape(obj: Mapping[str, Any], setting: Setting) -> _Shape:
+def _shape(obj: Mapping[str, Any], setting: Setting, memo: WorkloadMemo | None = None) -> _Shape:
     unknown = None
     if is_inference_service(obj):
         obj, resolution = effective(obj, setting.runtimes)
@@ -230,7 +230,8 @@ def _shape(obj: Mapping[str, Any], setting: Setting) -> _Shape:
             "gpuaudit does not merge a TrainJob with its runtime, so the CPU, memory and /dev/shm "
             "its trainer pods get are unknown"
         )
-    workloads, _ = build_workloads([Document(obj, "", 1)], setting.locators)
+    doc = Document(obj, "", 1)
+    workloads, _ = memo.build(doc, setting.locators) if memo else build_workloads([doc], setting.locators)
     templates = {t.pointer: t for w in workloads for t in w.templates}
     containers = {(t.pointer, c.name): c for t in templates.values() for c in (*t.containers, *t.init_containers)}
     return _Shape(templates, containers, unknown)
@@ -306,10 +307,12 @@ def problems(
     setting: Setting,
     names: Mapping[str, str],
     lowers: frozenset[str] = frozenset(),
+    memo: WorkloadMemo | None = None,
 ) -> list[str]:
-    """Why ``after`` does not work where ``before`` did (empty when coherent)."""
+    """Why ``after`` does not work where ``before`` did (empty when coherent).
+    ``memo``: workloads built for earlier questions (the planner's passes)."""
     out: list[str] = []
-    old, new = _shape(before, setting), _shape(after, setting)
+    old, new = _shape(before, setting, memo), _shape(after, setting, memo)
     effective_obj_before = effective(before, setting.runtimes)[0] if is_inference_service(before) else before
     effective_obj_after = effective(after, setting.runtimes)[0] if is_inference_service(after) else after
     ray = group_of(str(after.get("apiVersion") or "")) == RAY_GROUP

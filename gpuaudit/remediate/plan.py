@@ -22,7 +22,7 @@ import yaml
 from gpuaudit.kube.podspecs import KindLocator, group_of
 from gpuaudit.kube.shapes import ObjectId, object_id
 from gpuaudit.model import CATEGORIES, Container, Document, Finding, PodTemplate
-from gpuaudit.model.workload_builder import build_workloads
+from gpuaudit.model.workload_builder import WorkloadMemo
 from gpuaudit.remediate import coherence, patches, templates
 from gpuaudit.remediate.edits import EditError, apply_edits
 from gpuaudit.remediate.planners import PLANNERS, TAKE_GPUS_AWAY
@@ -136,6 +136,8 @@ def plan_fixes(
     settings: Settings,
     run: RunState | None = None,
     still_found: Callable[[Finding, Mapping[str, Any]], bool] | None = None,
+    *,
+    memo: WorkloadMemo | None = None,
 ) -> Plan:
     """``run``: what the planners know of the whole input beyond each finding
     (the `.shared` names it advertises, live evidence per workload, the
@@ -146,8 +148,12 @@ def plan_fixes(
     With ``run.coherence`` set, the plan is checked (remediate/coherence.py):
     a change that would leave its object incoherent is declined with the
     reason, and the findings are planned again without it (later changes on
-    the same object, and the sharing config sized from the moves, follow)."""
+    the same object, and the sharing config sized from the moves, follow).
+    Each pass builds the workloads only of objects no earlier pass built
+    (``memo``: the run's, else one for this plan): the originals once, and
+    the objects a pass changed."""
     run = run or RunState()
+    memo = memo or WorkloadMemo()
     forced: dict[int, str] = {}
     base = msgspec.structs.replace(run, sharers=[])
     if run.coherence is not None and not run.advertised:
@@ -156,12 +162,12 @@ def plan_fixes(
     passes = 6
     for attempt_number in range(passes + 1):
         attempt = msgspec.structs.replace(base, sharers=[], candidates=[])
-        plan = _plan_once(items, locators, settings, attempt, still_found, forced)
+        plan = _plan_once(items, locators, settings, attempt, still_found, forced, memo)
         if run.coherence is None:
             break
         world, labels = _world(plan, run.world)
         names = coherence.advertised(world, run.coherence, labels)
-        incoherent = _incoherent(plan, run.coherence, names)
+        incoherent = _incoherent(plan, run.coherence, names, memo)
         if not incoherent and names == base.advertised:
             break
         last = attempt_number >= passes - 1
@@ -206,7 +212,9 @@ def _world(plan: Plan, inputs: Sequence[Mapping[str, Any]]) -> tuple[list[Mappin
     return objects, _world_labels(objects, patched, added)
 
 
-def _incoherent(plan: Plan, setting: Any, names: Mapping[str, str]) -> list[tuple[Change, list[str]]]:
+def _incoherent(
+    plan: Plan, setting: Any, names: Mapping[str, str], memo: WorkloadMemo
+) -> list[tuple[Change, list[str]]]:
     """Every change whose result brings a new problem (on its object, after
     the changes before it), with why."""
     out = []
@@ -219,7 +227,7 @@ def _incoherent(plan: Plan, setting: Any, names: Mapping[str, str]) -> list[tupl
         seen: set[str] = set()
         for change in changes:
             lowers |= change.proposal.lowers
-            found = coherence.problems(original, change.after, setting, names, lowers)
+            found = coherence.problems(original, change.after, setting, names, lowers, memo)
             new = [p for p in found if p not in seen]
             if new:
                 out.append((change, new))
@@ -234,6 +242,7 @@ def _plan_once(
     run: RunState,
     still_found: Callable[[Finding, Mapping[str, Any]], bool] | None,
     forced: Mapping[int, str],
+    memo: WorkloadMemo,
 ) -> Plan:
     plan = Plan()
     working: dict[ObjectId, dict[str, Any]] = {}
@@ -267,7 +276,7 @@ def _plan_once(
             earlier = [c for c in plan.changes if c.target == target]
             earlier[-1].findings.append(finding)
             continue
-        ctx = _context(finding, doc, current, locators, settings, run, remediation)
+        ctx = _context(finding, doc, current, locators, settings, run, remediation, memo)
         if isinstance(ctx, str):
             plan.skipped.append(Skip(finding, ctx))
             continue
@@ -378,6 +387,7 @@ def _context(
     settings: Settings,
     run: RunState,
     remediation: str,
+    memo: WorkloadMemo,
 ) -> Context | str:
     facts = finding.subject.facts
     params = settings.params_for(remediation, (finding.remediation or {}).get("params") or {})
@@ -387,7 +397,7 @@ def _context(
     if finding.subject.target in ("pod", "container"):
         # The template as the earlier changes left it, found by the pointer
         # the facts were computed at.
-        workloads, _ = build_workloads([working], locators)
+        workloads, _ = memo.build(working, locators)
         templates_ = [t for w in workloads for t in w.templates]
         pointer = finding.subject.typed.pointer
         if finding.subject.target == "pod":

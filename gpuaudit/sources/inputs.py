@@ -50,19 +50,25 @@ class UnitInput(msgspec.Struct):
 
 
 def gather_units(
-    paths: Sequence[str], stdin_text: str | None = None, options: InputOptions | None = None
+    paths: Sequence[str],
+    stdin_text: str | None = None,
+    options: InputOptions | None = None,
+    known: Mapping[str, ReadResult] | None = None,
 ) -> list[UnitInput]:
     """Every unit to audit, in order: files are left to read where they are
     audited (perhaps another core: pipelines/shards.py); stdin, rendered
     units and problems come read already (a unit named "" holds problems
-    that belong to no unit)."""
+    that belong to no unit). ``known``: what the caller read already, by the
+    name it was read under ('-' for stdin): taken as read, not read again."""
     options = options or InputOptions()
+    known = known or {}
     units: list[UnitInput] = []
     problems = ReadResult()
     loose: list[Path] = []
     for path in paths:
         if path == "-":
-            units.append(UnitInput("<stdin>", [read_paths([path], stdin_text=stdin_text)]))
+            stdin = known.get(path) or read_paths([path], stdin_text=stdin_text)
+            units.append(UnitInput("<stdin>", [stdin]))
         elif not os.path.lexists(path):
             problems.errors.append(InputError(path, None, "no such file or directory"))
         elif options.changed_files and options.render and Path(path).is_file():
@@ -83,7 +89,13 @@ def gather_units(
             units.append(UnitInput(name, [render_helm_chart(chart, options.helm_values, label=name)]))
     if problems.errors:
         units.insert(0, UnitInput("", [problems]))
+    if known:
+        units = [UnitInput(u.name, [_known(item, known) for item in u.items]) for u in units]
     return units
+
+
+def _known(item: Item, known: Mapping[str, ReadResult]) -> Item:
+    return known.get(str(item), item) if isinstance(item, Path) else item
 
 
 def read_items(items: Sequence[Item], result: ReadResult) -> None:

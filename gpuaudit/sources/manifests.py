@@ -85,6 +85,23 @@ def read_paths(paths: Iterable[str], stdin_text: str | None = None) -> ReadResul
     return result
 
 
+def read_each(paths: Iterable[str]) -> list[tuple[str, ReadResult]]:
+    """What read_paths reads under ``paths`` (files and folders, no stdin),
+    file by file: each file's name and what it holds, in read_paths' order
+    (a path that does not exist is left out; a file named twice is read once)."""
+    read: dict[str, ReadResult] = {}
+    out: list[tuple[str, ReadResult]] = []
+    for path in paths:
+        p = Path(path)
+        for file in iter_manifest_files(p) if p.is_dir() else [p] if p.exists() else []:
+            name = str(file)
+            if name not in read:
+                read[name] = ReadResult()
+                read_file(file, read[name])
+            out.append((name, read[name]))
+    return out
+
+
 def iter_manifest_files(root: Path) -> Iterator[Path]:
     """Manifest files under ``root`` in a stable order; follows directory
     symlinks once (a symlink loop is visited a single time)."""
