@@ -40,7 +40,7 @@ class ClusterSource(msgspec.Struct, frozen=True):
     request_timeout: float = 30.0  # seconds per request (Prometheus' too)
     page_size: int = 500
     deadline: float = 300.0  # seconds for the whole collection (Prometheus' too)
-    max_response_bytes: int | None = None
+    max_response_bytes: int | None = None  # None: the source's own bound
     max_list_bytes: int | None = None
 
     def snapshot_files(self) -> list[Path]:
@@ -115,7 +115,7 @@ def load_snapshot(
             return read_snapshot(snapshot_path, each=each)
         except SnapshotError as exc:
             raise ClusterReadError(str(exc)) from None
-    from gpuaudit.sources.cluster import ClusterSourceError, collect
+    from gpuaudit.sources.cluster import MAX_LIST_BYTES, MAX_RESPONSE_BYTES, ClusterSourceError, collect
 
     try:
         return collect(
@@ -127,9 +127,9 @@ def load_snapshot(
             page_size=source.page_size,
             progress=progress,
             each=each,
-            **({"pod_selector": pod_selector} if pod_selector else {}),
-            **({"max_response_bytes": source.max_response_bytes} if source.max_response_bytes else {}),
-            **({"max_list_bytes": source.max_list_bytes} if source.max_list_bytes else {}),
+            pod_selector=pod_selector or None,
+            max_response_bytes=source.max_response_bytes or MAX_RESPONSE_BYTES,
+            max_list_bytes=source.max_list_bytes or MAX_LIST_BYTES,
         )
     except ClusterSourceError as exc:
         raise ClusterReadError(str(exc)) from None
