@@ -16,3 +16,12 @@ def parse_duration(text: str | float) -> float:
     if not found:
         raise ValueError(f"not a duration: {text!r} (use e.g. 500ms, 30s, 5m, 12h, 7d)")
     return float(found.group(1)) * _SECONDS[found.group(2)]
+
+
+def whole_seconds(text: str) -> int:
+    """A positive duration (a window, a step, an interval) in whole seconds;
+    a ValueError saying why ``text`` is not one."""
+    seconds = round(parse_duration(text))
+    if seconds <= 0:
+        raise ValueError(f"{text!r} is not a positive duration")
+    return seconds

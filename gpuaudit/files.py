@@ -105,6 +105,29 @@ def repository_root(cwd: Path | None = None) -> Path:
     return start.resolve()
 
 
+def _git_root(start: Path) -> Path | None:
+    for folder in (start, *start.parents):
+        if (folder / ".git").exists():
+            return folder
+    return None
+
+
+def source_root(named: Sequence[str] = ()) -> Path:
+    """The repository that output names files relative to (SARIF's
+    %SRCROOT%), as written, not resolved: the one the working directory is
+    in (the nearest folder above it holding ``.git``); outside one, the
+    repository of the first of the ``named`` files in one; else the working
+    directory."""
+    here = Path(os.path.abspath(Path.cwd()))
+    root = _git_root(here)
+    for file in named if root is None else ():
+        if file and file != "<stdin>":
+            root = _git_root(Path(os.path.abspath(here / file)).parent)
+            if root is not None:
+                break
+    return root or here
+
+
 def _lexically_inside(path: Path, root: Path) -> bool:
     return path == root or root in path.parents
 

@@ -16,7 +16,7 @@ def crashing_check(monkeypatch):
     def crash(*args, **kwargs):
         raise RuntimeError("boom")
 
-    monkeypatch.setattr(check_command, "check_manifests", crash)
+    monkeypatch.setattr(check_command, "run_check", crash)
 
 
 def test_a_crash_exits_3_with_one_line(tmp_path, crashing_check):

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
+import msgspec
 
 from gpuaudit.cli.options import (
     OutputSpec,
@@ -17,7 +18,6 @@ from gpuaudit.cli.options import (
     policy_options,
     publish_options,
     read_config,
-    split_names,
     stop,
     write_outputs,
 )
@@ -25,11 +25,16 @@ from gpuaudit.cli.progress import Status
 from gpuaudit.cli.source_options import cluster_options, read_cluster, scope_options, telemetry_options
 from gpuaudit.model.cluster_builder import kept_for_audit
 from gpuaudit.pipelines.audit import audit_cluster
-from gpuaudit.pipelines.policy import load_policy
 from gpuaudit.pipelines.publish import Targets, metrics_context, publish
 from gpuaudit.pipelines.record import record_audit
 from gpuaudit.report.history import HistoryError
 from gpuaudit.sources.snapshot import SnapshotError, keep_objects, write_snapshot
+
+if TYPE_CHECKING:
+    from gpuaudit.pipelines.policy import PolicyOptions
+    from gpuaudit.sources.cluster_read import ClusterSource
+    from gpuaudit.sources.scope import Scope
+    from gpuaudit.sources.telemetry import TelemetryRequest
 
 
 @click.command()
@@ -51,36 +56,26 @@ from gpuaudit.sources.snapshot import SnapshotError, keep_objects, write_snapsho
     help="Record this run's GPU counts in a SQLite history (for `gpuaudit report`'s trend).",
 )
 def audit(
-    config_path: Path | None,
-    policy_dirs: tuple[Path, ...],
-    include: str,
-    exclude: str,
-    output_formats: tuple[str, ...],
-    formats: tuple[str, ...],
-    output_file: Path | None,
-    fail_on: str | None,
-    color: str,
-    quiet: bool,
+    cluster: ClusterSource,
+    scope: Scope,
+    telemetry: TelemetryRequest,
+    policy: PolicyOptions,
+    output: OutputSpec,
+    publishing: Targets,
     save_snapshot: Path | None,
     history_path: Path | None,
-    pushgateway: str | None,
-    webhook_url: str | None,
-    webhook_format: str,
-    report_url: str | None,
-    **sources: Any,
 ) -> int:
     """Audit a live cluster read-only (or --snapshot FILE), with GPU telemetry
     from --prometheus or --samples when given; -n/-l narrow it to namespaces
     and a pod label selector."""
     clock = time.monotonic()
-    targets = output_targets([*output_formats, *formats] or ["text"], output_file)  # usage errors before the run
-    publishing = Targets(pushgateway, webhook_url, webhook_format, report_url)
-    config = read_config(config_path)
-    rules, rule_errors = load_policy(config, policy_dirs, split_names(include), split_names(exclude))
+    targets = output_targets(output.formats, output.output_file)  # usage errors before the run
+    config = read_config(policy.config_path)
+    rules, rule_errors = policy.load(config)
     # A snapshot to save is read whole, and written so; the audit then keeps
     # of its objects what it keeps of any, so that their memory goes to the
     # model (50,000 pods: a peak of 654 MiB, 695 MiB with them all whole).
-    snapshot, problem = read_cluster(config, sources, each=None if save_snapshot else kept_for_audit)
+    snapshot, problem = read_cluster(config, cluster, telemetry, scope, each=None if save_snapshot else kept_for_audit)
     if save_snapshot is not None:
         try:
             write_snapshot(snapshot, save_snapshot)
@@ -92,12 +87,11 @@ def audit(
     result = audit_cluster(snapshot, config, rules, telemetry_problem=problem)
     result.errors[:0] = rule_errors
     status.clear()
-    threshold = fail_on or config.fail_on or "high"
+    threshold = output.fail_on or config.fail_on or "high"
     context = {}
-    if pushgateway or any(name == "openmetrics" for name, _ in targets):
+    if publishing.pushgateway or any(name == "openmetrics" for name, _ in targets):
         context = metrics_context(result, finished_at=time.time(), duration=time.monotonic() - clock)
-    spec = OutputSpec.from_options(output_formats, formats, output_file, threshold, color, quiet)
-    failed = write_outputs(result, spec, context)
+    failed = write_outputs(result, msgspec.structs.replace(output, fail_on=threshold), context)
     if history_path is not None:
         try:
             record_audit(history_path, result, config, snapshot)

@@ -7,32 +7,31 @@ from __future__ import annotations
 
 import gc
 from pathlib import Path
-from typing import Any
 
 import click
+import msgspec
 
 from gpuaudit.cli.options import (
+    OptionGroup,
     OutputSpec,
     emit,
     exit_code,
     input_errors_code,
-    input_options,
     manifest_options,
-    option_group,
     output_options,
     output_targets,
     policy_options,
     read_config,
     require_input,
-    split_names,
     stop,
 )
-from gpuaudit.files import write_atomic
-from gpuaudit.pipelines.check import check_manifests
-from gpuaudit.pipelines.policy import load_policy
+from gpuaudit.engine.baseline import BaselineError
+from gpuaudit.pipelines.check import Baselines, CheckOptions, run_check
+from gpuaudit.pipelines.policy import PolicyOptions
+from gpuaudit.sources.inputs import ManifestOptions
+from gpuaudit.sources.user_config import ConfigError
 
-check_input_options = option_group(
-    manifest_options,
+check_input_options = manifest_options.extended(
     click.option(
         "--changed-files",
         is_flag=True,
@@ -40,14 +39,19 @@ check_input_options = option_group(
         "it belongs to in its repository (a base: every kustomize root that uses it; a template or values "
         "file: its chart; a plain manifest: its folder's unit), only those units rendered.",
     ),
+)
+baseline_options = OptionGroup(
+    "baselines",
+    Baselines,
     click.option(
         "--baseline",
-        "baseline_path",
+        "apply",
         type=click.Path(exists=True, dir_okay=False, path_type=Path),
         help="Hide the findings recorded in this baseline; report the rest.",
     ),
     click.option(
         "--write-baseline",
+        "write",
         type=click.Path(dir_okay=False, path_type=Path),
         help="Record the current findings in this file (exit 0 unless input errors).",
     ),
@@ -59,65 +63,34 @@ check_input_options = option_group(
 @policy_options
 @output_options
 @check_input_options
+@baseline_options
 def check(
     paths: tuple[str, ...],
-    config_path: Path | None,
-    policy_dirs: tuple[Path, ...],
-    include: str,
-    exclude: str,
-    output_formats: tuple[str, ...],
-    formats: tuple[str, ...],
-    output_file: Path | None,
-    fail_on: str | None,
-    color: str,
-    quiet: bool,
-    changed_files: bool,
-    baseline_path: Path | None,
-    write_baseline: Path | None,
-    **manifest: Any,
+    policy: PolicyOptions,
+    output: OutputSpec,
+    manifests: ManifestOptions,
+    baselines: Baselines,
 ) -> int:
     """Audit manifests (files, directories, '-' for stdin; directories with a
     kustomization are rendered) and Helm charts (--helm-chart)."""
-    require_input(paths, manifest["helm_charts"], manifest["helm_values"])
-    output_targets([*output_formats, *formats] or ["text"], output_file)  # usage errors before the run
-    config = read_config(config_path)
-    options = input_options(config, changed_files=changed_files, **manifest)
-    rules, rule_errors = load_policy(config, policy_dirs, split_names(include), split_names(exclude))
-    result = check_manifests(
-        paths,
-        config,
-        rules,
-        options=options,
-        keep_subjects=False,  # no output needs them: lets a large input use all cores
-    )
-    result.errors[:0] = rule_errors
-    unwritten = False  # the baseline could not be written: the output still goes out, then exit 2
-    if write_baseline is not None or baseline_path is not None:
-        from gpuaudit.engine import baseline
-
-        if write_baseline is not None:
-            try:
-                write_atomic(write_baseline, baseline.dumps(baseline.build(result.findings)))
-            except OSError as exc:  # files.WriteError names the file
-                click.echo(f"gpuaudit: {exc}", err=True)
-                unwritten = True
-            else:
-                click.echo(
-                    f"gpuaudit: recorded {len(result.findings)} finding(s) in {write_baseline}",
-                    err=True,
-                )
-        if baseline_path is not None:
-            try:
-                baseline.apply_to_result(result, baseline_path)
-            except baseline.BaselineError as exc:
-                stop(str(exc))
-    threshold = fail_on or config.fail_on or "high"
-    emit(result, OutputSpec.from_options(output_formats, formats, output_file, threshold, color, quiet))
+    require_input(paths, manifests)
+    output_targets(output.formats, output.output_file)  # usage errors before the run
+    config = read_config(policy.config_path)
+    try:
+        run = run_check(CheckOptions(paths, policy, manifests, baselines), config, say=_say)
+    except (ConfigError, BaselineError) as exc:
+        stop(str(exc))
+    threshold = output.fail_on or config.fail_on or "high"
+    emit(run.result, msgspec.structs.replace(output, fail_on=threshold))
     # On its way out the interpreter collects once more, walking every object
     # still alive (about 3% of a pre-commit run): none of them is garbage.
     gc.freeze()
-    if unwritten:
+    if run.baseline_unwritten:
         return 2
-    if write_baseline is not None:
-        return input_errors_code(result.errors)
-    return exit_code(result, threshold)
+    if baselines.write is not None:
+        return input_errors_code(run.result.errors)
+    return exit_code(run.result, threshold)
+
+
+def _say(message: str) -> None:
+    click.echo(f"gpuaudit: {message}", err=True)

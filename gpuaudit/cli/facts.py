@@ -7,15 +7,19 @@ Jinja2 or NVML."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import click
 
-from gpuaudit.cli.options import input_errors_code, input_options, manifest_options, read_config, require_input, stop
+from gpuaudit.cli.options import input_errors_code, manifest_options, read_config, require_input, stop
 from gpuaudit.facts import TARGETS
 from gpuaudit.files import write_atomic
 from gpuaudit.pipelines.facts import dumps, manifest_facts
 from gpuaudit.safetext import one_line
+from gpuaudit.sources.user_config import ConfigError
+
+if TYPE_CHECKING:
+    from gpuaudit.sources.inputs import ManifestOptions
 
 
 @click.command()
@@ -50,15 +54,19 @@ def facts(
     output_file: Path | None,
     targets: tuple[str, ...],
     config_path: Path | None,
-    **manifest: Any,
+    manifests: ManifestOptions,
 ) -> int:
     """The fact documents of manifests (files, directories, '-' for stdin,
     --helm-chart), one per subject: its target, the object, where it was read
     and the facts a rule's match and violation name. Exit 2 on input errors,
     after printing what could be read."""
-    require_input(paths, manifest["helm_charts"], manifest["helm_values"])
+    require_input(paths, manifests)
     config = read_config(config_path)
-    result = manifest_facts(paths, config, targets=targets, options=input_options(config, **manifest))
+    try:
+        options = manifests.resolve(config)
+    except ConfigError as exc:
+        stop(str(exc))
+    result = manifest_facts(paths, config, targets=targets, options=options)
     for e in result.errors:
         where = f"{e.file}:{e.line}" if e.line else e.file
         click.echo(f"gpuaudit: {e.level}: {one_line(where)}: {one_line(e.message)}", err=True)

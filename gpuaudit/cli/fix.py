@@ -6,26 +6,32 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 import yaml
 
-from gpuaudit.cli.options import (
-    input_errors_code,
-    kustomize_restrictor_option,
-    policy_options,
-    read_config,
-    split_names,
-    stop,
-)
-from gpuaudit.cli.source_options import load_snapshot, load_telemetry, telemetry_options
+from gpuaudit.cli.options import input_errors_code, kustomize_restrictor_option, policy_options, read_config, stop
+from gpuaudit.cli.source_options import reading, telemetry_options
 from gpuaudit.files import UnsafePathError, write_atomic
 from gpuaudit.model import InputError
 from gpuaudit.model.cluster_builder import kept_for_audit
-from gpuaudit.pipelines.fix import DiffError, OverlayCheck, plan_fix, rendered_diff, verify_overlay, write_overlay
-from gpuaudit.pipelines.policy import load_policy
+from gpuaudit.pipelines.fix import (
+    DiffError,
+    FixOptions,
+    OverlayCheck,
+    plan_fix,
+    rendered_diff,
+    verify_overlay,
+    write_overlay,
+)
 from gpuaudit.remediate import overlay, review, volume
+from gpuaudit.sources.cluster_read import load_snapshot
+from gpuaudit.sources.telemetry import load_telemetry
+
+if TYPE_CHECKING:
+    from gpuaudit.pipelines.policy import PolicyOptions
+    from gpuaudit.sources.telemetry import TelemetryRequest
 
 
 def parse_settings(values: Sequence[str]) -> dict[str, Any]:
@@ -101,11 +107,8 @@ def fix(
     top: int,
     split_by: str | None,
     kustomize_load_restrictor: str,
-    config_path: Path | None,
-    policy_dirs: tuple[Path, ...],
-    include: str,
-    exclude: str,
-    **telemetry: Any,
+    telemetry: TelemetryRequest,
+    policy: PolicyOptions,
 ) -> int:
     """Write a Kustomize overlay that fixes the findings in PATHS (manifest
     files, folders, or kustomize directories), with REVIEW.md."""
@@ -115,37 +118,26 @@ def fix(
         raise click.UsageError("fix needs files it can reference from the overlay, not stdin")
     if out_dir is None and not show_diff:
         raise click.UsageError("--out DIR is required (or --diff to print the changes)")
-    if snapshot_path is None and (telemetry.get("prometheus_url") or telemetry.get("sample_files")):
+    if snapshot_path is None and telemetry.given:
         raise click.UsageError("--prometheus and --samples size patches from --snapshot FILE's pods")
-    config = read_config(config_path)
-    rules, rule_errors = load_policy(config, policy_dirs, split_names(include), split_names(exclude))
-    overrides = parse_settings(settings)
+    config = read_config(policy.config_path)
+    rules, rule_errors = policy.load(config)
+    options = FixOptions(
+        paths,
+        str(snapshot_path),
+        parse_settings(settings),
+        kustomize_load_anywhere=kustomize_load_restrictor == "none",
+    )
     errors = list(rule_errors)
     snapshot: dict[str, Any] | None = None
     problem: str | None = None
     if snapshot_path is not None:
-        snapshot = load_snapshot(
-            snapshot_path=snapshot_path,
-            kubeconfig=None,
-            context=None,
-            in_cluster=False,
-            request_timeout=30.0,
-            deadline=300.0,
-            each=kept_for_audit,
-        )
-        problem = load_telemetry(snapshot, config, **telemetry)
+        with reading():
+            snapshot = load_snapshot(snapshot_path, each=kept_for_audit)
+            problem = load_telemetry(snapshot, config, telemetry)
         if problem:
             errors.append(InputError("telemetry", None, problem))
-    plan, inputs = plan_fix(
-        paths,
-        snapshot,
-        str(snapshot_path),
-        problem,
-        config,
-        rules,
-        overrides,
-        kustomize_load_anywhere=kustomize_load_restrictor == "none",
-    )
+    plan, inputs = plan_fix(options, snapshot, problem, config, rules)
     errors += inputs.errors
     for e in errors:
         where = f"{e.file}:{e.line}" if e.line else e.file

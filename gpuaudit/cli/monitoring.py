@@ -8,16 +8,28 @@ from pathlib import Path
 from typing import Any
 
 import click
+import msgspec
 
 from gpuaudit.cli.groups import SuggestingGroup
-from gpuaudit.cli.options import input_errors_code, option_group, policy_options, read_config, split_names, stop
-from gpuaudit.cli.source_options import seconds_option
+from gpuaudit.cli.options import OptionGroup, input_errors_code, policy_options, read_config, seconds_option, stop
 from gpuaudit.files import WriteError
 from gpuaudit.pipelines import monitoring as pipeline
-from gpuaudit.pipelines.policy import load_policy
+from gpuaudit.pipelines.policy import PolicyOptions
 from gpuaudit.sources.promql import QueryConfigError
 
-shape_options = option_group(
+
+class Shape(msgspec.Struct, frozen=True):
+    """Where the files go and the windows and intervals their rules use (durations as written)."""
+
+    output_dir: Path
+    window: str
+    interval: str
+    class_interval: str
+
+
+shape_options = OptionGroup(
+    "shape",
+    Shape,
     click.option("--out", "output_dir", type=click.Path(file_okay=False, path_type=Path), required=True,
                  help="Folder to write the files into."),
     click.option("--window", default="24h", show_default=True,
@@ -35,19 +47,17 @@ def monitoring() -> None:
     thresholds of the rules that judge the same thing."""
 
 
-def _run(write: Callable[..., list[Path]], config_path: Path | None, policy_dirs: tuple[Path, ...],
-         include: str, exclude: str, output_dir: Path, window: str, interval: str, class_interval: str,
-         **extra: Any) -> int:
-    config = read_config(config_path)
-    rules, errors = load_policy(config, policy_dirs, split_names(include), split_names(exclude))
+def _run(write: Callable[..., list[Path]], shape: Shape, policy: PolicyOptions, **extra: Any) -> int:
+    config = read_config(policy.config_path)
+    rules, errors = policy.load(config)
     for e in errors:
         click.echo(f"gpuaudit: {e.file}{':' + str(e.line) if e.line else ''}: {e.message}", err=True)
     try:
         data = pipeline.inputs(
-            config, rules, window_s=seconds_option(window, "--window"),
-            interval_s=seconds_option(interval, "--interval"),
-            class_interval_s=seconds_option(class_interval, "--class-interval"))
-        written = write(output_dir, data, **extra)
+            config, rules, window_s=seconds_option(shape.window, "--window"),
+            interval_s=seconds_option(shape.interval, "--interval"),
+            class_interval_s=seconds_option(shape.class_interval, "--class-interval"))
+        written = write(shape.output_dir, data, **extra)
     except (QueryConfigError, ValueError) as exc:
         stop(f"telemetry.queries in config: {exc}")
     except WriteError as exc:
@@ -63,18 +73,18 @@ def _run(write: Callable[..., list[Path]], config_path: Path | None, policy_dirs
 @click.option("--label", "labels", multiple=True, metavar="KEY=VALUE",
               help="A label on the PrometheusRule object (e.g. release=prometheus; repeatable).")
 @click.option("--namespace", help="The PrometheusRule object's namespace (default: none, kubectl's).")
-def rules_command(labels: tuple[str, ...], namespace: str | None, **options: Any) -> int:
+def rules_command(labels: tuple[str, ...], namespace: str | None, shape: Shape, policy: PolicyOptions) -> int:
     """Write gpuaudit-rules.yaml (Prometheus rule_files) and
     gpuaudit-prometheusrule.yaml (prometheus-operator)."""
     pairs = dict(label.split("=", 1) for label in labels if "=" in label)
     if len(pairs) != len(labels):
         raise click.BadParameter("labels are KEY=VALUE", param_hint="--label")
-    return _run(pipeline.write_rules, labels=pairs, namespace=namespace, **options)
+    return _run(pipeline.write_rules, shape, policy, labels=pairs, namespace=namespace)
 
 
 @monitoring.command("dashboard")
 @shape_options
 @policy_options
-def dashboard_command(**options: Any) -> int:
+def dashboard_command(shape: Shape, policy: PolicyOptions) -> int:
     """Write gpuaudit-dashboard.json (Grafana): availability and activity rows."""
-    return _run(pipeline.write_dashboard, **options)
+    return _run(pipeline.write_dashboard, shape, policy)

@@ -3,6 +3,7 @@ with a message, and writing the requested output formats."""
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
@@ -12,28 +13,66 @@ from typing import TYPE_CHECKING, Any, NoReturn
 import click
 import msgspec
 
-from gpuaudit import files
-from gpuaudit.files import OutsideRootError, WriteError, confined, write_atomic
+from gpuaudit.durations import whole_seconds
+from gpuaudit.files import WriteError, source_root, write_atomic
 from gpuaudit.model import SEVERITIES, AuditResult
-from gpuaudit.output import FORMATS, formatter
+from gpuaudit.output import FORMATS, formatter, wants_source_root
 from gpuaudit.sources.user_config import Config, ConfigError, load_config
 
 if TYPE_CHECKING:
-    from gpuaudit.sources.inputs import InputOptions
+    from gpuaudit.pipelines.policy import PolicyOptions
+    from gpuaudit.pipelines.publish import Targets
+    from gpuaudit.sources.inputs import ManifestOptions
 
 
-def option_group(*options: Callable[[Any], Any]) -> Callable[[Any], Any]:
-    """One decorator for several click options, applied in the order written."""
+class OptionGroup:
+    """Click options declared once and handed to a command as one object:
+    ``build`` called with the options' values, passed as the keyword
+    ``keyword``. Used as a decorator, it adds the options in the order
+    written, where it stands among the command's other options."""
 
-    def apply(func: Any) -> Any:
-        for option in reversed(options):
-            func = option(func)
-        return func
+    def __init__(self, keyword: str, build: Callable[..., Any], *options: Callable[[Any], Any]) -> None:
+        self.keyword = keyword
+        self.build = build
+        self.options = options
 
-    return apply
+        # The options' parameter names, as click's decorators record them on a function.
+        def probe() -> None: ...
+
+        for option in options:
+            option(probe)
+        self.names = tuple(param.name for param in getattr(probe, "__click_params__", ()))
+
+    def extended(self, *options: Callable[[Any], Any]) -> OptionGroup:
+        """The same group with more options after these (and their values passed to ``build``)."""
+        return OptionGroup(self.keyword, self.build, *self.options, *options)
+
+    def __call__(self, func: Callable[..., Any]) -> Callable[..., Any]:
+        keyword, build, names = self.keyword, self.build, self.names
+
+        @functools.wraps(func)
+        def command(*args: Any, **kwargs: Any) -> Any:
+            kwargs[keyword] = build(**{name: kwargs.pop(name) for name in names})
+            return func(*args, **kwargs)
+
+        for option in reversed(self.options):
+            command = option(command)
+        return command
 
 
-policy_options = option_group(
+def split_names(value: str) -> tuple[str, ...]:
+    return tuple(n.strip() for n in value.split(",") if n.strip())
+
+
+def _policy(config_path: Path | None, policy_dirs: tuple[Path, ...], include: str, exclude: str) -> PolicyOptions:
+    from gpuaudit.pipelines.policy import PolicyOptions  # the rule engine: not for `sample` or `serve`
+
+    return PolicyOptions(config_path, policy_dirs, split_names(include), split_names(exclude))
+
+
+policy_options = OptionGroup(
+    "policy",
+    _policy,
     click.option(
         "--config",
         "config_path",
@@ -60,6 +99,29 @@ policy_options = option_group(
 FAIL_ON = (*SEVERITIES, "never")
 
 
+class OutputSpec(msgspec.Struct, frozen=True):
+    """What output_options asked for: formats (NAME or NAME=FILE), the file for
+    the one without =FILE, and how text looks."""
+
+    formats: tuple[str, ...] = ("text",)
+    output_file: Path | None = None
+    fail_on: str | None = None
+    color: str = "auto"
+    quiet: bool = False
+
+    @classmethod
+    def from_options(
+        cls,
+        output_formats: Sequence[str] = (),
+        formats: Sequence[str] = (),
+        output_file: Path | None = None,
+        fail_on: str | None = None,
+        color: str = "auto",
+        quiet: bool = False,
+    ) -> OutputSpec:
+        return cls(tuple(output_formats) + tuple(formats) or ("text",), output_file, fail_on, color, quiet)
+
+
 def formats_callback(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> tuple[str, ...]:
     """Each value is NAME or NAME=FILE; a NAME that is no format is a usage
     error, and one that looks like a path (``-o report.json``) says so."""
@@ -79,7 +141,9 @@ def formats_callback(ctx: click.Context, param: click.Parameter, value: tuple[st
     return value
 
 
-output_options = option_group(
+output_options = OptionGroup(
+    "output",
+    OutputSpec.from_options,
     click.option(
         "-o",
         "--output",
@@ -140,8 +204,34 @@ kustomize_restrictor_option = click.option(
 )
 
 
+def _manifests(
+    helm_charts: tuple[Path, ...],
+    helm_values: tuple[Path, ...],
+    no_kustomize: bool,
+    kustomize_load_restrictor: str,
+    plain_files: str | None,
+    render_errors: str | None,
+    allow_remote_bases: bool,
+    changed_files: bool = False,
+) -> ManifestOptions:
+    from gpuaudit.sources.inputs import ManifestOptions  # not every command reads manifests
+
+    return ManifestOptions(
+        helm_charts=helm_charts,
+        helm_values=helm_values,
+        render=not no_kustomize,
+        load_anywhere=kustomize_load_restrictor == "none",
+        allow_remote=allow_remote_bases,
+        plain_files=plain_files,  # type: ignore[arg-type]
+        render_errors=render_errors,
+        changed_files=changed_files,
+    )
+
+
 # How manifests are read: Helm charts rendered, kustomize packages rendered or not.
-manifest_options = option_group(
+manifest_options = OptionGroup(
+    "manifests",
+    _manifests,
     click.option(
         "--helm-chart",
         "helm_charts",
@@ -185,60 +275,20 @@ manifest_options = option_group(
 )
 
 
-def input_options(
-    config: Config,
-    *,
-    helm_charts: tuple[Path, ...] = (),
-    helm_values: tuple[Path, ...] = (),
-    no_kustomize: bool = False,
-    kustomize_load_restrictor: str = "rootonly",
-    plain_files: str | None = None,
-    render_errors: str | None = None,
-    allow_remote_bases: bool = False,
-    changed_files: bool = False,
-) -> InputOptions:
-    """How to read the input: the command line's manifest options (as
-    ``manifest_options`` passes them), then the config's ``repository:``.
-    Chart values files the config names must lie inside the repository (the
-    config is the repository's, not the user's)."""
-    from gpuaudit.sources.inputs import InputOptions  # not every command reads manifests
-
-    repository = config.repository or {}
-    chart_values: dict[Path, tuple[tuple[Path, ...], ...]] = {}
-    if config.path is not None and repository.get("charts"):
-        base = config.path.parent
-        roots = (files.repository_root(base),)
-        for chart, lists in repository["charts"].items():
-            try:
-                folder = confined(base / chart, roots, what="chart folder")
-                chart_values[folder] = tuple(
-                    tuple(confined(base / v, roots, what="values file") for v in values) for values in lists
-                )
-            except OutsideRootError as exc:
-                stop(f"{config.path}: repository.charts: {exc}")
-    return InputOptions(
-        render=not no_kustomize,
-        helm_charts=helm_charts,
-        helm_values=helm_values,
-        load_anywhere=kustomize_load_restrictor == "none",
-        allow_remote=allow_remote_bases,
-        plain_files=plain_files or repository.get("plain_files") or "folder",  # type: ignore[arg-type]
-        render_errors=render_errors or repository.get("render_errors") or "fail",
-        chart_values=chart_values,
-        changed_files=changed_files,
-    )
-
-
-def require_input(paths: Sequence[str], helm_charts: Sequence[Path], helm_values: Sequence[Path]) -> None:
+def require_input(paths: Sequence[str], manifests: ManifestOptions) -> None:
     """Usage errors of the manifest options, before anything is read."""
-    if not paths and not helm_charts:
+    if not paths and not manifests.helm_charts:
         raise click.UsageError("give manifest PATHS, '-' for stdin, or --helm-chart DIR")
-    if helm_values and not helm_charts:
+    if manifests.helm_values and not manifests.helm_charts:
         raise click.UsageError("--values applies to --helm-chart")
 
 
-def split_names(value: str) -> tuple[str, ...]:
-    return tuple(n.strip() for n in value.split(",") if n.strip())
+def seconds_option(value: str, option: str) -> int:
+    """A positive duration in whole seconds; a usage error naming ``option`` otherwise."""
+    try:
+        return whole_seconds(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint=option) from None
 
 
 def stop(message: str) -> NoReturn:
@@ -257,29 +307,6 @@ def read_config(config_path: Path | None) -> Config:
 def input_errors_code(errors: Sequence[Any]) -> int:
     """2 when any input problem is an error (not a warning), else 0."""
     return 2 if any(e.level == "error" for e in errors) else 0
-
-
-class OutputSpec(msgspec.Struct, frozen=True):
-    """What output_options asked for: formats (NAME or NAME=FILE), the file for
-    the one without =FILE, and how text looks."""
-
-    formats: tuple[str, ...] = ("text",)
-    output_file: Path | None = None
-    fail_on: str | None = None
-    color: str = "auto"
-    quiet: bool = False
-
-    @classmethod
-    def from_options(
-        cls,
-        output_formats: Sequence[str] = (),
-        formats: Sequence[str] = (),
-        output_file: Path | None = None,
-        fail_on: str | None = None,
-        color: str = "auto",
-        quiet: bool = False,
-    ) -> OutputSpec:
-        return cls(tuple(output_formats) + tuple(formats) or ("text",), output_file, fail_on, color, quiet)
 
 
 def use_colour(choice: str, stream: Any = None) -> bool:
@@ -310,27 +337,6 @@ def terminal_width(stream: Any = None) -> int | None:
     import shutil  # only on a terminal: pre-commit's output is a pipe
 
     return shutil.get_terminal_size().columns
-
-
-def _git_root(start: Path) -> Path | None:
-    for folder in (start, *start.parents):
-        if (folder / ".git").exists():
-            return folder
-    return None
-
-
-def repository_root(files: Sequence[str] = ()) -> Path:
-    """SARIF's %SRCROOT%: the repository the working directory is in (the
-    nearest folder above it holding ``.git``); outside one, the repository of
-    the first file in one; else the working directory."""
-    here = Path(os.path.abspath(Path.cwd()))
-    root = _git_root(here)
-    for file in files if root is None else ():
-        if file and file != "<stdin>":
-            root = _git_root(Path(os.path.abspath(here / file)).parent)
-            if root is not None:
-                break
-    return root or here
 
 
 def output_targets(formats: Sequence[str], output_file: Path | None) -> list[tuple[str, Path | None]]:
@@ -369,8 +375,8 @@ def write_outputs(result: AuditResult, spec: OutputSpec, context: Mapping[str, A
     targets = output_targets(spec.formats, spec.output_file)
     failed: list[str] = []
     context = {"fail_on": spec.fail_on or "high", "quiet": spec.quiet, "source_root": None, **(context or {})}
-    if any(name == "sarif" for name, _ in targets):
-        context["source_root"] = repository_root([f.location.file for f in result.findings[:1]])
+    if any(wants_source_root(name) for name, _ in targets):
+        context["source_root"] = source_root([f.location.file for f in result.findings[:1]])
     for name, file in targets:
         colour = file is None and use_colour(spec.color)
         width = terminal_width() if file is None else None
@@ -428,10 +434,18 @@ def _url_callback(ctx: click.Context, param: click.Parameter, value: str | None)
     return value
 
 
+def _targets(pushgateway: str | None, webhook_url: str | None, webhook_format: str, report_url: str | None) -> Targets:
+    from gpuaudit.pipelines.publish import Targets  # its HTTP sender: not for `check`
+
+    return Targets(pushgateway, webhook_url, webhook_format, report_url)
+
+
 # Where `audit` and `report` send their results besides their files; the env
 # vars are those the Helm chart and deploy/base/scripts set (the webhook's
 # from a Secret, so that it is in no argument list).
-publish_options = option_group(
+publish_options = OptionGroup(
+    "publishing",
+    _targets,
     click.option(
         "--pushgateway",
         envvar="GPUAUDIT_PUSHGATEWAY_URL",

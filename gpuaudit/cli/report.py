@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -18,7 +18,6 @@ from gpuaudit.cli.options import (
     policy_options,
     publish_options,
     read_config,
-    split_names,
     stop,
     write_outputs,
 )
@@ -27,12 +26,16 @@ from gpuaudit.cli.source_options import cluster_options, read_cluster, snapshot_
 from gpuaudit.files import UnsafePathError, WriteError
 from gpuaudit.model.cluster_builder import kept_for_audit
 from gpuaudit.pipelines.audit import audit_cluster
-from gpuaudit.pipelines.policy import load_policy
 from gpuaudit.pipelines.publish import Targets, metrics_context, publish
 from gpuaudit.pipelines.report import history_database, write_fleet_review, write_review
 from gpuaudit.report.build import settings_from_config
 from gpuaudit.report.history import HistoryError
 from gpuaudit.report.period import month
+
+if TYPE_CHECKING:
+    from gpuaudit.pipelines.policy import PolicyOptions
+    from gpuaudit.sources.cluster_read import ClusterSource
+    from gpuaudit.sources.telemetry import TelemetryRequest
 
 
 @click.command()
@@ -79,10 +82,9 @@ from gpuaudit.report.period import month
 )
 @publish_options
 def report(
-    config_path: Path | None,
-    policy_dirs: tuple[Path, ...],
-    include: str,
-    exclude: str,
+    cluster: ClusterSource,
+    telemetry: TelemetryRequest,
+    policy: PolicyOptions,
     out_dir: Path,
     history_path: Path | None,
     no_record: bool,
@@ -90,11 +92,7 @@ def report(
     prices: tuple[str, ...],
     time_slicing_replicas: int | None,
     output_formats: tuple[str, ...],
-    pushgateway: str | None,
-    webhook_url: str | None,
-    webhook_format: str,
-    report_url: str | None,
-    **sources: Any,
+    publishing: Targets,
 ) -> int:
     """Write the capacity review of a live cluster (or --snapshot FILE) to --out DIR.
 
@@ -102,8 +100,7 @@ def report(
     review per cluster in its own folder, and the fleet's side by side."""
     clock = time.monotonic()
     targets = output_targets(output_formats, None)  # usage errors before the run
-    publishing = Targets(pushgateway, webhook_url, webhook_format, report_url)
-    config = read_config(config_path)
+    config = read_config(policy.config_path)
     try:
         settings = settings_from_config(
             config.report, price_overrides=prices, time_slicing_replicas=time_slicing_replicas
@@ -111,13 +108,22 @@ def report(
         chosen = month(period) if period else None
     except ValueError as exc:
         stop(str(exc))
-    rules, rule_errors = load_policy(config, policy_dirs, split_names(include), split_names(exclude))
-    files = snapshot_files(sources)
+    rules, rule_errors = policy.load(config)
+    files = snapshot_files(cluster)
     if len(files) > 1:
         if targets or publishing.any:
             stop("-o, --pushgateway and --webhook-url apply to one cluster's review, not to a fleet review")
-        return _fleet(files, config, rules, rule_errors, settings, out_dir, history_path, no_record, chosen, sources)
-    snapshot, problem = read_cluster(config, sources, each=kept_for_audit)
+        if telemetry.given:
+            stop(
+                "a fleet review reads the telemetry inside each snapshot; --prometheus and --samples name one "
+                "cluster's"
+            )
+
+        def read(path: Path) -> tuple[dict[str, Any], str | None]:
+            return read_cluster(config, cluster, telemetry, snapshot_path=path, each=kept_for_audit)
+
+        return _fleet(files, read, config, rules, rule_errors, settings, out_dir, history_path, no_record, chosen)
+    snapshot, problem = read_cluster(config, cluster, telemetry, each=kept_for_audit)
     status = Status()
     status(f"judging {len(snapshot['objects'].get('pods') or []):,} pods")
     result = audit_cluster(snapshot, config, rules, telemetry_problem=problem)
@@ -183,6 +189,7 @@ def _outputs(
 
 def _fleet(
     files: list[Path],
+    read: Callable[[Path], tuple[dict[str, Any], str | None]],
     config: Any,
     rules: Any,
     rule_errors: list[Any],
@@ -191,16 +198,13 @@ def _fleet(
     history_path: Path | None,
     no_record: bool,
     chosen: Any,
-    sources: dict[str, Any],
 ) -> int:
-    """The fleet review of several snapshots: each audited alone, then reviewed together."""
-    if sources.get("prometheus_url") or sources.get("sample_files"):
-        stop("a fleet review reads the telemetry inside each snapshot; --prometheus and --samples name one cluster's")
+    """The fleet review of several snapshots (each read by ``read``): each audited alone, then reviewed together."""
     status = Status()
     clusters = []
     errors = list(rule_errors)
     for path in files:
-        snapshot, problem = read_cluster(config, sources, snapshot_path=path, each=kept_for_audit)
+        snapshot, problem = read(path)
         status(f"judging {path.name}")
         result = audit_cluster(snapshot, config, rules, telemetry_problem=problem)
         errors += result.errors

@@ -3,18 +3,22 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from gpuaudit.cli.groups import SuggestingGroup
-from gpuaudit.cli.options import input_errors_code, policy_options, read_config, split_names, stop
+from gpuaudit.cli.options import input_errors_code, policy_options, read_config, stop
 from gpuaudit.engine.policy_files import validate_paths
 from gpuaudit.jsontext import indented
 from gpuaudit.model import CATEGORIES
 from gpuaudit.nearest import did_you_mean
-from gpuaudit.pipelines.policy import load_catalogue, load_policy
+from gpuaudit.pipelines.policy import load_catalogue
 from gpuaudit.pipelines.rules_test import run_site_cases
 from gpuaudit.safetext import one_line
+
+if TYPE_CHECKING:
+    from gpuaudit.pipelines.policy import PolicyOptions
 
 
 @click.group(cls=SuggestingGroup)
@@ -33,11 +37,11 @@ def rules() -> None:
     show_default=True,
     help="Output format, as in kubectl.",
 )
-def rules_list(config_path: Path | None, policy_dirs: tuple[Path, ...], include: str, exclude: str, fmt: str) -> int:
+def rules_list(policy: PolicyOptions, fmt: str) -> int:
     """The rules that would run, in diagnostic order; then the opt-in rules
     left out (they run only when --rules or the config's rules: names them)."""
-    config = read_config(config_path)
-    loaded, errors = load_policy(config, policy_dirs, split_names(include), split_names(exclude))
+    config = read_config(policy.config_path)
+    loaded, errors = policy.load(config)
     for e in errors:
         click.echo(f"gpuaudit: {e.file}{':' + str(e.line) if e.line else ''}: {e.message}", err=True)
 
@@ -64,7 +68,7 @@ def rules_list(config_path: Path | None, policy_dirs: tuple[Path, ...], include:
             needs = f"  (needs {', '.join(r.requires)})" if r.requires else ""
             click.echo(f"{r.id:<11} {r.severity:<8} {r.category:<11} {r.title}{needs}")
         running = {r.id for r in loaded}
-        catalogue, _ = load_catalogue(config, policy_dirs)
+        catalogue, _ = load_catalogue(config, policy.policy_dirs)
         left_out = sorted((r for r in catalogue if r.opt_in and r.id not in running), key=lambda r: r.id)
         if left_out:
             click.echo("\nopt-in, not selected (`gpuaudit rules explain ID` says how to run one):")
@@ -76,17 +80,11 @@ def rules_list(config_path: Path | None, policy_dirs: tuple[Path, ...], include:
 @rules.command("explain")
 @click.argument("rule_id")
 @policy_options
-def rules_explain(
-    rule_id: str,
-    config_path: Path | None,
-    policy_dirs: tuple[Path, ...],
-    include: str,
-    exclude: str,
-) -> int:
+def rules_explain(rule_id: str, policy: PolicyOptions) -> int:
     """A rule's docs page: why it matters, what to check first, how to fix.
     Every rule, opt-in ones too."""
-    config = read_config(config_path)
-    catalogue, _ = load_catalogue(config, policy_dirs)
+    config = read_config(policy.config_path)
+    catalogue, _ = load_catalogue(config, policy.policy_dirs)
     wanted = rule_id.upper()
     rule = next((r for r in catalogue if r.id == wanted), None)
     if rule is None:

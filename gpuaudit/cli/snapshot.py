@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import click
 
 from gpuaudit.cli.options import read_config, stop
 from gpuaudit.cli.source_options import cluster_options, read_cluster, telemetry_options
 from gpuaudit.sources.snapshot import SnapshotError, write_snapshot
+
+if TYPE_CHECKING:
+    from gpuaudit.sources.cluster_read import ClusterSource
+    from gpuaudit.sources.telemetry import TelemetryRequest
 
 
 @click.command()
@@ -25,14 +29,20 @@ from gpuaudit.sources.snapshot import SnapshotError, write_snapshot
 @click.option("--config", "config_path", type=click.Path(dir_okay=False, path_type=Path))
 @cluster_options
 @telemetry_options
-def snapshot(output: Path | None, legacy_output: Path | None, config_path: Path | None, **sources: Any) -> int:
+def snapshot(
+    output: Path | None,
+    legacy_output: Path | None,
+    config_path: Path | None,
+    cluster: ClusterSource,
+    telemetry: TelemetryRequest,
+) -> int:
     """Collect cluster objects (and telemetry) read-only into one file (--output-file)."""
     output = output or legacy_output
     if output is None:
         raise click.UsageError("give the snapshot file: --output-file FILE")
 
     config = read_config(config_path)
-    data, problem = read_cluster(config, sources)
+    data, problem = read_cluster(config, cluster, telemetry)
     try:
         write_snapshot(data, output)
     except SnapshotError as exc:

@@ -1,43 +1,27 @@
-"""Options and loading shared by the commands that read a live cluster or a
-snapshot, and GPU telemetry (audit, snapshot, report, fix).
-
-The sources are imported where they are used: a run from a snapshot file
-never loads the Kubernetes client, and one without --prometheus no HTTP code."""
+"""The options of the commands that read a live cluster or a snapshot, and
+GPU telemetry (audit, snapshot, report, fix), and their reading, with what
+stops it said as the CLI says it (sources/cluster_read.py does the work)."""
 
 from __future__ import annotations
 
+import contextlib
 import re
 import sys
-from collections.abc import Callable, Mapping, Sequence
-from datetime import datetime, timezone
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
 
-from gpuaudit.cli.options import option_group, stop
-from gpuaudit.durations import parse_duration
-from gpuaudit.files import FileReadError, read_bytes, read_text
+from gpuaudit.cli.options import OptionGroup, stop
+from gpuaudit.sources import cluster_read
+from gpuaudit.sources.cluster_read import ClusterReadError, ClusterSource
+from gpuaudit.sources.scope import Scope, SelectorError
+from gpuaudit.sources.telemetry import OptionError, TelemetryRequest
 from gpuaudit.sources.user_config import Config
 
 if TYPE_CHECKING:
     from gpuaudit.sources.snapshot import Transform
-
-# A bearer token (a service-account JWT) is 1-2 KiB; a CA bundle (the whole
-# Mozilla set) about 220 KiB.
-MAX_TOKEN_BYTES = 64 * 1024
-MAX_CA_BYTES = 16 * 1024 * 1024
-
-
-def seconds_option(value: str, option: str) -> int:
-    try:
-        seconds = round(parse_duration(value))
-    except ValueError as exc:
-        raise click.BadParameter(str(exc), param_hint=option) from None
-    if seconds <= 0:
-        raise click.BadParameter(f"{value!r} is not a positive duration", param_hint=option)
-    return seconds
-
 
 _SIZE = re.compile(r"^\s*(\d+)\s*(Ki|Mi|Gi|Ti|k|M|G|T)?i?B?\s*$")
 _UNITS = {None: 1, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}
@@ -54,7 +38,9 @@ def bytes_option(ctx: click.Context, param: click.Parameter, value: str | int | 
     return int(m[1]) * _UNITS[m[2]]
 
 
-cluster_options = option_group(
+cluster_options = OptionGroup(
+    "cluster",
+    ClusterSource,
     click.option(
         "--snapshot",
         "snapshot_paths",
@@ -112,7 +98,9 @@ cluster_options = option_group(
 )
 
 
-telemetry_options = option_group(
+telemetry_options = OptionGroup(
+    "telemetry",
+    TelemetryRequest,
     click.option(
         "--prometheus",
         "prometheus_url",
@@ -146,7 +134,9 @@ telemetry_options = option_group(
 )
 
 
-scope_options = option_group(
+scope_options = OptionGroup(
+    "scope",
+    Scope.from_options,
     click.option(
         "-n",
         "--namespace",
@@ -166,293 +156,66 @@ scope_options = option_group(
     ),
 )
 
-# Snapshot lists of namespaced objects that --namespace narrows (nodes,
-# ClusterPolicies, ResourceSlices and the device-plugin ConfigMaps describe
-# the cluster: they stay whole).
-NAMESPACED_KEYS = ("pods", "events", "replicasets", "jobs", "workloads", "resourceclaims", "kueueworkloads")
+
+class _Progress:
+    """The count of objects read so far, on one line of a terminal's stderr."""
+
+    shown = False
+
+    def __call__(self, resource: str, count: int) -> None:
+        self.shown = True
+        click.echo(f"\r  reading {resource}: {count:,}   ", err=True, nl=False)
+
+    def end(self) -> None:
+        if self.shown:
+            click.echo("", err=True)
+            self.shown = False
 
 
-def namespaces_option(values: Sequence[str]) -> tuple[str, ...]:
-    return tuple(n.strip() for v in values for n in v.split(",") if n.strip())
+@contextlib.contextmanager
+def reading(progress: _Progress | None = None) -> Iterator[None]:
+    """What stops reading a cluster or its telemetry, said as the CLI says
+    it (after the progress line ends): a usage error for an option it cannot
+    read, exit 2 for a cluster or a config it cannot use."""
+    from gpuaudit.sources.promql import QueryConfigError
 
-
-_SET_TERM = re.compile(
-    r"^\s*(!?)([A-Za-z0-9_./-]+)\s*(?:(==|=|!=)\s*([A-Za-z0-9_.-]*)|\s+(in|notin)\s*\(([^)]*)\))?\s*$"
-)
-
-
-def label_matcher(selector: str) -> Callable[[Mapping[str, Any]], bool]:
-    """A predicate over labels for kubectl's selector syntax (equality- and
-    set-based); a BadParameter naming the term it cannot read."""
-    terms: list[tuple[str, str, str, frozenset[str]]] = []
-    for raw in re.split(r",(?![^(]*\))", selector):
-        if not raw.strip():
-            continue
-        m = _SET_TERM.match(raw)
-        if m is None or (m[1] and (m[3] or m[5])):
-            raise click.BadParameter(f"cannot read the selector term {raw.strip()!r}", param_hint="--selector")
-        negated, key, op, value, set_op, values = m.groups()
-        if negated:
-            terms.append((key, "!", "", frozenset()))
-        elif op:
-            terms.append((key, "!=" if op == "!=" else "=", value, frozenset()))
-        elif set_op:
-            terms.append((key, set_op, "", frozenset(v.strip() for v in values.split(",") if v.strip())))
-        else:
-            terms.append((key, "exists", "", frozenset()))
-
-    def matches(labels: Mapping[str, Any]) -> bool:
-        for key, op, value, values in terms:
-            present = key in labels
-            have = str(labels.get(key)) if present else None
-            ok = {
-                "!": not present,
-                "exists": present,
-                "=": have == value,
-                "!=": have != value,
-                "in": have in values,
-                "notin": have not in values,
-            }[op]
-            if not ok:
-                return False
-        return True
-
-    return matches
-
-
-def narrow_snapshot(snapshot: dict[str, Any], namespaces: Sequence[str], pod_selector: str | None) -> None:
-    """Keep the namespaced objects in ``namespaces`` and the pods that match
-    ``pod_selector`` (in place). The API server filtered a live cluster's pod
-    list already; a snapshot file is filtered here alike."""
-    objects = snapshot.get("objects") or {}
-    if namespaces:
-        wanted = set(namespaces)
-        for key in NAMESPACED_KEYS:
-            items = objects.get(key)
-            if isinstance(items, list):
-                objects[key] = [
-                    o
-                    for o in items
-                    if isinstance(o, dict) and ((o.get("metadata") or {}).get("namespace") or "default") in wanted
-                ]
-    if pod_selector:
-        matches = label_matcher(pod_selector)
-        pods = objects.get("pods")
-        if isinstance(pods, list):
-            objects["pods"] = [
-                p for p in pods if isinstance(p, dict) and matches((p.get("metadata") or {}).get("labels") or {})
-            ]
-
-
-CLUSTER_PARAMS = (
-    "kubeconfig",
-    "context",
-    "in_cluster",
-    "request_timeout",
-    "page_size",
-    "deadline",
-    "max_response_bytes",
-    "max_list_bytes",
-)
-TELEMETRY_PARAMS = (
-    "prometheus_url",
-    "window",
-    "step",
-    "until",
-    "prometheus_token_file",
-    "prometheus_user",
-    "prometheus_ca",
-    "prometheus_header",
-    "sample_files",
-)
-
-
-def snapshot_files(options: dict[str, Any]) -> list[Path]:
-    """The --snapshot files asked for, a folder read as the snapshots in it."""
-    files: list[Path] = []
-    for path in options.get("snapshot_paths") or ():
-        if path.is_dir():
-            found = sorted(p for p in path.iterdir() if p.is_file() and p.name.endswith((".json", ".json.gz")))
-            if not found:
-                stop(f"{path}: no snapshot (*.json, *.json.gz) in this folder")
-            files += found
-        else:
-            files.append(path)
-    return files
+    try:
+        try:
+            yield
+        finally:
+            if progress is not None:
+                progress.end()
+    except ClusterReadError as exc:
+        stop(str(exc))
+    except SelectorError as exc:
+        raise click.BadParameter(str(exc), param_hint="--selector") from None
+    except OptionError as exc:
+        raise click.BadParameter(str(exc), param_hint=exc.option) from None
+    except QueryConfigError as exc:  # the site's query override is wrong: a usage error
+        stop(f"telemetry.queries in config: {exc}")
 
 
 def read_cluster(
     config: Config,
-    options: dict[str, Any],
+    cluster: ClusterSource,
+    telemetry: TelemetryRequest,
+    scope: Scope | None = None,
+    *,
     snapshot_path: Path | None = None,
     each: Transform | None = None,
 ) -> tuple[dict[str, Any], str | None]:
-    """The snapshot that cluster_options and telemetry_options ask for (narrowed
-    by scope_options when given), with its telemetry; and why telemetry could
-    not be read, if it could not. ``snapshot_path``: one of several --snapshot
-    files (a fleet); otherwise the one --snapshot, or the live cluster.
-    ``each``: what to keep of each object read (load_snapshot)."""
-    if snapshot_path is None:
-        files = snapshot_files(options)
-        if len(files) > 1:
-            stop("several snapshots make a fleet review: only `gpuaudit report` reads more than one")
-        snapshot_path = files[0] if files else None
-    namespaces = namespaces_option(options.get("namespaces") or ())
-    pod_selector = options.get("pod_selector") or None
-    if pod_selector:
-        label_matcher(pod_selector)  # a usage error before any request
-    snapshot = load_snapshot(
-        snapshot_path=snapshot_path,
-        each=each,
-        **{k: options[k] for k in CLUSTER_PARAMS if k in options},
-        **({"pod_selector": pod_selector} if pod_selector else {}),
-    )
-    if namespaces or pod_selector:
-        narrow_snapshot(snapshot, namespaces, pod_selector)
-    problem = load_telemetry(
-        snapshot,
-        config,
-        **{k: options[k] for k in TELEMETRY_PARAMS if k in options},
-        # --request-timeout and --deadline bound Prometheus as they bound the API server.
-        request_timeout=options.get("request_timeout"),
-        deadline=options.get("deadline"),
-    )
-    return snapshot, problem
-
-
-def _progress(resource: str, count: int) -> None:
-    click.echo(f"\r  reading {resource}: {count:,}   ", err=True, nl=False)
-
-
-def load_snapshot(
-    *,
-    snapshot_path: Path | None,
-    kubeconfig: str | None,
-    context: str | None,
-    in_cluster: bool,
-    request_timeout: float,
-    deadline: float,
-    page_size: int = 500,
-    pod_selector: str | None = None,
-    each: Transform | None = None,
-    max_response_bytes: int | None = None,
-    max_list_bytes: int | None = None,
-) -> dict[str, Any]:
-    """A snapshot from a file, or collected now from the cluster (read-only).
-    ``each(key, obj)``: what to keep of each object of the list ``key``, as
-    it is read (an audit's ``cluster_builder.kept_for_audit``); None keeps
-    them whole, as a snapshot written from them must."""
-    if snapshot_path is not None:
-        from gpuaudit.sources.snapshot import SnapshotError, read_snapshot
-
-        try:
-            return read_snapshot(snapshot_path, each=each)
-        except SnapshotError as exc:
-            stop(str(exc))
-    from gpuaudit.sources.cluster import ClusterSourceError, collect
-
-    try:
-        snapshot = collect(
-            kubeconfig=kubeconfig,
-            context=context,
-            in_cluster=in_cluster,
-            request_timeout=request_timeout,
-            deadline=deadline,
-            page_size=page_size,
-            progress=_progress if sys.stderr.isatty() else None,
-            each=each,
-            **({"pod_selector": pod_selector} if pod_selector else {}),
-            **({"max_response_bytes": max_response_bytes} if max_response_bytes else {}),
-            **({"max_list_bytes": max_list_bytes} if max_list_bytes else {}),
+    """sources.cluster_read.read_cluster, with a live cluster's progress on
+    a terminal, and what stops it said (:func:`reading`)."""
+    progress = _Progress() if sys.stderr.isatty() else None
+    with reading(progress):
+        return cluster_read.read_cluster(
+            config, cluster, telemetry, scope, snapshot_path=snapshot_path, each=each, progress=progress
         )
-    except ClusterSourceError as exc:
+
+
+def snapshot_files(cluster: ClusterSource) -> list[Path]:
+    """The snapshot files ``cluster`` names (a folder: the snapshots in it)."""
+    try:
+        return cluster.snapshot_files()
+    except ClusterReadError as exc:
         stop(str(exc))
-    if sys.stderr.isatty():
-        click.echo("", err=True)
-    return snapshot
-
-
-def _pods_by_uid(snapshot: dict[str, Any]) -> dict[str, tuple[str, str]]:
-    """Pod UID -> (namespace, name) of the snapshot's pods: a sampler on a node
-    (the DaemonSet in deploy/) records only the UID from each process's cgroup."""
-    out: dict[str, tuple[str, str]] = {}
-    for pod in (snapshot.get("objects") or {}).get("pods") or []:
-        meta = pod.get("metadata") or {}
-        if meta.get("uid") and meta.get("name"):
-            out[str(meta["uid"])] = (str(meta.get("namespace") or "default"), str(meta["name"]))
-    return out
-
-
-def load_telemetry(
-    snapshot: dict[str, Any],
-    config: Config,
-    *,
-    prometheus_url: str | None,
-    window: str,
-    step: str,
-    until: datetime | None,
-    prometheus_token_file: str | None,
-    prometheus_user: str | None,
-    prometheus_ca: str | None,
-    prometheus_header: Sequence[str],
-    sample_files: Sequence[Path],
-    request_timeout: float | None = None,
-    deadline: float | None = None,
-) -> str | None:
-    """Put telemetry aggregates into ``snapshot['telemetry']`` when asked for.
-    ``request_timeout`` and ``deadline`` (wall-clock seconds per query and for
-    all of them) default to the Prometheus source's own.
-
-    Returns why telemetry could not be read (the audit goes on without it), or None.
-    """
-    import os
-
-    from gpuaudit.model.telemetry import TelemetryUnavailable
-
-    settings = config.telemetry
-    url = prometheus_url or settings.get("prometheus")
-    if sample_files:
-        from gpuaudit.sources.samples import aggregate_samples
-
-        try:
-            snapshot["telemetry"] = aggregate_samples(
-                list(sample_files), params=settings.get("params"), pods_by_uid=_pods_by_uid(snapshot)
-            )
-        except (OSError, ValueError, TelemetryUnavailable) as exc:
-            return f"cannot use samples: {exc}"
-        return None
-    if not url:
-        return None
-    from gpuaudit.sources.prometheus import query_telemetry
-    from gpuaudit.sources.promql import QueryConfigError
-
-    headers = dict(h.split("=", 1) for h in prometheus_header if "=" in h)
-    token = None
-    try:
-        if prometheus_token_file:
-            token = read_text(prometheus_token_file, limit=MAX_TOKEN_BYTES, what="token file").strip()
-        if prometheus_ca:  # the TLS library opens it by name: refuse a FIFO or device first
-            read_bytes(prometheus_ca, limit=MAX_CA_BYTES, what="CA bundle")
-    except FileReadError as exc:
-        return f"cannot query Prometheus: {exc}"
-    password = os.environ.get("GPUAUDIT_PROMETHEUS_PASSWORD", "")
-    try:
-        snapshot["telemetry"] = query_telemetry(
-            url,
-            window_seconds=seconds_option(window, "--window"),
-            step_seconds=seconds_option(step, "--step"),
-            end=until.replace(tzinfo=timezone.utc) if until else None,
-            params=settings.get("params"),
-            queries=settings.get("queries"),
-            bearer_token=token,
-            basic_auth=(prometheus_user, password) if prometheus_user else None,
-            ca_bundle=prometheus_ca,
-            headers=headers,
-            **({"timeout": request_timeout} if request_timeout is not None else {}),
-            deadline=deadline,
-        )
-    except QueryConfigError as exc:  # the site's query override is wrong: a usage error
-        stop(f"telemetry.queries in config: {exc}")
-    except TelemetryUnavailable as exc:
-        return str(exc)
-    return None

@@ -6,7 +6,9 @@ from collections.abc import Callable
 from importlib import import_module
 from typing import Any
 
-# name -> module with `render(result, **context) -> str`
+# name -> module with `render(result, **context) -> str` (and, where it names
+# files relative to their repository, ``WANTS_SOURCE_ROOT = True``: it is
+# given ``source_root``)
 FORMATS = {
     "text": "gpuaudit.output.text",
     "json": "gpuaudit.output.json_format",
@@ -22,3 +24,9 @@ FORMATS = {
 def formatter(name: str) -> Callable[..., str]:
     module: Any = import_module(FORMATS[name])
     return module.render
+
+
+def wants_source_root(name: str) -> bool:
+    """Whether the format names files relative to their repository, and so
+    takes ``source_root``."""
+    return bool(getattr(import_module(FORMATS[name]), "WANTS_SOURCE_ROOT", False))

@@ -24,6 +24,9 @@ _LEVEL = {"critical": "error", "high": "error", "medium": "warning", "low": "not
 
 
 SRCROOT = "%SRCROOT%"
+# The writer passes ``source_root`` (files.source_root): the repository the
+# findings' files are named relative to.
+WANTS_SOURCE_ROOT = True
 
 
 class _Locator:

@@ -10,11 +10,12 @@ finding naming them all."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 import msgspec
 
+from gpuaudit.engine import baseline
 from gpuaudit.engine.evaluate import Evaluation, combine, evaluate, site_inputs
 from gpuaudit.engine.rules import Rule
 from gpuaudit.facts import Subject
@@ -22,15 +23,75 @@ from gpuaudit.facts import claims as claim_facts
 from gpuaudit.facts import device_plugin as config_facts
 from gpuaudit.facts import workload as workload_facts
 from gpuaudit.facts.context import Context, Site, build_context, merge_contexts
+from gpuaudit.files import write_atomic
 from gpuaudit.kube.podspecs import KindLocator, group_of
 from gpuaudit.model import AuditResult, Document, Finding, InputError, Workload
 from gpuaudit.model.serving_runtimes import effective_workloads
 from gpuaudit.model.workload_builder import build_workloads
-from gpuaudit.pipelines.policy import locators_for
+from gpuaudit.pipelines.policy import PolicyOptions, locators_for
 from gpuaudit.pipelines.shards import run_sharded, workers_for
-from gpuaudit.sources.inputs import InputOptions, Item, gather_units, read_items
+from gpuaudit.sources.inputs import InputOptions, Item, ManifestOptions, gather_units, read_items
 from gpuaudit.sources.manifests import ReadResult
 from gpuaudit.sources.user_config import Config
+
+
+class Baselines(msgspec.Struct, frozen=True):
+    """``apply``: hide the findings recorded in this baseline (--baseline);
+    ``write``: record the current findings in this file (--write-baseline)."""
+
+    apply: Path | None = None
+    write: Path | None = None
+
+
+class CheckOptions(msgspec.Struct, frozen=True):
+    """What `gpuaudit check` judges and how: the paths, the rules, how the
+    input is read and the baselines."""
+
+    paths: tuple[str, ...] = ()
+    policy: PolicyOptions = PolicyOptions()
+    manifests: ManifestOptions = ManifestOptions()
+    baselines: Baselines = Baselines()
+
+
+class CheckRun(msgspec.Struct):
+    result: AuditResult
+    baseline_unwritten: bool = False  # --write-baseline's file could not be written
+
+
+def run_check(options: CheckOptions, config: Config, say: Callable[[str], None]) -> CheckRun:
+    """The check of ``options.paths`` with the rules ``options.policy``
+    selects, the baselines written and applied. ``say``: one line for the
+    user (what was recorded, what could not be written). Raises
+    user_config.ConfigError for the config's chart folders, and
+    baseline.BaselineError for a baseline that cannot be read."""
+    inputs = options.manifests.resolve(config)
+    rules, rule_errors = options.policy.load(config)
+    result = check_manifests(
+        options.paths,
+        config,
+        rules,
+        options=inputs,
+        keep_subjects=False,  # no output needs them: lets a large input use all cores
+    )
+    result.errors[:0] = rule_errors
+    return CheckRun(result, not _baselines(result, options.baselines, say))
+
+
+def _baselines(result: AuditResult, baselines: Baselines, say: Callable[[str], None]) -> bool:
+    """Write, then apply, the baselines asked for; False when the baseline
+    to write could not be (the output still goes out)."""
+    written = True
+    if baselines.write is not None:
+        try:
+            write_atomic(baselines.write, baseline.dumps(baseline.build(result.findings)))
+        except OSError as exc:  # files.WriteError names the file
+            say(str(exc))
+            written = False
+        else:
+            say(f"recorded {len(result.findings)} finding(s) in {baselines.write}")
+    if baselines.apply is not None:
+        baseline.apply_to_result(result, baselines.apply)
+    return written
 
 
 def model_items(

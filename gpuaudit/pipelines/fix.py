@@ -38,21 +38,29 @@ from gpuaudit.sources.units import KUSTOMIZATION_FILES
 from gpuaudit.sources.user_config import Config
 
 
+class FixOptions(msgspec.Struct, frozen=True):
+    """What `gpuaudit fix` fixes: manifest ``paths`` (none: the snapshot's
+    cluster), the snapshot's name in the review, remediation parameters
+    (--set), and whether kustomizations may read files outside their folder."""
+
+    paths: tuple[str, ...] = ()
+    snapshot_label: str = "snapshot"
+    overrides: Mapping[str, Any] = msgspec.field(default_factory=dict)
+    kustomize_load_anywhere: bool = False
+
+
 def plan_fix(
-    paths: Sequence[str],
+    options: FixOptions,
     snapshot: dict[str, Any] | None,
-    snapshot_label: str,
     telemetry_problem: str | None,
     config: Config,
     rules: Sequence[Rule],
-    overrides: Mapping[str, Any],
-    *,
-    kustomize_load_anywhere: bool = False,
 ) -> tuple[Plan, Inputs]:
-    """Findings in ``paths`` (or, without paths, in the snapshot's cluster) ->
-    the plan of patches. A snapshot with paths sizes the patches from its
-    pods' telemetry and GPU models. ``kustomize_load_anywhere``: the user
-    lets kustomizations read files outside their folder."""
+    """Findings in ``options.paths`` (or, without paths, in the snapshot's
+    cluster) -> the plan of patches. A snapshot with paths sizes the patches
+    from its pods' telemetry and GPU models."""
+    paths, snapshot_label, overrides = options.paths, options.snapshot_label, options.overrides
+    kustomize_load_anywhere = options.kustomize_load_anywhere
     if paths:
         inputs = read_fix_inputs(paths, config, rules, kustomize_load_anywhere=kustomize_load_anywhere)
     else:

@@ -6,12 +6,29 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
+import msgspec
+
 from gpuaudit.bundled import policies_dir
 from gpuaudit.engine.rule_cache import load_rules_cached
 from gpuaudit.engine.rules import Rule
 from gpuaudit.kube.podspecs import KindLocator, builtin_locators, parse_locators
 from gpuaudit.model import InputError
 from gpuaudit.sources.user_config import Config
+
+
+class PolicyOptions(msgspec.Struct, frozen=True):
+    """Which rules the command line asks for: the config file, more rule
+    folders, and the rule ids or categories to run and to leave out (none:
+    the config's)."""
+
+    config_path: Path | None = None
+    policy_dirs: tuple[Path, ...] = ()
+    include: tuple[str, ...] = ()
+    exclude: tuple[str, ...] = ()
+
+    def load(self, config: Config) -> tuple[list[Rule], list[InputError]]:
+        """The rules that run, and the problems with them (load_policy)."""
+        return load_policy(config, self.policy_dirs, self.include, self.exclude)
 
 
 def load_policy(

@@ -13,7 +13,7 @@ from msgspec.structs import replace
 
 from gpuaudit.files import inside
 from gpuaudit.model import AuditResult, InputError
-from gpuaudit.pipelines.fix import plan_fix
+from gpuaudit.pipelines.fix import FixOptions, plan_fix
 from gpuaudit.report import history
 from gpuaudit.report.build import ReportSettings, analyse, assemble, cluster_name, run_summary
 from gpuaudit.report.fleet import fleet
@@ -49,7 +49,7 @@ def fix_overlay(snapshot: Mapping[str, Any], result: AuditResult, config: Config
     the planner's VRAM need), and the time-slicing replicas the overlay's
     sharing config sets. The report counts only what these patches achieve."""
     try:
-        plan, _ = plan_fix([], dict(snapshot), "snapshot", None, config, result.rules, {})
+        plan, _ = plan_fix(FixOptions(), dict(snapshot), None, config, result.rules)
     except Exception as exc:
         return {
             "available": False,

@@ -16,9 +16,11 @@ from pathlib import Path
 
 import msgspec
 
+from gpuaudit.files import OutsideRootError, confined, repository_root
 from gpuaudit.model import InputError
 from gpuaudit.sources.manifests import MANIFEST_SUFFIXES, ReadResult, read_file, read_paths
 from gpuaudit.sources.units import PlainFiles, Repository, Unit, discover, display, plain_units, units_for_changed
+from gpuaudit.sources.user_config import Config, ConfigError
 
 # One thing to audit: a file still to read, or what was read already.
 Item = Path | ReadResult
@@ -40,6 +42,49 @@ class InputOptions(msgspec.Struct, frozen=True):
     render_errors: str = "fail"  # fail | warn
     chart_values: Mapping[Path, tuple[tuple[Path, ...], ...]] = msgspec.field(default_factory=dict)
     changed_files: bool = False  # the paths are changed files: audit the units they touch
+
+
+class ManifestOptions(msgspec.Struct, frozen=True):
+    """How the command line asks for the input to be read; what it leaves
+    open (None), the config's ``repository:`` decides (:meth:`resolve`)."""
+
+    helm_charts: tuple[Path, ...] = ()
+    helm_values: tuple[Path, ...] = ()
+    render: bool = True
+    load_anywhere: bool = False
+    allow_remote: bool = False
+    plain_files: PlainFiles | None = None
+    render_errors: str | None = None
+    changed_files: bool = False
+
+    def resolve(self, config: Config) -> InputOptions:
+        """These choices, then the config's ``repository:``. Chart values
+        files the config names must lie inside the repository (the config is
+        the repository's, not the user's): a ConfigError otherwise."""
+        repository = config.repository or {}
+        chart_values: dict[Path, tuple[tuple[Path, ...], ...]] = {}
+        if config.path is not None and repository.get("charts"):
+            base = config.path.parent
+            roots = (repository_root(base),)
+            for chart, lists in repository["charts"].items():
+                try:
+                    folder = confined(base / chart, roots, what="chart folder")
+                    chart_values[folder] = tuple(
+                        tuple(confined(base / v, roots, what="values file") for v in values) for values in lists
+                    )
+                except OutsideRootError as exc:
+                    raise ConfigError(f"{config.path}: repository.charts: {exc}") from None
+        return InputOptions(
+            render=self.render,
+            helm_charts=self.helm_charts,
+            helm_values=self.helm_values,
+            load_anywhere=self.load_anywhere,
+            allow_remote=self.allow_remote,
+            plain_files=self.plain_files or repository.get("plain_files") or "folder",
+            render_errors=self.render_errors or repository.get("render_errors") or "fail",
+            chart_values=chart_values,
+            changed_files=self.changed_files,
+        )
 
 
 class UnitInput(msgspec.Struct):
@@ -128,8 +173,6 @@ def _discover(root: Path, shown: str, options: InputOptions) -> Repository:
 
 def _changed(files: Sequence[Path], options: InputOptions) -> list[UnitInput]:
     """The units the changed ``files`` touch, found in the repository they lie in."""
-    from gpuaudit.files import repository_root
-
     top = repository_root()
     repository = _discover(top, os.path.relpath(top), options)
     touched, alone = units_for_changed(repository, files)
