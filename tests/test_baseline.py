@@ -19,6 +19,7 @@ spec:
         spec:
           containers:
           - name: pytorch
+            image: pytorch/pytorch:2.4.0-cuda12.1-cudnn9-runtime
             command: [torchrun, --nproc_per_node=8, train.py]
             resources:
               requests: {cpu: "32", memory: 64Gi}
@@ -29,6 +30,7 @@ spec:
         spec:
           containers:
           - name: pytorch
+            image: pytorch/pytorch:2.4.0-cuda12.1-cudnn9-runtime
             command: [torchrun, --nproc_per_node=8, train.py]
             resources:
               requests: {cpu: "32", memory: 64Gi}
@@ -98,7 +100,8 @@ def test_baseline_counts_findings_that_share_a_fingerprint(run_cli, tmp_path):
         TRAINING.replace(
             "    Worker:",
             "    Evaluator:\n      template:\n        spec:\n          containers:\n"
-            "          - name: pytorch\n            command: [torchrun, --nproc_per_node=8, eval.py]\n"
+            "          - name: pytorch\n            image: pytorch/pytorch:2.4.0-cuda12.1-cudnn9-runtime\n"
+            "            command: [torchrun, --nproc_per_node=8, eval.py]\n"
             "            resources:\n"
             "              requests: {cpu: '32', memory: 64Gi}\n"
             "              limits: {nvidia.com/gpu: 8}\n    Worker:",
