@@ -370,7 +370,9 @@ def _finding(rule: str, category: str, *, pods: list[str] | None = None, node: s
         subject = SimpleNamespace(target="node", facts={})
         resource = Resource("v1", "Node", "", node)
     else:
-        subject = SimpleNamespace(target="pod", facts={"namespace": "ml", "pod": (pods or [""])[0]})
+        pod = (pods or [""])[0]
+        facts = {"namespace": "ml", "pod": pod}
+        subject = SimpleNamespace(target="pod", facts=facts, typed=SimpleNamespace(**facts))  # read as attributes
         resource = Resource("apps/v1", "Deployment", "ml", rule.lower())
     return Finding(
         rule=rule,
