@@ -914,6 +914,16 @@ class ModelFit(_Facts, kw_only=True, frozen=True):
             )
         ),
     ]
+    weights_exceed_gpus: Annotated[
+        bool | None,
+        Meta(
+            description=(
+                "weights_gib alone is more than the memory of the GPUs held (gpus x gpu_memory_gib): the model cannot "
+                "be loaded as written. Null when its size, the GPUs held or their memory (from a product selector or "
+                "site.gpu_memory_gib, never assumed) is unknown."
+            )
+        ),
+    ]
     pointer: str | None
 
 
