@@ -60,6 +60,7 @@ class Heuristic(msgspec.Struct, frozen=True):
     bytes_per_param: Mapping[str, float]
     dtype_words: tuple[tuple[str, str], ...]
     known: tuple[tuple[re.Pattern[str], float], ...]
+    native_dtypes: tuple[tuple[re.Pattern[str], str], ...]
     predictive_formats: frozenset[str]
     predictive_programs: frozenset[str]
     predictive_images: tuple[str, ...]
@@ -80,6 +81,7 @@ def heuristic() -> Heuristic:
         bytes_per_param={k: float(v) for k, v in data["bytes_per_param"].items()},
         dtype_words=tuple((e["word"], e["dtype"]) for e in data["dtype_words"]),
         known=tuple((re.compile(e["pattern"]), float(e["params_b"])) for e in data["known"]),
+        native_dtypes=tuple((re.compile(e["pattern"]), str(e["dtype"])) for e in data["known"] if e.get("dtype")),
         predictive_formats=frozenset(data["predictive_servers"]["model_formats"]),
         predictive_programs=frozenset(data["predictive_servers"]["programs"]),
         predictive_images=tuple(data["predictive_servers"]["images"]),
@@ -122,8 +124,11 @@ def model_candidates(
         found = flag(words, (spelling,))
         if found is not None and found.text:
             yield ModelRef(found.text, "args", f"{container_pointer}/{found.field}/{found.index}")
-    for i, word in enumerate(words[:-1]):  # `vllm serve NAME`
-        if word.text == "serve" and i > 0 and words[i - 1].text.endswith("vllm"):
+    # `vllm serve NAME`, or `serve NAME` as the args of a vLLM image whose
+    # entrypoint is `vllm` (vllm/vllm-openai, nothing else on the command line)
+    vllm_image = "vllm" in image.rsplit("/", 1)[-1]
+    for i, word in enumerate(words[:-1]):
+        if word.text == "serve" and (words[i - 1].text.endswith("vllm") if i > 0 else vllm_image):
             nxt = words[i + 1]
             if not nxt.text.startswith("-"):
                 yield ModelRef(nxt.text, "args", f"{container_pointer}/{nxt.field}/{nxt.index}")
@@ -158,7 +163,8 @@ def image_model(image: str) -> str | None:
 
 
 def find_dtype(words: Sequence[Token], env: Mapping[str, str], model: str) -> str:
-    """The stated dtype or quantisation; a quantised model name counts too."""
+    """The stated dtype or quantisation (a quantised model name counts too);
+    else the dtype a known model ships in (DeepSeek-V3 in FP8), else bf16."""
     stated = [t.text for t in _all_flags(words, DTYPE_FLAGS)]
     stated += [env[n] for n in DTYPE_ENV if env.get(n)]
     stated.append(model)
@@ -166,7 +172,9 @@ def find_dtype(words: Sequence[Token], env: Mapping[str, str], model: str) -> st
         dtype = _dtype_of(text)
         if dtype:
             return dtype
-    return "bfloat16"
+    base = model.strip().lower().rstrip("/").rsplit("/", 1)[-1]
+    native = (dtype for pattern, dtype in heuristic().native_dtypes if pattern.search(base))
+    return next(native, "bfloat16")
 
 
 def _all_flags(words: Sequence[Token], names: Sequence[str]) -> list[Token]:
@@ -249,6 +257,11 @@ def model_facts(
         "excess_gpus": excess,
         # Two such models fit one GPU: sharing it (time-slicing, MPS, MIG) can help.
         "fits_half_gpu": need <= per_gpu / 2 if need is not None else None,
+        # The weights alone, without any headroom, overflow the GPUs held: the
+        # server cannot load. Only where the GPU's memory is known, not assumed.
+        "weights_exceed_gpus": (
+            weights > gpus * per_gpu if weights is not None and gpus and source != "assumed" else None
+        ),
         "pointer": ref.pointer,
     }
 

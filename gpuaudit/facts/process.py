@@ -37,6 +37,10 @@ DATALOADER_FLAGS = (
 )
 DATALOADER_ENV = ("DATALOADER_NUM_WORKERS", "NUM_WORKERS")
 
+# Engine flags that keep part of the weights in host memory (vLLM, SGLang,
+# DeepSpeed-MII, TGI's quantised offload): the GPUs need not hold them all.
+_OFFLOAD_FLAGS = ("--cpu-offload", "--offload", "--cpu_offload")
+
 
 class CommandLine(msgspec.Struct, frozen=True):
     """What one container's command line and env say, read once for both
@@ -152,6 +156,8 @@ def _model(
     else:
         memory, source = None, "assumed"
     facts = model_facts(ref, find_dtype(words, c.env, ref.name), gpus, memory, source)
+    if any(w.text.startswith(_OFFLOAD_FLAGS) for w in words):
+        facts["weights_exceed_gpus"] = None  # weights offloaded to host memory need not fit the GPUs
     return (facts if facts["params_b"] is not None else None), ref
 
 

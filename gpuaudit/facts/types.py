@@ -82,16 +82,10 @@ class WorkloadGpu(_Facts, kw_only=True, frozen=True):
     total: Annotated[Number | None, Meta(description="GPUs over all pod templates times their replicas.")]
 
 
-class WorkloadFacts(_Facts, kw_only=True, frozen=True):
-    lifecycle: Annotated[
-        Lifecycle | None,
-        Meta(
-            description=(
-                "(batch kinds in gpuaudit/data/lifecycle.yaml) whether the fields that bound the run are set; null "
-                "for kinds not listed."
-            )
-        ),
-    ]
+class _OfWorkload(_Facts, kw_only=True, frozen=True):
+    """What every document of a workload repeats (the workload, each pod
+    template, each container), so a rule never has to look it up."""
+
     purpose: Annotated[
         Purpose,
         Meta(
@@ -106,6 +100,23 @@ class WorkloadFacts(_Facts, kw_only=True, frozen=True):
         ),
     ]
     purpose_evidence: PurposeEvidence
+    api_version: str = msgspec.field(name="apiVersion")
+    kind: str
+    name: str
+    namespace: str
+    class_: str = msgspec.field(name="class")
+
+
+class WorkloadFacts(_OfWorkload, kw_only=True, frozen=True):
+    lifecycle: Annotated[
+        Lifecycle | None,
+        Meta(
+            description=(
+                "(batch kinds in gpuaudit/data/lifecycle.yaml) whether the fields that bound the run are set; null "
+                "for kinds not listed."
+            )
+        ),
+    ]
     metadata: ObjectMetadata
     scaling: Annotated[
         Scaling | None,
@@ -115,11 +126,6 @@ class WorkloadFacts(_Facts, kw_only=True, frozen=True):
             )
         ),
     ]
-    api_version: str = msgspec.field(name="apiVersion")
-    kind: str
-    name: str
-    namespace: str
-    class_: str = msgspec.field(name="class")
     long_running: bool
     pointer: str
     gpu: WorkloadGpu
@@ -307,7 +313,7 @@ class SharedMemory(_Facts, kw_only=True, frozen=True):
     ]
 
 
-class PodFacts(_Facts, kw_only=True, frozen=True):
+class PodFacts(_OfWorkload, kw_only=True, frozen=True):
     """One pod template of a workload (a Deployment's template, a PyTorchJob's Worker, a Ray worker group)."""
 
     gpu_command_kind: Annotated[
@@ -381,20 +387,6 @@ class PodFacts(_Facts, kw_only=True, frozen=True):
             )
         ),
     ]
-    purpose: Annotated[
-        Purpose,
-        Meta(
-            description=(
-                "What the workload is for, read from its manifest (gpuaudit/data/purposes.yaml): service, training, "
-                "batch, benchmark, smoke-test (a check that the GPUs are there: nvidia-smi, a CUDA sample, NCCL/RCCL "
-                "tests, clinfo, hl-smi), stress-test (gpu-burn, a DCGM diagnostic), placeholder (holds GPUs on "
-                "purpose: the pause image, a name that says so), demo (does no GPU work, in a file or under a name "
-                "written to show something), or unknown. The same for the workload, each of its pod templates and "
-                "containers. Rules say per purpose how much their advice matters (severity_by_purpose)."
-            )
-        ),
-    ]
-    purpose_evidence: PurposeEvidence
     spec: Annotated[
         dict[str, Any],
         Meta(
@@ -410,11 +402,6 @@ class PodFacts(_Facts, kw_only=True, frozen=True):
         Meta(description=("The pod template's labels and annotations, and those of the object it belongs to.")),
     ]
     shm: SharedMemory
-    api_version: str = msgspec.field(name="apiVersion")
-    kind: str
-    name: str
-    namespace: str
-    class_: str = msgspec.field(name="class")
     long_running: Annotated[
         bool,
         Meta(
@@ -448,7 +435,7 @@ class PodFacts(_Facts, kw_only=True, frozen=True):
     ] = None
 
 
-class ContainerFacts(_Facts, kw_only=True, frozen=True):
+class ContainerFacts(_OfWorkload, kw_only=True, frozen=True):
     command_kind: Annotated[
         CommandKind | None,
         Meta(
@@ -467,25 +454,6 @@ class ContainerFacts(_Facts, kw_only=True, frozen=True):
     ]
     parallelism: Parallelism | None
     visible_devices_pointer: Annotated[str | None, Meta(description="The env entry setting NVIDIA_VISIBLE_DEVICES.")]
-    purpose: Annotated[
-        Purpose,
-        Meta(
-            description=(
-                "What the workload is for, read from its manifest (gpuaudit/data/purposes.yaml): service, training, "
-                "batch, benchmark, smoke-test (a check that the GPUs are there: nvidia-smi, a CUDA sample, NCCL/RCCL "
-                "tests, clinfo, hl-smi), stress-test (gpu-burn, a DCGM diagnostic), placeholder (holds GPUs on "
-                "purpose: the pause image, a name that says so), demo (does no GPU work, in a file or under a name "
-                "written to show something), or unknown. The same for the workload, each of its pod templates and "
-                "containers. Rules say per purpose how much their advice matters (severity_by_purpose)."
-            )
-        ),
-    ]
-    purpose_evidence: PurposeEvidence
-    api_version: str = msgspec.field(name="apiVersion")
-    kind: str
-    name: str
-    namespace: str
-    class_: str = msgspec.field(name="class")
     long_running: bool
     role: str
     container: str
@@ -501,8 +469,9 @@ class ContainerFacts(_Facts, kw_only=True, frozen=True):
         str | None,
         Meta(
             description=(
-                "What the controller merges this container over before it runs (KServe: the serving runtime); fields "
-                "it leaves unset are unknown."
+                "What the controller merges this container over before it runs (KServe: the serving runtime; a "
+                "container without an image, a kustomize patch read alone: its base); fields it leaves unset are "
+                "unknown."
             )
         ),
     ]
@@ -942,6 +911,16 @@ class ModelFit(_Facts, kw_only=True, frozen=True):
             description=(
                 "need_gib fits in half of one GPU's memory (gpu_memory_gib): the model could share a GPU. Null when "
                 "its size is unknown."
+            )
+        ),
+    ]
+    weights_exceed_gpus: Annotated[
+        bool | None,
+        Meta(
+            description=(
+                "weights_gib alone is more than the memory of the GPUs held (gpus x gpu_memory_gib): the model cannot "
+                "be loaded as written. Null when its size, the GPUs held or their memory (from a product selector or "
+                "site.gpu_memory_gib, never assumed) is unknown."
             )
         ),
     ]
