@@ -191,9 +191,7 @@ def make_nodes(count: int, rng: random.Random) -> list[dict[str, Any]]:
                     "nvidia.com/mig.capable": "true" if mig else "false",
                 }
             )
-        spec: dict[str, Any] = {
-            "providerID": f"aws:///{labels['topology.kubernetes.io/zone']}/i-{i:017x}"
-        }
+        spec: dict[str, Any] = {"providerID": f"aws:///{labels['topology.kubernetes.io/zone']}/i-{i:017x}"}
         taints = [TAINT] if tainted else []
         roll = rng.random()
         if roll < 0.01:
@@ -274,9 +272,7 @@ def _container(name: str, image: str, cpu: str, memory: str, gpus: int) -> dict[
     }
 
 
-def _gpu_template(
-    rng: random.Random, products: list[str], hostnames: list[str]
-) -> tuple[dict[str, Any], bool]:
+def _gpu_template(rng: random.Random, products: list[str], hostnames: list[str]) -> tuple[dict[str, Any], bool]:
     """A GPU pod template and whether it is a Job (batch) rather than a service."""
     gpus = rng.choices((1, 2, 4, 8), (0.62, 0.16, 0.12, 0.10))[0]
     per_gpu_cpu = rng.choice((4, 8, 12))
@@ -496,9 +492,7 @@ def generate(nodes: int, pods: int, seed: int = 1) -> dict[str, list[dict[str, A
             if "nvidia.com/gpu.product" in n["metadata"]["labels"]
         }
     )
-    gpu_hosts = [
-        n["metadata"]["name"] for n in node_objs if n["status"]["capacity"].get("nvidia.com/gpu")
-    ]
+    gpu_hosts = [n["metadata"]["name"] for n in node_objs if n["status"]["capacity"].get("nvidia.com/gpu")]
     builder = _Builder(rng)
     scheduler = Scheduler(node_objs)
 
@@ -521,11 +515,7 @@ def generate(nodes: int, pods: int, seed: int = 1) -> dict[str, list[dict[str, A
                     "nodeAffinity": {
                         "requiredDuringSchedulingIgnoredDuringExecution": {
                             "nodeSelectorTerms": [
-                                {
-                                    "matchFields": [
-                                        {"key": "metadata.name", "operator": "In", "values": [name]}
-                                    ]
-                                }
+                                {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [name]}]}
                             ]
                         }
                     }
@@ -686,9 +676,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--nodes", type=int, default=5000)
     parser.add_argument("--pods", type=int, default=50_000)
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument(
-        "-o", "--output", type=Path, required=True, help="JSON file (.gz to compress)"
-    )
+    parser.add_argument("-o", "--output", type=Path, required=True, help="JSON file (.gz to compress)")
     args = parser.parse_args(argv)
     started = time.monotonic()
     cluster = generate(args.nodes, args.pods, args.seed)

@@ -315,19 +315,31 @@ def llm_pool() -> Llm:
         llm.deployment(f"rerank-{i:02d}", "search", spec, 1, dict(TRAINING))
     for i in range(4):  # multi-GPU torchrun without a /dev/shm
         args = ["torchrun", "--nproc_per_node=4", "train.py", "--num_workers", "8"]
-        llm.deployment(f"embed-train-{i:02d}", "research",
-                       _spec([_container("train", "registry.example.com/train:5", args, 4)], tolerate=True),
-                       1, dict(TRAINING))
+        llm.deployment(
+            f"embed-train-{i:02d}",
+            "research",
+            _spec([_container("train", "registry.example.com/train:5", args, 4)], tolerate=True),
+            1,
+            dict(TRAINING),
+        )
     for i in range(3):  # one CPU core for four GPUs
         args = ["torchrun", "--nproc_per_node=4", "finetune.py"]
-        llm.deployment(f"finetune-lowcpu-{i:02d}", "research",
-                       _spec([_container("train", "registry.example.com/train:5", args, 4, cpu="1")], tolerate=True),
-                       1, dict(TRAINING))
+        llm.deployment(
+            f"finetune-lowcpu-{i:02d}",
+            "research",
+            _spec([_container("train", "registry.example.com/train:5", args, 4, cpu="1")], tolerate=True),
+            1,
+            dict(TRAINING),
+        )
     for i in range(3):  # tensor parallel 2 on 4 GPUs
         args = ["--model", "meta-llama/Llama-3.1-8B-Instruct", "--tensor-parallel-size", "2"]
-        llm.deployment(f"vllm-tp2-{i:02d}", "llm",
-                       _spec([_container("vllm", "vllm/vllm-openai:v0.10.0", args, 4)], tolerate=True),
-                       1, dict(SERVING))
+        llm.deployment(
+            f"vllm-tp2-{i:02d}",
+            "llm",
+            _spec([_container("vllm", "vllm/vllm-openai:v0.10.0", args, 4)], tolerate=True),
+            1,
+            dict(SERVING),
+        )
     env = [{"name": "MODEL_ID", "value": "${MODEL_ID}"}]
     llm.deployment(
         "templated-chat",

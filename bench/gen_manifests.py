@@ -111,9 +111,7 @@ class Gen:
                 }
             )
         if self.chance(0.3):
-            env.append(
-                {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}
-            )
+            env.append({"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}})
         if self.chance(0.2):
             env.append({"name": "PYTORCH_CUDA_ALLOC_CONF", "value": "expandable_segments:True"})
         return env
@@ -148,9 +146,7 @@ class Gen:
         if self.chance(0.7):
             spec["nodeSelector"] = {"nvidia.com/gpu.product": self.pick(PRODUCTS)}
         if self.chance(0.04):  # a hostname pin, the classic placement finding
-            spec.setdefault("nodeSelector", {})["kubernetes.io/hostname"] = (
-                f"gpu-node-{self.r.randint(1, 64):02d}"
-            )
+            spec.setdefault("nodeSelector", {})["kubernetes.io/hostname"] = f"gpu-node-{self.r.randint(1, 64):02d}"
         elif self.chance(0.2):
             spec["affinity"] = {
                 "nodeAffinity": {
@@ -169,13 +165,9 @@ class Gen:
                     }
                 }
             }
-        spec["tolerations"] = [
-            {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
-        ]
+        spec["tolerations"] = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
         spec["containers"] = containers
-        volumes: list[Obj] = [
-            {"name": "model-cache", "persistentVolumeClaim": {"claimName": "model-cache"}}
-        ]
+        volumes: list[Obj] = [{"name": "model-cache", "persistentVolumeClaim": {"claimName": "model-cache"}}]
         if shm:
             empty: Obj = {"medium": "Memory"}
             if self.chance(0.5):
@@ -210,9 +202,7 @@ class Gen:
             "labels": {"app.kubernetes.io/name": name, "app.kubernetes.io/part-of": namespace},
         }
         if self.chance(0.03):
-            meta["annotations"] = {
-                "gpuaudit.io/ignore.GPA-AL-001": "latency SLO needs a dedicated GPU"
-            }
+            meta["annotations"] = {"gpuaudit.io/ignore.GPA-AL-001": "latency SLO needs a dedicated GPU"}
         return meta
 
     def gpus(self) -> int:
@@ -263,9 +253,7 @@ def job(g: Gen, name: str, ns: str) -> list[Obj]:
 def cronjob(g: Gen, name: str, ns: str) -> list[Obj]:
     inner = {"template": g.template(name, g.gpus(), serving=False, restart="OnFailure")}
     spec = {"schedule": f"{g.r.randint(0, 59)} 2 * * *", "jobTemplate": {"spec": inner}}
-    return [
-        {"apiVersion": "batch/v1", "kind": "CronJob", "metadata": g.meta(name, ns), "spec": spec}
-    ]
+    return [{"apiVersion": "batch/v1", "kind": "CronJob", "metadata": g.meta(name, ns), "spec": spec}]
 
 
 def pod(g: Gen, name: str, ns: str) -> list[Obj]:
@@ -277,9 +265,7 @@ def pod(g: Gen, name: str, ns: str) -> list[Obj]:
 def daemonset(g: Gen, name: str, ns: str) -> list[Obj]:
     t = g.template(name, 1, serving=True)
     spec = {"selector": {"matchLabels": {"app": name}}, "template": t}
-    return [
-        {"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": g.meta(name, ns), "spec": spec}
-    ]
+    return [{"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": g.meta(name, ns), "spec": spec}]
 
 
 def kubeflow(g: Gen, name: str, ns: str, kind: str, key: str, roles: tuple[str, ...]) -> list[Obj]:
@@ -354,9 +340,7 @@ def rayjob(g: Gen, name: str, ns: str) -> list[Obj]:
         "shutdownAfterJobFinishes": True,
         "rayClusterSpec": ray_cluster_spec(g, name),
     }
-    return [
-        {"apiVersion": "ray.io/v1", "kind": "RayJob", "metadata": g.meta(name, ns), "spec": spec}
-    ]
+    return [{"apiVersion": "ray.io/v1", "kind": "RayJob", "metadata": g.meta(name, ns), "spec": spec}]
 
 
 def rayservice(g: Gen, name: str, ns: str) -> list[Obj]:
@@ -390,9 +374,7 @@ def inferenceservice(g: Gen, name: str, ns: str) -> list[Obj]:
     }
     if g.chance(0.5):
         predictor["nodeSelector"] = {"nvidia.com/gpu.product": g.pick(PRODUCTS)}
-    predictor["tolerations"] = [
-        {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
-    ]
+    predictor["tolerations"] = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
     return [
         {
             "apiVersion": "serving.kserve.io/v1beta1",
@@ -577,9 +559,7 @@ def clusterpolicy(g: Gen, name: str, ns: str) -> list[Obj]:
 def timeslicing_configmap(g: Gen, name: str, ns: str) -> list[Obj]:
     config = {
         "version": "v1",
-        "sharing": {
-            "timeSlicing": {"resources": [{"name": "nvidia.com/gpu", "replicas": g.pick((2, 4))}]}
-        },
+        "sharing": {"timeSlicing": {"resources": [{"name": "nvidia.com/gpu", "replicas": g.pick((2, 4))}]}},
     }
     return [
         {

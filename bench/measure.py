@@ -68,9 +68,7 @@ class Command:
     timeout_s: float = 900.0
 
 
-def run_once(
-    command: Command, *, cwd: Path | None = None, env: Mapping[str, str] | None = None
-) -> Run:
+def run_once(command: Command, *, cwd: Path | None = None, env: Mapping[str, str] | None = None) -> Run:
     out = open(command.stdout, "wb") if command.stdout else subprocess.DEVNULL  # noqa: SIM115
     err = open(f"{command.stdout}.err", "wb") if command.stdout else subprocess.DEVNULL  # noqa: SIM115
     fd, stats = tempfile.mkstemp(prefix="bench-stats-")

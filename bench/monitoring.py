@@ -42,9 +42,15 @@ def families(gpus: int, start: float, end: float, scrape: int) -> list[Family]:
     times = [start + i * scrape for i in range(int((end - start) // scrape) + 1)]
 
     def labels(i: int) -> dict[str, str]:
-        return {"gpu": str(i % 8), "UUID": f"GPU-{i:08x}-0000-0000-0000-000000000000", "modelName": "NVIDIA H100",
-                "Hostname": f"node-{i // 8:04d}", "namespace": f"team-{i % 20:02d}", "pod": f"pod-{i:05d}",
-                "container": "main"}
+        return {
+            "gpu": str(i % 8),
+            "UUID": f"GPU-{i:08x}-0000-0000-0000-000000000000",
+            "modelName": "NVIDIA H100",
+            "Hostname": f"node-{i // 8:04d}",
+            "namespace": f"team-{i % 20:02d}",
+            "pod": f"pod-{i:05d}",
+            "container": "main",
+        }
 
     def util(i: int, j: int) -> float:
         kind = i % 3
@@ -95,9 +101,14 @@ def read(url: str, window: int, end: float, step: int, deadline: float) -> dict:
     proxy = StatsProxy(url)
     with proxy.stub:
         began = time.monotonic()
-        result = query_telemetry(proxy.stub.url, window_seconds=window, step_seconds=step,
-                                 end=datetime.fromtimestamp(end, timezone.utc), deadline=deadline,
-                                 timeout=120.0)
+        result = query_telemetry(
+            proxy.stub.url,
+            window_seconds=window,
+            step_seconds=step,
+            end=datetime.fromtimestamp(end, timezone.utc),
+            deadline=deadline,
+            timeout=120.0,
+        )
         seconds = time.monotonic() - began
     errors = [e for e in result["errors"] if not e["message"].startswith("warning:")]
     return {
@@ -128,21 +139,45 @@ def main() -> None:
         server = RecordedPrometheus(work).load(families(args.gpus, start, end, args.scrape))
         loaded = time.monotonic() - began
         try:
-            print(json.dumps({"gpus": args.gpus, "days": args.days, "scrape_s": args.scrape,
-                              "samples": 3 * args.gpus * (int((end - start) // args.scrape) + 1),
-                              "backfill_s": round(loaded, 1)}), flush=True)
+            print(
+                json.dumps(
+                    {
+                        "gpus": args.gpus,
+                        "days": args.days,
+                        "scrape_s": args.scrape,
+                        "samples": 3 * args.gpus * (int((end - start) // args.scrape) + 1),
+                        "backfill_s": round(loaded, 1),
+                    }
+                ),
+                flush=True,
+            )
             raw = read(server.url, window, end, args.scrape, args.deadline)
             print(json.dumps({"mode": "raw series", **raw}), flush=True)
             rules = work / "rules"
-            subprocess.run([sys.executable, "-m", "gpuaudit", "monitoring", "rules", "--out", str(rules),
-                            "--interval", f"{args.scrape}s"], check=True, capture_output=True)
+            subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "gpuaudit",
+                    "monitoring",
+                    "rules",
+                    "--out",
+                    str(rules),
+                    "--interval",
+                    f"{args.scrape}s",
+                ],
+                check=True,
+                capture_output=True,
+            )
             gpu_level = level_files(rules / "gpuaudit-rules.yaml", work)[0]
             began = time.monotonic()
             server.record(gpu_level, end - window - args.scrape, end, args.scrape)
             recorded_in = time.monotonic() - began
             recorded = read(server.url, window, end, args.scrape, args.deadline)
-            print(json.dumps({"mode": "recorded series", "rules_backfill_s": round(recorded_in, 1), **recorded}),
-                  flush=True)
+            print(
+                json.dumps({"mode": "recorded series", "rules_backfill_s": round(recorded_in, 1), **recorded}),
+                flush=True,
+            )
         finally:
             server.stop()
 

@@ -89,8 +89,6 @@ def child(argv: list[str]) -> dict[str, float]:
     return spent
 
 
-
-
 def main() -> int:
     if os.environ.get("PHASES_CHILD"):
         with open(os.devnull, "w") as sink:
@@ -110,9 +108,7 @@ def main() -> int:
     runs = []
     for i in range(args.repeat + 1):  # the first is not counted (caches)
         env = {**os.environ, "PHASES_CHILD": "1"}
-        out = subprocess.run(
-            [sys.executable, __file__, *argv], env=env, capture_output=True, text=True, check=False
-        )
+        out = subprocess.run([sys.executable, __file__, *argv], env=env, capture_output=True, text=True, check=False)
         if out.returncode != 0 or not out.stdout.strip():
             raise SystemExit(f"phases: the run failed:\n{out.stderr[-2000:]}")
         if i:

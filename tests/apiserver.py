@@ -246,9 +246,7 @@ class FakeApiServer:
 
     def start(self) -> FakeApiServer:
         # A short poll interval: shutdown() waits for one, once per test.
-        self._thread = threading.Thread(
-            target=self._httpd.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True
-        )
+        self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
         self._thread.start()
         return self
 
@@ -338,9 +336,7 @@ class FakeApiServer:
         collection = self._collections[key]
         for obj, encoded in zip(collection.objects, collection.encoded, strict=True):
             meta = obj.get("metadata", {})
-            if meta.get("name") == name and (
-                namespace is None or meta.get("namespace", "default") == namespace
-            ):
+            if meta.get("name") == name and (namespace is None or meta.get("namespace", "default") == namespace):
                 return 200, {"Content-Type": "application/json"}, encoded
         return _status(404, "NotFound", f'{plural} "{name}" not found')
 
@@ -381,10 +377,7 @@ class FakeApiServer:
             chosen = [
                 blob
                 for obj, blob in zip(collection.objects, encoded, strict=True)
-                if (
-                    namespace is None
-                    or obj.get("metadata", {}).get("namespace", "default") == namespace
-                )
+                if (namespace is None or obj.get("metadata", {}).get("namespace", "default") == namespace)
                 and field_match(obj)
                 and label_match(obj.get("metadata", {}).get("labels") or {})
             ]

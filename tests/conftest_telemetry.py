@@ -27,8 +27,7 @@ __all__ = ["GenaiPrometheus", "genai_prometheus", "genai_trace", "prometheus_fac
 
 
 @pytest.fixture(scope="session")
-def prometheus_factory(tmp_path_factory: pytest.TempPathFactory
-                       ) -> Iterator[Callable[[Iterable[Family], str], str]]:
+def prometheus_factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[[Iterable[Family], str], str]]:
     """``start(families, name) -> url``: backfill the families into a fresh TSDB
     and serve it; every server started is stopped at the end of the session."""
     if not tools_available():
@@ -73,8 +72,9 @@ class GenaiPrometheus:
 
 
 @pytest.fixture(scope="session")
-def genai_prometheus(prometheus_factory: Callable[[Iterable[Family], str], str],
-                     genai_trace: genai.Trace) -> GenaiPrometheus:
+def genai_prometheus(
+    prometheus_factory: Callable[[Iterable[Family], str], str], genai_trace: genai.Trace
+) -> GenaiPrometheus:
     """A Prometheus holding the 143 GenTD26 pods as dcgm-exporter series
     (namespace genai, pods sd-serving-000..142)."""
     return GenaiPrometheus(prometheus_factory(genai.families(genai_trace), "genai"), genai_trace)

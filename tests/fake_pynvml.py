@@ -90,8 +90,7 @@ NVMLError_InvalidArgument = _subclass("NVMLError_InvalidArgument", NVML_ERROR_IN
 NVMLError_NotSupported = _subclass("NVMLError_NotSupported", NVML_ERROR_NOT_SUPPORTED)
 NVMLError_NoPermission = _subclass("NVMLError_NoPermission", NVML_ERROR_NO_PERMISSION)
 NVMLError_NotFound = _subclass("NVMLError_NotFound", NVML_ERROR_NOT_FOUND)
-NVMLError_FunctionNotFound = _subclass("NVMLError_FunctionNotFound",
-                                       NVML_ERROR_FUNCTION_NOT_FOUND)
+NVMLError_FunctionNotFound = _subclass("NVMLError_FunctionNotFound", NVML_ERROR_FUNCTION_NOT_FOUND)
 NVMLError_GpuIsLost = _subclass("NVMLError_GpuIsLost", NVML_ERROR_GPU_IS_LOST)
 NVMLError_Unknown = _subclass("NVMLError_Unknown", NVML_ERROR_UNKNOWN)
 
@@ -330,8 +329,9 @@ class FakeNvml:
     def nvmlDeviceGetMemoryInfo(self, handle: _Handle, version: int | None = None):
         self._enter("nvmlDeviceGetMemoryInfo", handle)
         gpu, mig = self._gpu(handle), self._mig(handle)
-        total, used, reserved = ((mig.total_bytes, mig.used_bytes, 0) if mig else
-                                 (gpu.total_bytes, gpu.used_bytes, gpu.reserved_bytes))
+        total, used, reserved = (
+            (mig.total_bytes, mig.used_bytes, 0) if mig else (gpu.total_bytes, gpu.used_bytes, gpu.reserved_bytes)
+        )
         if not version:
             # v1 counts the driver's reservation as used
             return c_nvmlMemory_t(total, total - used - reserved, used + reserved)
@@ -354,8 +354,7 @@ class FakeNvml:
         self._enter("nvmlDeviceGetComputeRunningProcesses", handle)
         gpu, mig = self._gpu(handle), self._mig(handle)
         if mig is not None:
-            return [nvmlFriendlyObject(p.pid, p.used_bytes, mig.gpu_instance_id, 0)
-                    for p in mig.processes]
+            return [nvmlFriendlyObject(p.pid, p.used_bytes, mig.gpu_instance_id, 0) for p in mig.processes]
         return [nvmlFriendlyObject(p.pid, p.used_bytes) for p in gpu.processes]
 
     def nvmlGpmQueryDeviceSupport(self, device: _Handle) -> c_nvmlGpmSupport_t:
@@ -382,8 +381,7 @@ class FakeNvml:
         gpmSample.taken = next(self._gpm_reads)
         return gpmSample
 
-    def nvmlGpmMigSampleGet(self, device: _Handle, gpuInstanceId: int,
-                            gpmSample: _GpmSample) -> _GpmSample:
+    def nvmlGpmMigSampleGet(self, device: _Handle, gpuInstanceId: int, gpmSample: _GpmSample) -> _GpmSample:
         self._enter("nvmlGpmMigSampleGet", device)
         gpu = self._gpu(device)
         if gpu.gpm is None or not any(m.gpu_instance_id == gpuInstanceId for m in gpu.mig or []):
@@ -395,18 +393,22 @@ class FakeNvml:
     def nvmlGpmMetricsGet(self, metricsGet: c_nvmlGpmMetricsGet_t) -> c_nvmlGpmMetricsGet_t:
         self._enter("nvmlGpmMetricsGet")
         one, two = metricsGet.sample1, metricsGet.sample2
-        if (metricsGet.version != NVML_GPM_METRICS_GET_VERSION
-                or not isinstance(one, _GpmSample) or not isinstance(two, _GpmSample)
-                or one.taken is None or two.taken is None or not one.taken < two.taken
-                or (one.handle, one.gpu_instance_id) != (two.handle, two.gpu_instance_id)
-                or {one.serial, two.serial} - self.live_samples):
+        if (
+            metricsGet.version != NVML_GPM_METRICS_GET_VERSION
+            or not isinstance(one, _GpmSample)
+            or not isinstance(two, _GpmSample)
+            or one.taken is None
+            or two.taken is None
+            or not one.taken < two.taken
+            or (one.handle, one.gpu_instance_id) != (two.handle, two.gpu_instance_id)
+            or {one.serial, two.serial} - self.live_samples
+        ):
             raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
         gpu = self._gpu(two.handle)
         values = gpu.gpm or {}
         if two.gpu_instance_id is not None:
-            values = next(m.gpm or {} for m in gpu.mig or []
-                          if m.gpu_instance_id == two.gpu_instance_id)
-        for metric in metricsGet.metrics[:metricsGet.numMetrics]:
+            values = next(m.gpm or {} for m in gpu.mig or [] if m.gpu_instance_id == two.gpu_instance_id)
+        for metric in metricsGet.metrics[: metricsGet.numMetrics]:
             if metric.metricId in values:
                 metric.value, metric.nvmlReturn = values[metric.metricId], NVML_SUCCESS
             else:

@@ -91,22 +91,17 @@ class Trace:
         return [pod_name(i) for i in range(len(self.ips))]
 
 
-def load(data_dir: Path = DATA_DIR, *, now: float | None = None,
-         margin_s: float = 3600.0) -> Trace:
-    duty = [(r["container_ip"], float(r["timestamp_anon"]), float(r["value"]))
-            for r in read_csv(data_dir / DUTY)]
-    memory = [(r["container_ip"], float(r["timestamp_anon"]), float(r["value"]))
-              for r in read_csv(data_dir / MEMORY)]
+def load(data_dir: Path = DATA_DIR, *, now: float | None = None, margin_s: float = 3600.0) -> Trace:
+    duty = [(r["container_ip"], float(r["timestamp_anon"]), float(r["value"])) for r in read_csv(data_dir / DUTY)]
+    memory = [(r["container_ip"], float(r["timestamp_anon"]), float(r["value"])) for r in read_csv(data_dir / MEMORY)]
     ips = sorted({ip for ip, _, _ in duty})
     index = {ip: i for i, ip in enumerate(ips)}
     stamps = sorted({ts for _, ts, _ in duty} | {ts for _, ts, _ in memory})
-    step = Counter(round(b - a, 3) for a, b in itertools.pairwise(stamps)
-                   ).most_common(1)[0][0]
+    step = Counter(round(b - a, 3) for a, b in itertools.pairwise(stamps)).most_common(1)[0][0]
     now = time.time() if now is None else now
     # a whole number of steps, so multiples of the step stay multiples
     shift = ((now - margin_s - stamps[-1]) // step) * step
-    trace = Trace(ips=ips, step=step, shift=shift, start=stamps[0] + shift,
-                  end=stamps[-1] + shift)
+    trace = Trace(ips=ips, step=step, shift=shift, start=stamps[0] + shift, end=stamps[-1] + shift)
     for ip, ts, value in duty:
         trace.util.setdefault(index[ip], []).append((ts + shift, value))
     for ip, ts, value in memory:
@@ -143,8 +138,10 @@ def main(argv: list[str]) -> int:
 
     trace = load()
     count = write_openmetrics(Path(argv[0]), families(trace))
-    print(f"{count} samples, {len(trace.ips)} pods, {trace.start:.0f}..{trace.end:.0f} "
-          f"(step {trace.step:g}s)", file=sys.stderr)
+    print(
+        f"{count} samples, {len(trace.ips)} pods, {trace.start:.0f}..{trace.end:.0f} (step {trace.step:g}s)",
+        file=sys.stderr,
+    )
     return 0
 
 

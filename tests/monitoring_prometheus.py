@@ -49,25 +49,40 @@ def ksm_families(cluster: Mapping[str, Sequence[Mapping[str, Any]]], times: Sequ
             continue
         for container, gpus in gpu_containers:
             if gpus:
-                labels = {"namespace": ns, "pod": name, "uid": meta.get("uid", name), "container": container,
-                          "node": node, "resource": "nvidia_com_gpu", "unit": "integer"}
+                labels = {
+                    "namespace": ns,
+                    "pod": name,
+                    "uid": meta.get("uid", name),
+                    "container": container,
+                    "node": node,
+                    "resource": "nvidia_com_gpu",
+                    "unit": "integer",
+                }
                 requests.append((labels, [(t, gpus) for t in times]))
         phase = status.get("phase") or "Pending"
         for value in ("Pending", "Running", "Succeeded", "Failed", "Unknown"):
-            phases.append(({"namespace": ns, "pod": name, "uid": meta.get("uid", name), "phase": value},
-                           [(t, 1.0 if value == phase else 0.0) for t in times]))
-        refused = any(c.get("type") == "PodScheduled" and c.get("status") == "False"
-                      and c.get("reason") == "Unschedulable" for c in status.get("conditions") or [])
+            phases.append(
+                (
+                    {"namespace": ns, "pod": name, "uid": meta.get("uid", name), "phase": value},
+                    [(t, 1.0 if value == phase else 0.0) for t in times],
+                )
+            )
+        refused = any(
+            c.get("type") == "PodScheduled" and c.get("status") == "False" and c.get("reason") == "Unschedulable"
+            for c in status.get("conditions") or []
+        )
         if refused:
-            unschedulable.append(({"namespace": ns, "pod": name, "uid": meta.get("uid", name)},
-                                  [(t, 1.0) for t in times]))
+            unschedulable.append(
+                ({"namespace": ns, "pod": name, "uid": meta.get("uid", name)}, [(t, 1.0) for t in times])
+            )
     allocatable, node_labels, cordons = [], [], []
     for node in cluster.get("nodes") or []:
         name = node["metadata"]["name"]
         gpus = float((node.get("status") or {}).get("allocatable", {}).get(GPU) or 0)
         if gpus:
-            allocatable.append(({"node": name, "resource": "nvidia_com_gpu", "unit": "integer"},
-                                [(t, gpus) for t in times]))
+            allocatable.append(
+                ({"node": name, "resource": "nvidia_com_gpu", "unit": "integer"}, [(t, gpus) for t in times])
+            )
         product = (node["metadata"].get("labels") or {}).get("nvidia.com/gpu.product")
         labels = {"node": name, **({"label_nvidia_com_gpu_product": product} if product else {})}
         node_labels.append((labels, [(t, 1.0) for t in times]))
@@ -128,9 +143,23 @@ class RecordedPrometheus:
         out = self.work / f"blocks-{rules.stem}"
         shutil.rmtree(out, ignore_errors=True)
         proc = subprocess.run(
-            ["promtool", "tsdb", "create-blocks-from", "rules", f"--url={self.url}", f"--start={int(start)}",
-             f"--end={int(end)}", f"--eval-interval={interval_s}s", f"--output-dir={out}", str(rules)],
-            capture_output=True, text=True, timeout=1800, check=False)
+            [
+                "promtool",
+                "tsdb",
+                "create-blocks-from",
+                "rules",
+                f"--url={self.url}",
+                f"--start={int(start)}",
+                f"--end={int(end)}",
+                f"--eval-interval={interval_s}s",
+                f"--output-dir={out}",
+                str(rules),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=1800,
+            check=False,
+        )
         if proc.returncode != 0:
             raise RuntimeError(f"promtool rules backfill failed:\n{proc.stdout}\n{proc.stderr}")
         for block in out.iterdir():
@@ -159,14 +188,28 @@ def pending_pod() -> dict:
     """A GPU pod the scheduler refused: pending GPUs in both the cluster and
     kube-state-metrics."""
     return {
-        "kind": "Pod", "apiVersion": "v1",
-        "metadata": {"name": PENDING_POD, "namespace": "research", "uid": "0000-pending",
-                     "creationTimestamp": "2026-11-28T08:00:00Z"},
-        "spec": {"containers": [{"name": "main", "image": "trainer:1",
-                                 "resources": {"limits": {"nvidia.com/gpu": "2"}}}]},
-        "status": {"phase": "Pending", "conditions": [
-            {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
-             "message": "0/18 nodes are available: 18 Insufficient nvidia.com/gpu."}]},
+        "kind": "Pod",
+        "apiVersion": "v1",
+        "metadata": {
+            "name": PENDING_POD,
+            "namespace": "research",
+            "uid": "0000-pending",
+            "creationTimestamp": "2026-11-28T08:00:00Z",
+        },
+        "spec": {
+            "containers": [{"name": "main", "image": "trainer:1", "resources": {"limits": {"nvidia.com/gpu": "2"}}}]
+        },
+        "status": {
+            "phase": "Pending",
+            "conditions": [
+                {
+                    "type": "PodScheduled",
+                    "status": "False",
+                    "reason": "Unschedulable",
+                    "message": "0/18 nodes are available: 18 Insufficient nvidia.com/gpu.",
+                }
+            ],
+        },
     }
 
 
@@ -177,8 +220,15 @@ def activity_families(end: float, minutes: int = 180) -> list[Family]:
 
     def series(value_of):
         for i, (pod, busy) in enumerate(pods.items()):
-            labels = {"gpu": str(i), "UUID": f"GPU-{i:04d}", "modelName": "NVIDIA H100 80GB HBM3",
-                      "Hostname": "dgx-0", "namespace": "ml", "pod": pod, "container": "main"}
+            labels = {
+                "gpu": str(i),
+                "UUID": f"GPU-{i:04d}",
+                "modelName": "NVIDIA H100 80GB HBM3",
+                "Hostname": "dgx-0",
+                "namespace": "ml",
+                "pod": pod,
+                "container": "main",
+            }
             yield labels, [(t, value_of(pod, busy, j)) for j, t in enumerate(times)]
 
     def ratio(pod, busy, j):
@@ -203,20 +253,31 @@ def activity_families(end: float, minutes: int = 180) -> list[Family]:
         Family("DCGM_FI_PROF_NVLINK_RX_BYTES", list(series(lambda p, b, j: 1e8))),
         # what the report server's /metrics says of the pending pod (gpuaudit_pending_gpus
         # of output/openmetrics.py, as a ServiceMonitor scrapes it)
-        Family("gpuaudit_pending_gpus", [({"namespace": "ml", "cause": "allocation", "job": "gpuaudit-report-server"},
-                                          [(t, 2.0) for t in times])]),
+        Family(
+            "gpuaudit_pending_gpus",
+            [({"namespace": "ml", "cause": "allocation", "job": "gpuaudit-report-server"}, [(t, 2.0) for t in times])],
+        ),
     ]
 
 
 def activity_cluster() -> dict:
-    node = {"metadata": {"name": "dgx-0", "labels": {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}},
-            "spec": {}, "status": {"allocatable": {"nvidia.com/gpu": "8"}}}
+    node = {
+        "metadata": {"name": "dgx-0", "labels": {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}},
+        "spec": {},
+        "status": {"allocatable": {"nvidia.com/gpu": "8"}},
+    }
     pods = []
     for pod in ("idle", "busy", "loader"):
-        pods.append({"metadata": {"name": pod, "namespace": "ml"},
-                     "spec": {"nodeName": "dgx-0", "containers": [
-                         {"name": "main", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]},
-                     "status": {"phase": "Running"}})
+        pods.append(
+            {
+                "metadata": {"name": pod, "namespace": "ml"},
+                "spec": {
+                    "nodeName": "dgx-0",
+                    "containers": [{"name": "main", "resources": {"limits": {"nvidia.com/gpu": "1"}}}],
+                },
+                "status": {"phase": "Running"},
+            }
+        )
     pending = pending_pod()
     pending["metadata"]["namespace"] = "ml"
     return {"nodes": [node], "pods": [*pods, pending]}

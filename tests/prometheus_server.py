@@ -64,8 +64,7 @@ def write_openmetrics(path: Path, families: Iterable[Family]) -> int:
             for labels, samples in family.series:
                 inner = ",".join(f'{k}="{_escape(str(v))}"' for k, v in labels.items())
                 head = f"{family.name}{{{inner}}} " if inner else f"{family.name} "
-                lines = [f"{head}{_number(v)} {_timestamp(ts)}\n"
-                         for ts, v in sorted(samples, key=lambda s: s[0])]
+                lines = [f"{head}{_number(v)} {_timestamp(ts)}\n" for ts, v in sorted(samples, key=lambda s: s[0])]
                 out.writelines(lines)
                 count += len(lines)
         out.write("# EOF\n")
@@ -77,9 +76,20 @@ def backfill(openmetrics: Path, data_dir: Path) -> None:
     output on failure."""
     data_dir.mkdir(parents=True, exist_ok=True)
     proc = subprocess.run(
-        ["promtool", "tsdb", "create-blocks-from", "openmetrics", "--max-block-duration=24h",
-         str(openmetrics), str(data_dir)],
-        capture_output=True, text=True, timeout=600, check=False)
+        [
+            "promtool",
+            "tsdb",
+            "create-blocks-from",
+            "openmetrics",
+            "--max-block-duration=24h",
+            str(openmetrics),
+            str(data_dir),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
     if proc.returncode != 0:
         raise RuntimeError(f"promtool failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
 
@@ -107,12 +117,20 @@ class PrometheusProcess:
         config.write_text("global:\n  scrape_interval: 1h\n", encoding="utf-8")
         log = open(self.log_path, "wb")  # noqa: SIM115 - lives as long as the process
         self.proc = subprocess.Popen(
-            ["prometheus", f"--config.file={config}", f"--storage.tsdb.path={self.data_dir}",
-             # backfilled samples are days old; the default 15d would still
-             # delete a long trace's first blocks, 10y never does
-             "--storage.tsdb.retention.time=10y",
-             f"--web.listen-address=127.0.0.1:{self.port}", "--log.level=warn"],
-            stdout=log, stderr=subprocess.STDOUT, cwd=self.workdir)
+            [
+                "prometheus",
+                f"--config.file={config}",
+                f"--storage.tsdb.path={self.data_dir}",
+                # backfilled samples are days old; the default 15d would still
+                # delete a long trace's first blocks, 10y never does
+                "--storage.tsdb.retention.time=10y",
+                f"--web.listen-address=127.0.0.1:{self.port}",
+                "--log.level=warn",
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=self.workdir,
+        )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -145,6 +163,7 @@ class PrometheusProcess:
 
 
 # --- a stub HTTP server ------------------------------------------------------
+
 
 @dataclass
 class Request:
@@ -214,8 +233,7 @@ class StubServer:
         body = http_handler.rfile.read(length) if length else b""
         split = urlsplit(http_handler.path)
         form = parse_qs(body.decode() if method == "POST" else split.query)
-        request = Request(method, split.path, http_handler.headers, body,
-                          (form.get("query") or [""])[0])
+        request = Request(method, split.path, http_handler.headers, body, (form.get("query") or [""])[0])
         self.requests.append(request)
         reply = self.handler(request)
         if reply is None:
@@ -234,10 +252,10 @@ class StubServer:
     def _forward(self, method: str, path: str, request: Request) -> Reply:
         if self.upstream is None:
             return Reply(404, b'{"status":"error","error":"no upstream"}')
-        headers = {"Content-Type": request.headers.get("Content-Type",
-                                                       "application/x-www-form-urlencoded")}
-        forwarded = urllib.request.Request(self.upstream + path, method=method, headers=headers,
-                                           data=request.body if method == "POST" else None)
+        headers = {"Content-Type": request.headers.get("Content-Type", "application/x-www-form-urlencoded")}
+        forwarded = urllib.request.Request(
+            self.upstream + path, method=method, headers=headers, data=request.body if method == "POST" else None
+        )
         try:
             with urllib.request.urlopen(forwarded, timeout=60) as resp:
                 return Reply(resp.status, resp.read())

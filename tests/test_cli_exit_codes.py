@@ -32,7 +32,7 @@ def test_debug_prints_the_trace(tmp_path, crashing_check):
     result = CliRunner().invoke(main, ["--debug", "check", str(tmp_path / "pod.yaml")])
     assert result.exit_code == 3
     assert "Traceback (most recent call last)" in result.stderr
-    assert "raise RuntimeError(\"boom\")" in result.stderr
+    assert 'raise RuntimeError("boom")' in result.stderr
 
 
 @pytest.mark.parametrize(

@@ -79,14 +79,10 @@ def test_forbidden_events_give_a_partial_labelled_result(run_cli, small_cluster,
     assert "GPA-AL-101" in by_rule(report)  # pods and nodes were still audited
 
 
-def test_500_on_second_page_of_pods_gives_a_partial_result(
-    run_cli, small_cluster, kubeconfig, tmp_path
-):
+def test_500_on_second_page_of_pods_gives_a_partial_result(run_cli, small_cluster, kubeconfig, tmp_path):
     small_cluster.inject("/api/v1/pods", status=500, page=2)
     (tmp_path / ".gpuaudit.yaml").write_text("{}\n")
-    proc = run_cli(
-        "audit", "--kubeconfig", str(kubeconfig), "--request-timeout", "5", "--page-size", "5"
-    )
+    proc = run_cli("audit", "--kubeconfig", str(kubeconfig), "--request-timeout", "5", "--page-size", "5")
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert "could not read pods" in proc.stdout and "partial" in proc.stdout
     assert "GPA-SH-102" in proc.stdout  # nodes were still judged
@@ -94,9 +90,7 @@ def test_500_on_second_page_of_pods_gives_a_partial_result(
 
 def test_snapshot_round_trip_gives_the_same_audit(run_cli, small_cluster, kubeconfig, tmp_path):
     snap = tmp_path / "cluster.json.gz"
-    live_code, live, _ = audit(
-        run_cli, "--kubeconfig", str(kubeconfig), "--save-snapshot", str(snap)
-    )
+    live_code, live, _ = audit(run_cli, "--kubeconfig", str(kubeconfig), "--save-snapshot", str(snap))
     requests = small_cluster.paths()
     replay_code, replay, _ = audit(run_cli, "--snapshot", str(snap))
     assert small_cluster.paths() == requests  # the replay made no API call
@@ -112,16 +106,13 @@ def test_alibaba_cluster_over_http(run_cli, apiserver, kubeconfig):
         pytest.skip("../shared/data/alibaba-gpu-v2023 is not present")
     cluster = alibaba.build(node_sample=2)  # half the nodes: the real scheduler messages appear
     apiserver.load(cluster)
-    code, report, _ = audit(
-        run_cli, "--kubeconfig", str(kubeconfig), "--rules", "allocation,placement"
-    )
+    code, report, _ = audit(run_cli, "--kubeconfig", str(kubeconfig), "--rules", "allocation,placement")
     assert code in (0, 1)
 
     # GPUs held and pending demand, recomputed independently from the recorded pods
     def gpus(pod):
         return sum(
-            float(c.get("resources", {}).get("limits", {}).get("nvidia.com/gpu", 0))
-            for c in pod["spec"]["containers"]
+            float(c.get("resources", {}).get("limits", {}).get("nvidia.com/gpu", 0)) for c in pod["spec"]["containers"]
         )
 
     live = [p for p in cluster["pods"] if p["status"].get("phase") in ("Pending", "Running")]
@@ -129,16 +120,10 @@ def test_alibaba_cluster_over_http(run_cli, apiserver, kubeconfig):
     pending = [p for p in live if not p["spec"].get("nodeName")]
     totals = report["summary"]["cluster"]
     assert totals["gpus_allocated"] == held
-    assert totals["gpus_total"] == sum(
-        int(n["status"]["capacity"]["nvidia.com/gpu"]) for n in cluster["nodes"]
-    )
+    assert totals["gpus_total"] == sum(int(n["status"]["capacity"]["nvidia.com/gpu"]) for n in cluster["nodes"])
     assert totals["pending_gpu_pods"] == len([p for p in pending if gpus(p) > 0])
     found = by_rule(report)
-    events = {
-        e["involvedObject"]["name"]
-        for e in cluster["events"]
-        if e.get("reason") == "FailedScheduling"
-    }
+    events = {e["involvedObject"]["name"] for e in cluster["events"] if e.get("reason") == "FailedScheduling"}
     with_event = {p["metadata"]["name"] for p in pending if p["metadata"]["name"] in events}
     # One finding per workload: the pods it covers are in its evidence.
     covered = [pod for f in found.get("GPA-AL-102", []) + found.get("GPA-PL-102", []) for pod in f["evidence"]["pods"]]

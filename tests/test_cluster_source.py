@@ -66,8 +66,16 @@ def test_full_collection_equals_the_recorded_cluster(served, kubeconfig, small):
     assert snapshot["errors"] == [] and snapshot["absent"] == []
     assert snapshot["cluster"] == {"server": served.url, "context": "fake-cluster"}
     assert snapshot["telemetry"] is None
-    for key in ("nodes", "pods", "replicasets", "jobs", "clusterpolicies", "resourceclaims",
-                "resourceslices", "kueueworkloads"):
+    for key in (
+        "nodes",
+        "pods",
+        "replicasets",
+        "jobs",
+        "clusterpolicies",
+        "resourceclaims",
+        "resourceslices",
+        "kueueworkloads",
+    ):
         # Everything as recorded, except managedFields, which is dropped.
         assert snapshot["objects"][key] == [_without_managed_fields(o) for o in small[key]], key
     assert any("managedFields" in o["metadata"] for o in small["pods"] + small["nodes"])
@@ -83,8 +91,7 @@ def test_full_collection_equals_the_recorded_cluster(served, kubeconfig, small):
 
 def test_pages_through_lists_with_opaque_continue_tokens(served, kubeconfig, small):
     seen: list[tuple[str, int]] = []
-    snapshot = collect(kubeconfig=str(kubeconfig), page_size=3,
-                       progress=lambda key, n: seen.append((key, n)))
+    snapshot = collect(kubeconfig=str(kubeconfig), page_size=3, progress=lambda key, n: seen.append((key, n)))
 
     assert snapshot["errors"] == []
     assert _counts(snapshot)["pods"] == len(small["pods"]) == 20
@@ -99,9 +106,7 @@ def test_pages_through_lists_with_opaque_continue_tokens(served, kubeconfig, sma
 def test_bearer_token_is_sent_and_a_wrong_one_is_an_error_not_a_crash(served, tmp_path):
     good = served.write_kubeconfig(tmp_path / "good")
     collect(kubeconfig=str(good))
-    assert served.requests and all(
-        r.headers.get("authorization") == f"Bearer {served.token}" for r in served.requests
-    )
+    assert served.requests and all(r.headers.get("authorization") == f"Bearer {served.token}" for r in served.requests)
 
     bad = served.write_kubeconfig(tmp_path / "bad", token="wrong")
     snapshot = collect(kubeconfig=str(bad), **FAST)
@@ -114,9 +119,7 @@ def test_bearer_token_is_sent_and_a_wrong_one_is_an_error_not_a_crash(served, tm
 # -- failures degrade to a partial result ---------------------------------------------------
 
 
-def test_forbidden_events_are_an_error_naming_them_and_the_rest_is_collected(
-    served, kubeconfig, small
-):
+def test_forbidden_events_are_an_error_naming_them_and_the_rest_is_collected(served, kubeconfig, small):
     served.inject(EVENTS, status=403)
     snapshot = collect(kubeconfig=str(kubeconfig), **FAST)
 
@@ -184,7 +187,10 @@ def test_a_hanging_server_cannot_outlast_the_deadline(served, kubeconfig, small)
     served.inject(PODS, delay=60)
     started = time.monotonic()
     snapshot = collect(
-        kubeconfig=str(kubeconfig), request_timeout=0.5, deadline=2.0, backoff=0.01,
+        kubeconfig=str(kubeconfig),
+        request_timeout=0.5,
+        deadline=2.0,
+        backoff=0.01,
         max_attempts=100,
     )
     elapsed = time.monotonic() - started
@@ -222,20 +228,36 @@ def test_a_dropped_connection_is_retried_then_reported(served, kubeconfig, small
 @pytest.mark.parametrize(
     "fault",
     [
-        {"status": 400}, {"status": 401}, {"status": 403}, {"status": 404}, {"status": 409},
-        {"status": 500}, {"status": 503, "retry_after": "0"}, {"truncate": True},
-        {"drop": True}, {"status": 429, "retry_after": "Wed, 21 Oct 2015 07:28:00 GMT"},
+        {"status": 400},
+        {"status": 401},
+        {"status": 403},
+        {"status": 404},
+        {"status": 409},
+        {"status": 500},
+        {"status": 503, "retry_after": "0"},
+        {"truncate": True},
+        {"drop": True},
+        {"status": 429, "retry_after": "Wed, 21 Oct 2015 07:28:00 GMT"},
     ],
     ids=lambda f: "-".join(f"{k}={v}" for k, v in f.items()),
 )
 def test_no_api_failure_escapes_collect(served, kubeconfig, fault):
     paths = {
-        NODES, PODS, EVENTS, "/api/v1/configmaps", "/apis/apps/v1/replicasets",
-        "/apis/batch/v1/jobs", "/apis/nvidia.com/v1/clusterpolicies",
-        "/apis/resource.k8s.io/v1/resourceclaims", "/apis/resource.k8s.io/v1/resourceslices",
-        "/apis/kueue.x-k8s.io/v1beta2/workloads", "/apis/kueue.x-k8s.io/v1beta1/workloads",
+        NODES,
+        PODS,
+        EVENTS,
+        "/api/v1/configmaps",
+        "/apis/apps/v1/replicasets",
+        "/apis/batch/v1/jobs",
+        "/apis/nvidia.com/v1/clusterpolicies",
+        "/apis/resource.k8s.io/v1/resourceclaims",
+        "/apis/resource.k8s.io/v1/resourceslices",
+        "/apis/kueue.x-k8s.io/v1beta2/workloads",
+        "/apis/kueue.x-k8s.io/v1beta1/workloads",
         "/api/v1/namespaces/gpu-operator/configmaps/time-slicing-config",
-        "/apis/apps/v1/deployments", "/apis/apps/v1/statefulsets", "/apis/apps/v1/daemonsets",
+        "/apis/apps/v1/deployments",
+        "/apis/apps/v1/statefulsets",
+        "/apis/apps/v1/daemonsets",
         "/apis/batch/v1/cronjobs",
     }
     for path in paths:
@@ -252,8 +274,7 @@ def test_no_api_failure_escapes_collect(served, kubeconfig, fault):
     assert accounted == set(OBJECT_KEYS)
     assert forbidden == ({"clusterpolicies", "kueueworkloads"} if fault.get("status") == 403 else set())
     if fault.get("status") == 404:  # "not installed" only for the optional APIs
-        assert set(snapshot["absent"]) == {"clusterpolicies", "resourceclaims",
-                                           "resourceslices", "kueueworkloads"}
+        assert set(snapshot["absent"]) == {"clusterpolicies", "resourceclaims", "resourceslices", "kueueworkloads"}
 
 
 # -- optional APIs and the ConfigMaps --------------------------------------------------------
@@ -266,8 +287,7 @@ def test_optional_apis_that_are_not_installed_are_absent_not_errors(apiserver, k
     snapshot = collect(kubeconfig=str(kubeconfig))
 
     assert snapshot["errors"] == []
-    assert snapshot["absent"] == ["clusterpolicies", "resourceclaims", "resourceslices",
-                                  "kueueworkloads"]
+    assert snapshot["absent"] == ["clusterpolicies", "resourceclaims", "resourceslices", "kueueworkloads"]
     assert _counts(snapshot)["pods"] == len(small["pods"])
 
 
@@ -278,9 +298,7 @@ def test_kueue_v1beta1_is_read_when_v1beta2_is_not_served(apiserver, kubeconfig,
     paths = apiserver.paths()
     assert snapshot["errors"] == [] and "kueueworkloads" not in snapshot["absent"]
     assert _names(snapshot["objects"]["kueueworkloads"]) == ["job-sweep-lr-4c7e1"]
-    assert paths.index("/apis/kueue.x-k8s.io/v1beta2/workloads") < paths.index(
-        "/apis/kueue.x-k8s.io/v1beta1/workloads"
-    )
+    assert paths.index("/apis/kueue.x-k8s.io/v1beta2/workloads") < paths.index("/apis/kueue.x-k8s.io/v1beta1/workloads")
 
 
 def test_configmap_data_is_only_downloaded_for_device_plugin_configs(served, kubeconfig):
@@ -289,37 +307,37 @@ def test_configmap_data_is_only_downloaded_for_device_plugin_configs(served, kub
     lists = [r for r in served.requests if r.path == "/api/v1/configmaps"]
     labelled = [r for r in lists if r.query.get("labelSelector")]
     names_only = [r for r in lists if not r.query.get("labelSelector")]
-    assert [r.query["labelSelector"] for r in labelled] == [
-        "app.kubernetes.io/name=nvidia-device-plugin"
-    ]
-    assert names_only and all(
-        "as=PartialObjectMetadataList" in r.headers["accept"] for r in names_only
-    )
+    assert [r.query["labelSelector"] for r in labelled] == ["app.kubernetes.io/name=nvidia-device-plugin"]
+    assert names_only and all("as=PartialObjectMetadataList" in r.headers["accept"] for r in names_only)
     gets = [r.path for r in served.requests if r.verb == "get"]
     assert gets == ["/api/v1/namespaces/gpu-operator/configmaps/time-slicing-config"]
     assert "llm-serving-config" not in json.dumps(snapshot)
 
 
-def test_the_configmap_a_clusterpolicy_names_is_read_from_the_operator_namespace(
-    apiserver, kubeconfig, small
-):
+def test_the_configmap_a_clusterpolicy_names_is_read_from_the_operator_namespace(apiserver, kubeconfig, small):
     policy = small["clusterpolicies"][0]
     policy["spec"]["devicePlugin"]["config"] = {"name": "sharing", "default": "any"}
     policy["status"]["namespace"] = "nvidia-gpu-operator"
-    small["configmaps"].append({
-        "kind": "ConfigMap", "apiVersion": "v1",
-        "metadata": {"name": "sharing", "namespace": "nvidia-gpu-operator"},
-        "data": {"any": "version: v1\n"},
-    })
-    small["configmaps"].append({  # same name elsewhere: not the one
-        "kind": "ConfigMap", "apiVersion": "v1",
-        "metadata": {"name": "sharing", "namespace": "default"}, "data": {"x": "y"},
-    })
+    small["configmaps"].append(
+        {
+            "kind": "ConfigMap",
+            "apiVersion": "v1",
+            "metadata": {"name": "sharing", "namespace": "nvidia-gpu-operator"},
+            "data": {"any": "version: v1\n"},
+        }
+    )
+    small["configmaps"].append(
+        {  # same name elsewhere: not the one
+            "kind": "ConfigMap",
+            "apiVersion": "v1",
+            "metadata": {"name": "sharing", "namespace": "default"},
+            "data": {"x": "y"},
+        }
+    )
     apiserver.load(small)
     snapshot = collect(kubeconfig=str(kubeconfig))
 
-    found = {(c["metadata"]["namespace"], c["metadata"]["name"])
-             for c in snapshot["objects"]["configmaps"]}
+    found = {(c["metadata"]["namespace"], c["metadata"]["name"]) for c in snapshot["objects"]["configmaps"]}
     assert found == {("nvidia-gpu-operator", "sharing"), ("gpu-operator", "time-slicing-config")}
 
 
@@ -327,21 +345,27 @@ def test_a_missing_configmap_named_by_the_clusterpolicy_is_reported(apiserver, k
     small["clusterpolicies"][0]["spec"]["devicePlugin"]["config"] = {"name": "gone"}
     apiserver.load(small)
     snapshot = collect(kubeconfig=str(kubeconfig))
-    assert snapshot["errors"] == [{
-        "resource": "configmaps",
-        "endpoint": "/api/v1/namespaces/gpu-operator/configmaps/gone",
-        "status": 404,
-        "message": 'configmaps "gone" not found',
-    }]
+    assert snapshot["errors"] == [
+        {
+            "resource": "configmaps",
+            "endpoint": "/api/v1/namespaces/gpu-operator/configmaps/gone",
+            "status": 404,
+            "message": 'configmaps "gone" not found',
+        }
+    ]
 
 
 def test_a_configmap_mounted_by_a_device_plugin_pod_is_read(apiserver, kubeconfig, small):
     plugin = next(p for p in small["pods"] if p["metadata"]["name"].startswith("nvidia-device"))
     plugin["spec"]["volumes"].append({"name": "config", "configMap": {"name": "plugin-cfg"}})
-    small["configmaps"].append({
-        "kind": "ConfigMap", "apiVersion": "v1",
-        "metadata": {"name": "plugin-cfg", "namespace": "gpu-operator"}, "data": {"a": "b"},
-    })
+    small["configmaps"].append(
+        {
+            "kind": "ConfigMap",
+            "apiVersion": "v1",
+            "metadata": {"name": "plugin-cfg", "namespace": "gpu-operator"},
+            "data": {"a": "b"},
+        }
+    )
     apiserver.load(small)
     snapshot = collect(kubeconfig=str(kubeconfig))
     assert "plugin-cfg" in _names(snapshot["objects"]["configmaps"])
@@ -349,13 +373,18 @@ def test_a_configmap_mounted_by_a_device_plugin_pod_is_read(apiserver, kubeconfi
 
 # -- the owners of GPU pods ------------------------------------------------------------------
 
-OWNER_LISTS = ["/apis/apps/v1/deployments", "/apis/apps/v1/statefulsets",
-               "/apis/apps/v1/daemonsets", "/apis/batch/v1/cronjobs"]
+OWNER_LISTS = [
+    "/apis/apps/v1/deployments",
+    "/apis/apps/v1/statefulsets",
+    "/apis/apps/v1/daemonsets",
+    "/apis/batch/v1/cronjobs",
+]
 
 
 def _owned_by(obj: dict[str, Any], api_version: str, kind: str, name: str) -> None:
-    obj["metadata"]["ownerReferences"] = [{"apiVersion": api_version, "kind": kind, "name": name,
-                                           "uid": f"uid-{name}", "controller": True}]
+    obj["metadata"]["ownerReferences"] = [
+        {"apiVersion": api_version, "kind": kind, "name": name, "uid": f"uid-{name}", "controller": True}
+    ]
 
 
 def test_the_owners_of_gpu_pods_are_collected_with_one_list_per_kind(served, kubeconfig, small):
@@ -363,14 +392,16 @@ def test_the_owners_of_gpu_pods_are_collected_with_one_list_per_kind(served, kub
 
     validate_snapshot(snapshot)
     assert snapshot["errors"] == [] and snapshot["absent"] == []
-    owners = {(o["kind"], o["metadata"]["namespace"], o["metadata"]["name"])
-              for o in snapshot["objects"]["workloads"]}
+    owners = {(o["kind"], o["metadata"]["namespace"], o["metadata"]["name"]) for o in snapshot["objects"]["workloads"]}
     # The tops of the GPU pods' chains (through ReplicaSets and the CronJob's
     # Job); not the operator's Deployment or DaemonSet, nor the idle StatefulSet.
     assert owners == {
-        ("Deployment", "inference", "llm-serving"), ("Deployment", "inference", "rag-reranker"),
-        ("Deployment", "inference", "whisper-asr"), ("Deployment", "ml-platform", "embedder"),
-        ("Deployment", "ml-platform", "tts-api"), ("CronJob", "ml-platform", "nightly-embed"),
+        ("Deployment", "inference", "llm-serving"),
+        ("Deployment", "inference", "rag-reranker"),
+        ("Deployment", "inference", "whisper-asr"),
+        ("Deployment", "ml-platform", "embedder"),
+        ("Deployment", "ml-platform", "tts-api"),
+        ("CronJob", "ml-platform", "nightly-embed"),
     }
     recorded = {o["metadata"]["name"]: o for o in small["deployments"] + small["cronjobs"]}
     for obj in snapshot["objects"]["workloads"]:
@@ -387,12 +418,12 @@ def test_list_items_without_a_kind_get_the_kind_of_their_list(apiserver, kubecon
     apiserver.load(small)
     snapshot = collect(kubeconfig=str(kubeconfig))
     assert {(o["apiVersion"], o["kind"]) for o in snapshot["objects"]["workloads"]} == {
-        ("apps/v1", "Deployment"), ("batch/v1", "CronJob")}
+        ("apps/v1", "Deployment"),
+        ("batch/v1", "CronJob"),
+    }
 
 
-def test_custom_resources_that_own_gpu_pods_are_listed_once_at_their_version(
-    apiserver, kubeconfig, small
-):
+def test_custom_resources_that_own_gpu_pods_are_listed_once_at_their_version(apiserver, kubeconfig, small):
     # pretrain-7b's pod now belongs to a PyTorchJob, finetune-llama's Job to a JobSet
     # (whose API is not installed here).
     pod = next(p for p in small["pods"] if p["metadata"]["name"].startswith("pretrain-7b"))
@@ -400,9 +431,12 @@ def test_custom_resources_that_own_gpu_pods_are_listed_once_at_their_version(
     job = next(j for j in small["jobs"] if j["metadata"]["name"] == "finetune-llama")
     _owned_by(job, "jobset.x-k8s.io/v1alpha2", "JobSet", "finetune-llama")
     small["pytorchjobs"] = [
-        {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob",
-         "metadata": {"name": name, "namespace": "research", "managedFields": [{"manager": "x"}]},
-         "spec": {"pytorchReplicaSpecs": {"Master": {"replicas": 1, "template": pod["spec"]}}}}
+        {
+            "apiVersion": "kubeflow.org/v1",
+            "kind": "PyTorchJob",
+            "metadata": {"name": name, "namespace": "research", "managedFields": [{"manager": "x"}]},
+            "spec": {"pytorchReplicaSpecs": {"Master": {"replicas": 1, "template": pod["spec"]}}},
+        }
         for name in ("pretrain-7b", "unrelated")
     ]
     apiserver.load(small)
@@ -425,7 +459,8 @@ def test_custom_resources_that_own_gpu_pods_are_listed_once_at_their_version(
     validate_snapshot(snapshot)
     assert snapshot["errors"] == []
     assert [(f["resource"], f["endpoint"], f["status"]) for f in snapshot["forbidden"]] == [
-        ("pytorchjobs.kubeflow.org", "/apis/kubeflow.org/v1/pytorchjobs", 403)]
+        ("pytorchjobs.kubeflow.org", "/apis/kubeflow.org/v1/pytorchjobs", 403)
+    ]
     assert "deploy/components/ml-operators" in snapshot["forbidden"][0]["note"]
     assert "pytorchjobs.kubeflow.org" not in snapshot["absent"]  # forbidden, not missing
     assert {o["kind"] for o in snapshot["objects"]["workloads"]} == {"Deployment", "CronJob"}
@@ -485,9 +520,7 @@ def test_kubeconfig_from_the_environment(served, kubeconfig, monkeypatch, small)
 def test_context_selects_the_cluster(served, tmp_path, small):
     config = json.loads(served.write_kubeconfig(tmp_path / "k").read_text())
     config["clusters"].append({"name": "other", "cluster": {"server": "http://127.0.0.1:9"}})
-    config["contexts"].append(
-        {"name": "other", "context": {"cluster": "other", "user": "gpuaudit"}}
-    )
+    config["contexts"].append({"name": "other", "context": {"cluster": "other", "user": "gpuaudit"}})
     config["current-context"] = "other"
     path = tmp_path / "multi"
     path.write_text(json.dumps(config))
@@ -531,8 +564,7 @@ def test_alibaba_cluster_is_collected_whole_over_http(apiserver, kubeconfig):
     assert _counts(snapshot)["pods"] == len(cluster["pods"]) == 8152
     assert _counts(snapshot)["replicasets"] == len(cluster["replicasets"])
     assert _counts(snapshot)["jobs"] == len(cluster["jobs"])
-    assert set(snapshot["absent"]) == {"clusterpolicies", "resourceclaims", "resourceslices",
-                                       "kueueworkloads"}
+    assert set(snapshot["absent"]) == {"clusterpolicies", "resourceclaims", "resourceslices", "kueueworkloads"}
     assert len([r for r in apiserver.requests if r.path == PODS]) == math.ceil(8152 / 500)
     assert elapsed < 30
 
@@ -598,11 +630,9 @@ def _mutated(snapshot: dict[str, Any], change) -> dict[str, Any]:
         (lambda d: d.__setitem__("telemetry", []), r"\$\.telemetry"),
         (lambda d: d.__setitem__("version", 2), "version 2 is newer"),
     ],
-    ids=["no-objects", "pod-not-object", "no-events", "kind", "error-shape", "telemetry",
-         "newer"],
+    ids=["no-objects", "pod-not-object", "no-events", "kind", "error-shape", "telemetry", "newer"],
 )
-def test_read_snapshot_rejects_bad_files_saying_what_is_wrong(snapshot, tmp_path, change,
-                                                              expected):
+def test_read_snapshot_rejects_bad_files_saying_what_is_wrong(snapshot, tmp_path, change, expected):
     path = tmp_path / "bad.json"
     path.write_text(json.dumps(_mutated(snapshot, change)))
     with pytest.raises(SnapshotError, match=expected) as info:

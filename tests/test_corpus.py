@@ -12,9 +12,7 @@ from gpuaudit.sources.user_config import Config
 from .conftest import shared_or_skip
 
 # A GPU resource written as a resources key with a value (not a quota list entry).
-GPU_KEY = re.compile(
-    r'^\s*["\']?(nvidia\.com/gpu|nvidia\.com/mig-[\w.+-]+|amd\.com/gpu)["\']?\s*:\s*\S', re.M
-)
+GPU_KEY = re.compile(r'^\s*["\']?(nvidia\.com/gpu|nvidia\.com/mig-[\w.+-]+|amd\.com/gpu)["\']?\s*:\s*\S', re.M)
 
 
 def audit(path):
@@ -71,9 +69,5 @@ def test_whole_corpus_runs_without_a_traceback(run_cli):
     corpus = shared_or_skip("corpus")
     proc = run_cli("check", str(corpus), "--format", "json")
     assert proc.returncode in (1, 2) and "Traceback" not in proc.stderr
-    helm = [
-        e
-        for e in json.loads(proc.stdout)["errors"]
-        if "not auditable until rendered" in e["message"]
-    ]
+    helm = [e for e in json.loads(proc.stdout)["errors"] if "not auditable until rendered" in e["message"]]
     assert len(helm) >= 50

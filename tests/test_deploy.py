@@ -60,8 +60,13 @@ COMPONENTS = {
 }
 
 # Components the chart turns on with values of their own (not `<value>.enabled`).
-MONITORING = {"monitoring": ["monitoring.prometheusRule.enabled=true", "monitoring.serviceMonitor.enabled=true",
-                             "monitoring.dashboard.enabled=true"]}
+MONITORING = {
+    "monitoring": [
+        "monitoring.prometheusRule.enabled=true",
+        "monitoring.serviceMonitor.enabled=true",
+        "monitoring.dashboard.enabled=true",
+    ]
+}
 
 
 # --- helpers ------------------------------------------------------------------
@@ -575,8 +580,9 @@ def test_sampler_script_feeds_the_audit(small_cluster, kubeconfig, tmp_path):
     # a few seconds of samples: below the rules' default min_span_hours (1 h),
     # which would make it insufficient data, not a verdict
     config = tmp_path / "gpuaudit.yaml"
-    config.write_text((DEPLOY / "base" / "config" / "gpuaudit.yaml").read_text()
-                      + "\nparams:\n  GPA-ME-003: {min_span_hours: 0}\n")
+    config.write_text(
+        (DEPLOY / "base" / "config" / "gpuaudit.yaml").read_text() + "\nparams:\n  GPA-ME-003: {min_span_hours: 0}\n"
+    )
     env = base_env(data, SAMPLES_DIR=str(samples), GPUAUDIT_CONFIG=str(config))
     proc = run_script("audit.sh", "--kubeconfig", str(kubeconfig), env=env)
     assert proc.returncode == 0, proc.stderr
@@ -831,8 +837,13 @@ def helm_run(helm: str, *args: str, cwd: Path = ROOT) -> subprocess.CompletedPro
         text=True,
         timeout=120,
         cwd=cwd,
-        env={"PATH": tool_path(), "HOME": str(cwd), "HELM_CACHE_HOME": str(cwd / ".helm-cache"),
-             "HELM_CONFIG_HOME": str(cwd / ".helm-config"), "HELM_DATA_HOME": str(cwd / ".helm-data")},
+        env={
+            "PATH": tool_path(),
+            "HOME": str(cwd),
+            "HELM_CACHE_HOME": str(cwd / ".helm-cache"),
+            "HELM_CONFIG_HOME": str(cwd / ".helm-config"),
+            "HELM_DATA_HOME": str(cwd / ".helm-data"),
+        },
     )
 
 
@@ -989,8 +1000,13 @@ def test_monitoring_is_opt_in_and_the_chart_installs_what_the_overlay_does(helm,
     assert json.loads(dashboard["data"]["gpuaudit-dashboard.json"])["uid"] == "gpuaudit-gpus"
     templated = helm_template(helm, tmp_path, "reportServer.enabled=true", *MONITORING["monitoring"])
     _same_objects(docs, templated)
-    labelled = helm_template(helm, tmp_path, *MONITORING["monitoring"], "monitoring.prometheusRule.labels.release=kps",
-                             "monitoring.serviceMonitor.interval=30s")
+    labelled = helm_template(
+        helm,
+        tmp_path,
+        *MONITORING["monitoring"],
+        "monitoring.prometheusRule.labels.release=kps",
+        "monitoring.serviceMonitor.interval=30s",
+    )
     assert one(labelled, "PrometheusRule", "gpuaudit")["metadata"]["labels"]["release"] == "kps"
     assert one(labelled, "ServiceMonitor", "gpuaudit-report-server")["spec"]["endpoints"][0]["interval"] == "30s"
 
@@ -1003,4 +1019,5 @@ def test_the_monitoring_component_holds_what_gpuaudit_monitoring_writes(run_cli,
     assert run_cli("monitoring", "dashboard", "--out", str(tmp_path)).returncode == 0
     for name in ("gpuaudit-prometheusrule.yaml", "gpuaudit-dashboard.json"):
         assert (folder / name).read_text() == (tmp_path / name).read_text(), (
-            f"{name} is stale: gpuaudit monitoring rules|dashboard --out deploy/components/monitoring")
+            f"{name} is stale: gpuaudit monitoring rules|dashboard --out deploy/components/monitoring"
+        )

@@ -33,20 +33,38 @@ def cluster(apiserver):
     small = json.loads((CLUSTERS / "small.json").read_text())
     pod = next(p for p in small["pods"] if p["metadata"]["name"].startswith("pretrain-7b"))
     pod["metadata"]["ownerReferences"] = [
-        {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "name": "pretrain-7b",
-         "uid": "uid-pretrain-7b", "controller": True}
+        {
+            "apiVersion": "kubeflow.org/v1",
+            "kind": "PyTorchJob",
+            "name": "pretrain-7b",
+            "uid": "uid-pretrain-7b",
+            "controller": True,
+        }
     ]
     small["pytorchjobs"] = [
-        {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob",
-         "metadata": {"name": "pretrain-7b", "namespace": pod["metadata"]["namespace"]},
-         "spec": {"pytorchReplicaSpecs": {"Master": {"replicas": 1, "template": {"spec": pod["spec"]}}}}}
+        {
+            "apiVersion": "kubeflow.org/v1",
+            "kind": "PyTorchJob",
+            "metadata": {"name": "pretrain-7b", "namespace": pod["metadata"]["namespace"]},
+            "spec": {"pytorchReplicaSpecs": {"Master": {"replicas": 1, "template": {"spec": pod["spec"]}}}},
+        }
     ]
     return apiserver.load(small)
 
 
 def audit(run_cli, kubeconfig: Path, *args: str) -> tuple[int, dict[str, Any], str]:
-    proc = run_cli("audit", "--kubeconfig", str(kubeconfig), "--format", "json",
-                   "--request-timeout", "5", "--deadline", "60", *args)
+    proc = run_cli(
+        "audit",
+        "--kubeconfig",
+        str(kubeconfig),
+        "--format",
+        "json",
+        "--request-timeout",
+        "5",
+        "--deadline",
+        "60",
+        *args,
+    )
     assert "Traceback" not in proc.stderr, proc.stderr
     return proc.returncode, json.loads(proc.stdout), proc.stderr
 

@@ -127,7 +127,6 @@ def test_no_kustomize_reads_the_directory_as_plain_files(run_cli, tools_path, tm
     assert (pin["resource"]["namespace"], pin["resource"]["name"]) == ("", "p")
 
 
-
 SERVER = """\
 apiVersion: apps/v1
 kind: Deployment
@@ -173,6 +172,7 @@ def test_a_model_named_in_a_config_map_generator_env_file_is_read(run_cli, tools
     (pod,) = [d["facts"] for d in facts if d["facts"]["name"] == "chat"]
     assert pod["model"]["name"] == model
     assert pod["model_scale"]["scale"] == ("small" if advised else "large")
+
 
 CHART = {
     "Chart.yaml": "apiVersion: v2\nname: llm\nversion: 0.1.0\n",

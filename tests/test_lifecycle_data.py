@@ -20,10 +20,11 @@ def test_every_batch_kind_has_a_lifecycle_entry():
 
 
 def test_a_batch_kind_without_an_entry_is_caught():
-    podspecs = [*data_yaml("podspecs.yaml"), {"kind": "FlinkDeployment", "groups": ["flink.apache.org"],
-                                               "class": "batch", "pods": []}]
-    assert _batch_kinds(podspecs) - _covered(data_yaml("lifecycle.yaml")) == {
-        ("flink.apache.org", "FlinkDeployment")}
+    podspecs = [
+        *data_yaml("podspecs.yaml"),
+        {"kind": "FlinkDeployment", "groups": ["flink.apache.org"], "class": "batch", "pods": []},
+    ]
+    assert _batch_kinds(podspecs) - _covered(data_yaml("lifecycle.yaml")) == {("flink.apache.org", "FlinkDeployment")}
 
 
 def test_entries_name_kinds_that_exist_and_say_why_when_they_ask_nothing():

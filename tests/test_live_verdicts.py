@@ -174,9 +174,7 @@ def test_only_bound_pods_hold_gpus_and_a_workload_is_one_finding(run_cli, tmp_pa
     assert len(keys) == len(set(keys))  # one finding per (rule, workload)
 
 
-def test_no_eligible_node_makes_the_cause_placement_and_says_where_the_scheduler_disagrees(
-    run_cli, tmp_path, cluster
-):
+def test_no_eligible_node_makes_the_cause_placement_and_says_where_the_scheduler_disagrees(run_cli, tmp_path, cluster):
     _, report = audit(run_cli, tmp_path, cluster)
     assert not [f for f in findings(report, "GPA-AL-102") if f["resource"]["name"] == "train-h100"]
     [placement] = [f for f in findings(report, "GPA-PL-102") if f["resource"]["name"] == "train-h100"]

@@ -45,9 +45,7 @@ def test_list_kinds_and_json_files(tmp_path):
 
 
 def test_non_kubernetes_yaml_is_skipped_quietly(tmp_path):
-    result = read(
-        tmp_path, "values.yaml", "replicaCount: 1\nresources:\n  limits: {nvidia.com/gpu: 1}\n"
-    )
+    result = read(tmp_path, "values.yaml", "replicaCount: 1\nresources:\n  limits: {nvidia.com/gpu: 1}\n")
     assert result.documents == [] and result.errors == []
 
 
@@ -61,9 +59,7 @@ def test_invalid_yaml_is_an_error_with_its_line_and_other_files_still_read(tmp_p
 
 
 def test_helm_templates_are_reported_not_parsed_but_argo_expressions_are_fine(tmp_path):
-    helm = read(
-        tmp_path, "t.yaml", "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {{ .Values.name }}\n"
-    )
+    helm = read(tmp_path, "t.yaml", "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {{ .Values.name }}\n")
     [error] = helm.errors
     assert error.level == "warning" and "not auditable until rendered" in error.message
     assert error.line == 4
@@ -88,9 +84,7 @@ def test_alias_bomb_is_refused_quickly(tmp_path):
     for i in range(1, 9):
         refs = ", ".join([f"*a{i - 1}"] * 10)
         lines.append(f"a{i}: &a{i} [{refs}]")
-    text = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: lol}\ndata:\n" + "\n".join(
-        "  " + line for line in lines
-    )
+    text = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: lol}\ndata:\n" + "\n".join("  " + line for line in lines)
     result = read(tmp_path, "bomb.yaml", text + "\n")
     assert result.documents == []
     assert "alias bomb" in result.errors[0].message

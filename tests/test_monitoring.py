@@ -38,7 +38,6 @@ from tests.prometheus_server import tools_available
 pytestmark = pytest.mark.skipif(not tools_available(), reason="promtool/prometheus not installed")
 
 
-
 def _generate(run_cli, out: Path, *args: str) -> Path:
     proc = run_cli("monitoring", "rules", "--out", str(out), *args)
     assert proc.returncode == 0, proc.stderr
@@ -65,16 +64,36 @@ def genai_recorded(tmp_path_factory, genai_trace):
 
     rules_dir = work / "rules"
     proc = subprocess.run(
-        ["gpuaudit", "monitoring", "rules", "--out", str(rules_dir), "--window", f"{window}s",
-         "--interval", f"{step}s", "--class-interval", f"{step}s"],
-        capture_output=True, text=True, check=False)
+        [
+            "gpuaudit",
+            "monitoring",
+            "rules",
+            "--out",
+            str(rules_dir),
+            "--window",
+            f"{window}s",
+            "--interval",
+            f"{step}s",
+            "--class-interval",
+            f"{step}s",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stderr
     gpu_level, availability_level = level_files(rules_dir / "gpuaudit-rules.yaml", work)
     # evaluations from the multiples of the step, where the samples are
     server.record(gpu_level, (end - window) // step * step - step, end, step)
     server.record(availability_level, end - 3 * step, end, step)
-    yield {"server": server, "cluster": cluster, "end": end, "window": window, "step": step,
-           "rules": rules_dir / "gpuaudit-rules.yaml"}
+    yield {
+        "server": server,
+        "cluster": cluster,
+        "end": end,
+        "window": window,
+        "step": step,
+        "rules": rules_dir / "gpuaudit-rules.yaml",
+    }
     server.stop()
 
 
@@ -85,8 +104,23 @@ def _audit(run_cli, kubeconfig, url, end, window, step, tmp_path, *, raw: bool =
         (tmp_path / ".gpuaudit.yaml").write_text("telemetry:\n  params:\n    recorded_series: 0\n")
     until = datetime.fromtimestamp(end, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S")
     snapshot = tmp_path / "snapshot.json"
-    proc = run_cli("audit", "--kubeconfig", str(kubeconfig), "--prometheus", url, "--window", f"{window}s",
-                   "--step", f"{step}s", "--until", until, "--format", "json", "--save-snapshot", str(snapshot))
+    proc = run_cli(
+        "audit",
+        "--kubeconfig",
+        str(kubeconfig),
+        "--prometheus",
+        url,
+        "--window",
+        f"{window}s",
+        "--step",
+        f"{step}s",
+        "--until",
+        until,
+        "--format",
+        "json",
+        "--save-snapshot",
+        str(snapshot),
+    )
     assert "Traceback" not in proc.stderr, proc.stderr
     assert proc.returncode in (0, 1), proc.stderr  # whole: not partial
     return proc, json.loads(proc.stdout), json.loads(snapshot.read_text())
@@ -106,16 +140,19 @@ def test_recording_rules_agree_with_the_audit(run_cli, apiserver, kubeconfig, ge
     apiserver.load(copy.deepcopy(rec["cluster"]))
     # the audit from the raw series (its own subqueries): nothing shared with
     # the rules but the samples
-    _proc, _report, snapshot = _audit(run_cli, kubeconfig, server.url, end, rec["window"], rec["step"], tmp_path,
-                                      raw=True)
+    _proc, _report, snapshot = _audit(
+        run_cli, kubeconfig, server.url, end, rec["window"], rec["step"], tmp_path, raw=True
+    )
     assert snapshot["telemetry"]["subqueries"] == "whole", snapshot["telemetry"]["errors"]
     inventory = _review(snapshot)
 
     want: dict[tuple[str, str], float] = defaultdict(float)
     for holder in inventory.holders:
         want[(holder.namespace, holder.state)] += holder.gpus
-    got = {(s["metric"]["namespace"], s["metric"]["state"]): float(s["value"][1])
-           for s in server.query("sum by (namespace, state) (gpuaudit:pod_gpus:sum)", end)}
+    got = {
+        (s["metric"]["namespace"], s["metric"]["state"]): float(s["value"][1])
+        for s in server.query("sum by (namespace, state) (gpuaudit:pod_gpus:sum)", end)
+    }
     got = {k: v for k, v in got.items() if v}
     # Recorded: the 143 serving pods of GenTD26 hold 143 GPUs, most with a
     # model resident at idle.
@@ -131,7 +168,8 @@ def test_recording_rules_agree_with_the_audit(run_cli, apiserver, kubeconfig, ge
     assert free == counts["free"] == 1, got
     pending = server.query("gpuaudit:namespace_gpus_pending:sum", end)
     assert [(s["metric"]["namespace"], s["metric"]["reason"], float(s["value"][1])) for s in pending] == [
-        ("research", "unschedulable", 2.0)]
+        ("research", "unschedulable", 2.0)
+    ]
     assert sum(w.gpus for w in inventory.waiting) == 2
 
 
@@ -151,12 +189,17 @@ def test_recorded_series_made_otherwise_are_not_used(genai_recorded):
     assert other["subqueries"] == "whole"
     assert [e["message"] for e in other["errors"]] == [
         "warning: gpuaudit's recorded series not used: the rules were made with resident_fb_mib 1024, "
-        "the audit uses 2048"]
+        "the audit uses 2048"
+    ]
     coarser = query_telemetry(rec["server"].url, step_seconds=2 * rec["step"], **kw)
     assert coarser["subqueries"] == "whole" and "evaluated every" in coarser["errors"][0]["message"]
     # read either way, the residency of every pod is the same
-    raw = {p["pod"]: p for p in query_telemetry(rec["server"].url, step_seconds=rec["step"],
-                                                 params={"recorded_series": 0}, **kw)["pods"]}
+    raw = {
+        p["pod"]: p
+        for p in query_telemetry(rec["server"].url, step_seconds=rec["step"], params={"recorded_series": 0}, **kw)[
+            "pods"
+        ]
+    }
     assert len(raw) == len(same["pods"]) == 143
     # The rules are evaluated at their own instants (promtool's, here, restart
     # with each 2-hour block; Prometheus' at an offset of its own), each taking
@@ -182,8 +225,7 @@ def _alert_exprs(rules_file: Path) -> dict[str, str]:
     return {r["alert"]: r["expr"] for g in groups for r in g["rules"] if "alert" in r}
 
 
-def test_alerts_fire_for_resident_idle_pods_not_bursty_ones(run_cli, apiserver, kubeconfig, genai_recorded,
-                                                            tmp_path):
+def test_alerts_fire_for_resident_idle_pods_not_bursty_ones(run_cli, apiserver, kubeconfig, genai_recorded, tmp_path):
     rec = genai_recorded
     server, end = rec["server"], rec["end"]
     apiserver.load(copy.deepcopy(rec["cluster"]))
@@ -225,7 +267,8 @@ def test_thresholds_come_from_the_rule_params_and_config(run_cli, tmp_path):
     config = tmp_path / ".gpuaudit.yaml"
     config.write_text(
         "params:\n  GPA-ME-001: {min_resident_idle_fraction: 0.7, min_span_hours: 3}\n"
-        "telemetry:\n  params: {resident_fb_mib: 2048, idle_compute: 0.02}\n")
+        "telemetry:\n  params: {resident_fb_mib: 2048, idle_compute: 0.02}\n"
+    )
     rules = yaml.safe_load(_generate(run_cli, tmp_path / "out", "--config", str(config)).read_text())
     by_name = {r.get("alert") or r["record"]: r for g in rules["groups"] for r in g["rules"]}
     assert "> bool 2048" in by_name["gpuaudit:gpu_resident_idle:bool"]["expr"]
@@ -254,66 +297,102 @@ def test_promtool_rule_tests_resident_idle_fires_bursty_does_not(run_cli, tmp_pa
     minutes = 200
 
     def dcgm(pod: str, values: str) -> dict:
-        return {"series": (f'{{__name__="DCGM_FI_DEV_GPU_UTIL", gpu="0", UUID="GPU-{pod}", modelName="NVIDIA H100", '
-                           f'Hostname="node-a", exported_namespace="ml", exported_pod="{pod}", '
-                           f'exported_container="main", namespace="gpu-operator", pod="dcgm-exporter-x"}}'),
-                "values": values}
+        return {
+            "series": (
+                f'{{__name__="DCGM_FI_DEV_GPU_UTIL", gpu="0", UUID="GPU-{pod}", modelName="NVIDIA H100", '
+                f'Hostname="node-a", exported_namespace="ml", exported_pod="{pod}", '
+                f'exported_container="main", namespace="gpu-operator", pod="dcgm-exporter-x"}}'
+            ),
+            "values": values,
+        }
 
     def fb(pod: str, mib: int) -> dict:
-        return {"series": (f'{{__name__="DCGM_FI_DEV_FB_USED", gpu="0", UUID="GPU-{pod}", modelName="NVIDIA H100", '
-                           f'Hostname="node-a", exported_namespace="ml", exported_pod="{pod}", '
-                           f'exported_container="main", namespace="gpu-operator", pod="dcgm-exporter-x"}}'),
-                "values": f"{mib}+0x{minutes}"}
+        return {
+            "series": (
+                f'{{__name__="DCGM_FI_DEV_FB_USED", gpu="0", UUID="GPU-{pod}", modelName="NVIDIA H100", '
+                f'Hostname="node-a", exported_namespace="ml", exported_pod="{pod}", '
+                f'exported_container="main", namespace="gpu-operator", pod="dcgm-exporter-x"}}'
+            ),
+            "values": f"{mib}+0x{minutes}",
+        }
 
     def ksm(pod: str) -> list[dict]:
         return [
-            {"series": (f'kube_pod_container_resource_requests{{namespace="ml", pod="{pod}", container="main", '
-                        f'node="node-a", resource="nvidia_com_gpu", unit="integer"}}'), "values": f"1+0x{minutes}"},
-            {"series": f'kube_pod_status_phase{{namespace="ml", pod="{pod}", phase="Running"}}',
-             "values": f"1+0x{minutes}"},
+            {
+                "series": (
+                    f'kube_pod_container_resource_requests{{namespace="ml", pod="{pod}", container="main", '
+                    f'node="node-a", resource="nvidia_com_gpu", unit="integer"}}'
+                ),
+                "values": f"1+0x{minutes}",
+            },
+            {
+                "series": f'kube_pod_status_phase{{namespace="ml", pod="{pod}", phase="Running"}}',
+                "values": f"1+0x{minutes}",
+            },
         ]
 
     bursty = " ".join(["90 0"] * (minutes // 2))  # busy every other minute: p95 90%, mean 45%
     series = [
-        dcgm("resident-idle", f"0+0x{minutes}"), fb("resident-idle", 30000),
-        dcgm("bursty", bursty), fb("bursty", 30000),
-        *ksm("resident-idle"), *ksm("bursty"),
-        {"series": 'kube_node_status_allocatable{node="node-a", resource="nvidia_com_gpu", unit="integer"}',
-         "values": f"8+0x{minutes}"},
-        {"series": 'kube_node_labels{node="node-a", label_nvidia_com_gpu_product="NVIDIA-H100-80GB-HBM3"}',
-         "values": f"1+0x{minutes}"},
+        dcgm("resident-idle", f"0+0x{minutes}"),
+        fb("resident-idle", 30000),
+        dcgm("bursty", bursty),
+        fb("bursty", 30000),
+        *ksm("resident-idle"),
+        *ksm("bursty"),
+        {
+            "series": 'kube_node_status_allocatable{node="node-a", resource="nvidia_com_gpu", unit="integer"}',
+            "values": f"8+0x{minutes}",
+        },
+        {
+            "series": 'kube_node_labels{node="node-a", label_nvidia_com_gpu_product="NVIDIA-H100-80GB-HBM3"}',
+            "values": f"1+0x{minutes}",
+        },
         {"series": 'kube_node_spec_unschedulable{node="node-a"}', "values": f"0+0x{minutes}"},
     ]
-    labels = {"namespace": "ml", "pod": "resident-idle", "node": "node-a",
-              "gpu_model": "NVIDIA-H100-80GB-HBM3", "state": "resident_idle"}
+    labels = {
+        "namespace": "ml",
+        "pod": "resident-idle",
+        "node": "node-a",
+        "gpu_model": "NVIDIA-H100-80GB-HBM3",
+        "state": "resident_idle",
+    }
     alert = rules["GPUModelResidentIdle"]
     expected = {**labels, "severity": alert["labels"]["severity"], "gpuaudit_rule": "GPA-ME-001"}
     tests = {
         "rule_files": [str(rules_file)],
         "evaluation_interval": "1m",
-        "tests": [{
-            "interval": "1m",
-            "input_series": series,
-            "alert_rule_test": [
-                # before the pod has been resident-idle for `for:` (GPA-ME-001's min_span_hours)
-                {"eval_time": "50m", "alertname": "GPUModelResidentIdle", "exp_alerts": []},
-                {"eval_time": "180m", "alertname": "GPUModelResidentIdle", "exp_alerts": [
-                    {"exp_labels": expected, "exp_annotations": _annotations(alert, labels, "1")}]},
-                {"eval_time": "180m", "alertname": "GPUWorkWaitingOnHost", "exp_alerts": []},
-            ],
-            "promql_expr_test": [
-                {"expr": 'sum by (pod, state) (gpuaudit:pod_gpus:sum)', "eval_time": "180m",
-                 "exp_samples": [
-                     {"labels": '{pod="bursty", state="active"}', "value": 1},
-                     {"labels": '{pod="resident-idle", state="resident_idle"}', "value": 1},
-                 ]},
-            ],
-        }],
+        "tests": [
+            {
+                "interval": "1m",
+                "input_series": series,
+                "alert_rule_test": [
+                    # before the pod has been resident-idle for `for:` (GPA-ME-001's min_span_hours)
+                    {"eval_time": "50m", "alertname": "GPUModelResidentIdle", "exp_alerts": []},
+                    {
+                        "eval_time": "180m",
+                        "alertname": "GPUModelResidentIdle",
+                        "exp_alerts": [{"exp_labels": expected, "exp_annotations": _annotations(alert, labels, "1")}],
+                    },
+                    {"eval_time": "180m", "alertname": "GPUWorkWaitingOnHost", "exp_alerts": []},
+                ],
+                "promql_expr_test": [
+                    {
+                        "expr": "sum by (pod, state) (gpuaudit:pod_gpus:sum)",
+                        "eval_time": "180m",
+                        "exp_samples": [
+                            {"labels": '{pod="bursty", state="active"}', "value": 1},
+                            {"labels": '{pod="resident-idle", state="resident_idle"}', "value": 1},
+                        ],
+                    },
+                ],
+            }
+        ],
     }
     test_file = tmp_path / "rules.test.yaml"
     test_file.write_text(yaml.safe_dump(tests, sort_keys=False))
-    proc = subprocess.run(["promtool", "test", "rules", str(test_file)], capture_output=True, text=True,
-                          check=False, timeout=600)
+    proc = subprocess.run(
+        ["promtool", "test", "rules", str(test_file)], capture_output=True, text=True, check=False, timeout=600
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "SUCCESS" in proc.stdout
 
@@ -357,8 +436,11 @@ def _lost(ours, theirs, path="") -> list[str]:
     if isinstance(ours, dict):
         if not isinstance(theirs, dict):
             return [path]
-        return [p for k, v in ours.items() for p in
-                ([f"{path}/{k}"] if k not in theirs else _lost(v, theirs[k], f"{path}/{k}"))]
+        return [
+            p
+            for k, v in ours.items()
+            for p in ([f"{path}/{k}"] if k not in theirs else _lost(v, theirs[k], f"{path}/{k}"))
+        ]
     if isinstance(ours, list):
         if not isinstance(theirs, list) or len(ours) != len(theirs):
             return [path]

@@ -31,29 +31,42 @@ CID2 = "fedcba9876543210" * 4
 LAYOUTS = {
     "systemd-v2-containerd-burstable": (
         f"0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod"
-        f"{UID_IDLE.replace('-', '_')}.slice/cri-containerd-{CID}.scope\n", UID_IDLE, CID),
+        f"{UID_IDLE.replace('-', '_')}.slice/cri-containerd-{CID}.scope\n",
+        UID_IDLE,
+        CID,
+    ),
     "systemd-v2-crio-guaranteed": (
         f"0::/kubepods.slice/kubepods-pod{UID_MIG.replace('-', '_')}.slice/crio-{CID}.scope\n",
-        UID_MIG, CID),
+        UID_MIG,
+        CID,
+    ),
     "systemd-v1-docker-besteffort": (
         f"12:pids:/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod"
         f"{UID_BUSY.replace('-', '_')}.slice/docker-{CID}.scope\n"
         f"11:memory:/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod"
         f"{UID_BUSY.replace('-', '_')}.slice/docker-{CID}.scope\n"
         f"1:name=systemd:/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod"
-        f"{UID_BUSY.replace('-', '_')}.slice/docker-{CID}.scope\n", UID_BUSY, CID),
+        f"{UID_BUSY.replace('-', '_')}.slice/docker-{CID}.scope\n",
+        UID_BUSY,
+        CID,
+    ),
     "cgroupfs-v1": (
-        f"11:memory:/kubepods/burstable/pod{UID_BUSY}/{CID}\n"
-        f"10:cpu,cpuacct:/kubepods/burstable/pod{UID_BUSY}/{CID}\n", UID_BUSY, CID),
+        f"11:memory:/kubepods/burstable/pod{UID_BUSY}/{CID}\n10:cpu,cpuacct:/kubepods/burstable/pod{UID_BUSY}/{CID}\n",
+        UID_BUSY,
+        CID,
+    ),
     "cgroupfs-v2-guaranteed": (f"0::/kubepods/pod{UID_IDLE}/{CID}\n", UID_IDLE, CID),
     "cgroup-namespace-relative": (
-        f"0::/../../kubepods-besteffort-pod{UID_MIG.replace('-', '_')}.slice/"
-        f"cri-containerd-{CID}.scope\n", UID_MIG, CID),
-    "kind-nested-in-docker": (
-        f"0::/docker/{CID2}/kubepods/besteffort/pod{UID_IDLE}/{CID}\n", UID_IDLE, CID),
+        f"0::/../../kubepods-besteffort-pod{UID_MIG.replace('-', '_')}.slice/cri-containerd-{CID}.scope\n",
+        UID_MIG,
+        CID,
+    ),
+    "kind-nested-in-docker": (f"0::/docker/{CID2}/kubepods/besteffort/pod{UID_IDLE}/{CID}\n", UID_IDLE, CID),
     "pod-cgroup-itself": (
-        f"0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod"
-        f"{UID_IDLE.replace('-', '_')}.slice\n", UID_IDLE, None),
+        f"0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{UID_IDLE.replace('-', '_')}.slice\n",
+        UID_IDLE,
+        None,
+    ),
     "host-process": ("0::/user.slice/user-1000.slice/session-3.scope\n", None, None),
     "plain-docker": (f"0::/system.slice/docker-{CID}.scope\n", None, None),
 }
@@ -78,7 +91,8 @@ def _proc(tmp_path: Path, pids: dict[int, str]) -> str:
         (root / str(pid)).mkdir(parents=True)
         (root / str(pid) / "cgroup").write_text(
             f"0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod"
-            f"{uid.replace('-', '_')}.slice/cri-containerd-{CID}.scope\n")
+            f"{uid.replace('-', '_')}.slice/cri-containerd-{CID}.scope\n"
+        )
     return str(root)
 
 
@@ -104,28 +118,54 @@ class FakeTime:
         return stamp
 
 
-def _run(nvml: FakeNvml, proc_root: str, *, ticks: int = 5, interval: float = 1.0,
-         clock: FakeTime | None = None, pods=None) -> list[dict]:
+def _run(
+    nvml: FakeNvml, proc_root: str, *, ticks: int = 5, interval: float = 1.0, clock: FakeTime | None = None, pods=None
+) -> list[dict]:
     clock = clock or FakeTime()
     out = io.StringIO()
-    sampler.sample(interval=interval, duration=ticks * interval, out=out, proc_root=proc_root,
-                   clock=clock.clock, sleep=clock.sleep, wall_clock=clock.wall, nvml=nvml,
-                   node="gpu-node-1", pods_by_uid=pods)
+    sampler.sample(
+        interval=interval,
+        duration=ticks * interval,
+        out=out,
+        proc_root=proc_root,
+        clock=clock.clock,
+        sleep=clock.sleep,
+        wall_clock=clock.wall,
+        nvml=nvml,
+        node="gpu-node-1",
+        pods_by_uid=pods,
+    )
     return [json.loads(line) for line in out.getvalue().splitlines()]
 
 
 def _two_gpus() -> FakeNvml:
-    idle = FakeGpu("NVIDIA A100-SXM4-80GB", "GPU-aaaaaaaa-0000-0000-0000-000000000000",
-                   total_bytes=80 * GIB, used_bytes=30 * GIB, reserved_bytes=512 * MIB,
-                   util=(0, 0), pcie_kbps=(10, 20), processes=[FakeProcess(1234, 30 * GIB)],
-                   mig=[])
-    busy = FakeGpu("NVIDIA H100 80GB HBM3", "GPU-bbbbbbbb-0000-0000-0000-000000000000",
-                   total_bytes=80 * GIB, used_bytes=20 * GIB, util=(97, 60),
-                   pcie_kbps=(2048, 4096), processes=[FakeProcess(2345, 20 * GIB)], mig=[],
-                   gpm={fake.NVML_GPM_METRIC_SM_UTIL: 90.0,
-                        fake.NVML_GPM_METRIC_SM_OCCUPANCY: 40.0,
-                        fake.NVML_GPM_METRIC_ANY_TENSOR_UTIL: 30.0,
-                        fake.NVML_GPM_METRIC_DRAM_BW_UTIL: 70.0})
+    idle = FakeGpu(
+        "NVIDIA A100-SXM4-80GB",
+        "GPU-aaaaaaaa-0000-0000-0000-000000000000",
+        total_bytes=80 * GIB,
+        used_bytes=30 * GIB,
+        reserved_bytes=512 * MIB,
+        util=(0, 0),
+        pcie_kbps=(10, 20),
+        processes=[FakeProcess(1234, 30 * GIB)],
+        mig=[],
+    )
+    busy = FakeGpu(
+        "NVIDIA H100 80GB HBM3",
+        "GPU-bbbbbbbb-0000-0000-0000-000000000000",
+        total_bytes=80 * GIB,
+        used_bytes=20 * GIB,
+        util=(97, 60),
+        pcie_kbps=(2048, 4096),
+        processes=[FakeProcess(2345, 20 * GIB)],
+        mig=[],
+        gpm={
+            fake.NVML_GPM_METRIC_SM_UTIL: 90.0,
+            fake.NVML_GPM_METRIC_SM_OCCUPANCY: 40.0,
+            fake.NVML_GPM_METRIC_ANY_TENSOR_UTIL: 30.0,
+            fake.NVML_GPM_METRIC_DRAM_BW_UTIL: 70.0,
+        },
+    )
     return FakeNvml([idle, busy])
 
 
@@ -152,9 +192,16 @@ def test_sampler_writes_one_record_per_gpu_and_tick(tmp_path: Path):
     assert first["fb_free_bytes"] == 80 * GIB - 30 * GIB - 512 * MIB
     assert first["pcie_tx_bytes_per_s"] == 10 * 1024 and first["pcie_rx_bytes_per_s"] == 20 * 1024
     assert first["sm_util_pct"] is None  # no GPM before Hopper
-    assert first["processes"] == [{"pid": 1234, "used_bytes": 30 * GIB, "pod_uid": UID_IDLE,
-                                   "container_id": CID, "namespace": "genai",
-                                   "pod": "sd-serving-000"}]
+    assert first["processes"] == [
+        {
+            "pid": 1234,
+            "used_bytes": 30 * GIB,
+            "pod_uid": UID_IDLE,
+            "container_id": CID,
+            "namespace": "genai",
+            "pod": "sd-serving-000",
+        }
+    ]
     assert first["errors"] == []
     assert [r["ts"] for r in idle] == [1_800_001_000.0 + k for k in range(5)]
 
@@ -172,8 +219,7 @@ def test_aggregate_finds_the_resident_idle_pod(tmp_path: Path):
     lines = _run(nvml, _proc(tmp_path, {1234: UID_IDLE, 2345: UID_BUSY}))
     path = tmp_path / "samples.jsonl"
     path.write_text("".join(json.dumps(x) + "\n" for x in lines))
-    got = aggregate_samples([path], pods_by_uid={UID_IDLE: ("genai", "sd-serving-000"),
-                                                 UID_BUSY: ("train", "bert-0")})
+    got = aggregate_samples([path], pods_by_uid={UID_IDLE: ("genai", "sd-serving-000"), UID_BUSY: ("train", "bert-0")})
     assert got["source"] == "nvml" and got["queries"] == 0 and got["errors"] == []
     assert got["window"]["seconds"] == 4 and got["window"]["step_seconds"] == 1.0
     assert got["signals"]["compute"] == "nvml.gpm.sm_util|nvml.utilization.gpu"
@@ -197,14 +243,26 @@ def test_aggregate_finds_the_resident_idle_pod(tmp_path: Path):
 
 
 def test_mig_instances_are_sampled_and_aggregated(tmp_path: Path):
-    gpu = FakeGpu("NVIDIA A100-SXM4-80GB", "GPU-cccccccc-0000-0000-0000-000000000000",
-                  total_bytes=80 * GIB, used_bytes=6 * GIB, util=(0, 0),
-                  gpm={fake.NVML_GPM_METRIC_SM_UTIL: 50.0},
-                  mig=[FakeMig("1g.10gb", 7, "MIG-11111111-0000-0000-0000-000000000000",
-                               10 * GIB, 6 * GIB, [FakeProcess(3456, 6 * GIB)],
-                               gpm={fake.NVML_GPM_METRIC_SM_UTIL: 1.0}),
-                       FakeMig("3g.40gb", 2, "MIG-22222222-0000-0000-0000-000000000000",
-                               40 * GIB, 0)])
+    gpu = FakeGpu(
+        "NVIDIA A100-SXM4-80GB",
+        "GPU-cccccccc-0000-0000-0000-000000000000",
+        total_bytes=80 * GIB,
+        used_bytes=6 * GIB,
+        util=(0, 0),
+        gpm={fake.NVML_GPM_METRIC_SM_UTIL: 50.0},
+        mig=[
+            FakeMig(
+                "1g.10gb",
+                7,
+                "MIG-11111111-0000-0000-0000-000000000000",
+                10 * GIB,
+                6 * GIB,
+                [FakeProcess(3456, 6 * GIB)],
+                gpm={fake.NVML_GPM_METRIC_SM_UTIL: 1.0},
+            ),
+            FakeMig("3g.40gb", 2, "MIG-22222222-0000-0000-0000-000000000000", 40 * GIB, 0),
+        ],
+    )
     nvml = FakeNvml([gpu])
     lines = _run(nvml, _proc(tmp_path, {3456: UID_MIG}), ticks=4)
     records = lines[1:]
@@ -235,14 +293,29 @@ def test_mig_instances_are_sampled_and_aggregated(tmp_path: Path):
 
 
 def test_not_supported_fields_are_null_and_other_errors_recorded(tmp_path: Path):
-    old = FakeGpu("Tesla T4", "GPU-dddddddd-0000-0000-0000-000000000000", total_bytes=16 * GIB,
-                  used_bytes=2 * GIB, reserved_bytes=256 * MIB, util=None, pcie_kbps=None,
-                  memory_v2=False, processes=[FakeProcess(4321, None)])
-    broken = FakeGpu("NVIDIA L4", "GPU-eeeeeeee-0000-0000-0000-000000000000",
-                     total_bytes=24 * GIB, used_bytes=GIB, util=(5, 1),
-                     failing={"nvmlDeviceGetComputeRunningProcesses": fake.NVML_ERROR_NO_PERMISSION,
-                              "nvmlDeviceGetUUID": fake.NVML_ERROR_NOT_FOUND,
-                              "nvmlDeviceGetPcieThroughput": fake.NVML_ERROR_GPU_IS_LOST})
+    old = FakeGpu(
+        "Tesla T4",
+        "GPU-dddddddd-0000-0000-0000-000000000000",
+        total_bytes=16 * GIB,
+        used_bytes=2 * GIB,
+        reserved_bytes=256 * MIB,
+        util=None,
+        pcie_kbps=None,
+        memory_v2=False,
+        processes=[FakeProcess(4321, None)],
+    )
+    broken = FakeGpu(
+        "NVIDIA L4",
+        "GPU-eeeeeeee-0000-0000-0000-000000000000",
+        total_bytes=24 * GIB,
+        used_bytes=GIB,
+        util=(5, 1),
+        failing={
+            "nvmlDeviceGetComputeRunningProcesses": fake.NVML_ERROR_NO_PERMISSION,
+            "nvmlDeviceGetUUID": fake.NVML_ERROR_NOT_FOUND,
+            "nvmlDeviceGetPcieThroughput": fake.NVML_ERROR_GPU_IS_LOST,
+        },
+    )
     nvml = FakeNvml([old, broken])
     lines = _run(nvml, _proc(tmp_path, {4321: UID_IDLE}), ticks=3)
     t4 = [r for r in lines[1:] if r["gpu"] == "0"]
@@ -286,16 +359,17 @@ def test_nvml_init_failure_is_a_clear_error():
 
 
 def test_pynvml_is_imported_lazily(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    code = ("import sys, gpuaudit.sources.nvml, gpuaudit.sources.samples, "
-            "gpuaudit.sources.prometheus; print('pynvml' in sys.modules)")
+    code = (
+        "import sys, gpuaudit.sources.nvml, gpuaudit.sources.samples, "
+        "gpuaudit.sources.prometheus; print('pynvml' in sys.modules)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
     nvml = _two_gpus()
     monkeypatch.setitem(sys.modules, "pynvml", nvml)
     clock = FakeTime()
     out_io = io.StringIO()
-    sampler.sample(interval=1, duration=2, out=out_io, clock=clock.clock, sleep=clock.sleep,
-                   proc_root=str(tmp_path))
+    sampler.sample(interval=1, duration=2, out=out_io, clock=clock.clock, sleep=clock.sleep, proc_root=str(tmp_path))
     assert len(out_io.getvalue().splitlines()) == 1 + 2 * 2
     assert nvml.calls["nvmlInit"] == 1
 
@@ -308,8 +382,14 @@ def test_sample_command_round_trip(tmp_path: Path, monkeypatch: pytest.MonkeyPat
 
     monkeypatch.setitem(sys.modules, "pynvml", _two_gpus())
     pods = tmp_path / "pods.json"
-    pods.write_text(json.dumps({"kind": "PodList", "items": [
-        {"metadata": {"uid": UID_IDLE, "namespace": "genai", "name": "sd-serving-007"}}]}))
+    pods.write_text(
+        json.dumps(
+            {
+                "kind": "PodList",
+                "items": [{"metadata": {"uid": UID_IDLE, "namespace": "genai", "name": "sd-serving-007"}}],
+            }
+        )
+    )
     out = tmp_path / "s.jsonl"
     proc = _proc(tmp_path, {1234: UID_IDLE, 2345: UID_BUSY})
     runner = CliRunner()
@@ -326,13 +406,22 @@ def test_sample_command_round_trip(tmp_path: Path, monkeypatch: pytest.MonkeyPat
 
 
 def test_coverage_of_a_pod_that_left_halfway(tmp_path: Path):
-    base = {"kind": "gpu", "node": "n", "gpu": "0", "uuid": "GPU-1", "model": "m",
-            "mig_enabled": False, "mig_profile": None, "mig_id": None, "util_gpu_pct": 0,
-            "fb_used_bytes": 8 * GIB, "fb_total_bytes": 16 * GIB}
+    base = {
+        "kind": "gpu",
+        "node": "n",
+        "gpu": "0",
+        "uuid": "GPU-1",
+        "model": "m",
+        "mig_enabled": False,
+        "mig_profile": None,
+        "mig_id": None,
+        "util_gpu_pct": 0,
+        "fb_used_bytes": 8 * GIB,
+        "fb_total_bytes": 16 * GIB,
+    }
     proc = {"pid": 1, "used_bytes": 8 * GIB, "pod_uid": UID_IDLE, "namespace": "a", "pod": "b"}
     lines = [{"kind": "header", "interval_s": 10}]
-    lines += [{**base, "ts": 100 + 10 * k, "processes": [proc] if k < 5 else []}
-              for k in range(10)]
+    lines += [{**base, "ts": 100 + 10 * k, "processes": [proc] if k < 5 else []} for k in range(10)]
     path = tmp_path / "half.jsonl"
     path.write_text("".join(json.dumps(x) + "\n" for x in lines) + '{"kind": "gpu", "ts"')
     got = aggregate_samples([path])
@@ -363,8 +452,7 @@ def test_no_samples_is_unavailable(tmp_path: Path):
 
 def test_load_pods_json_formats(tmp_path: Path):
     path = tmp_path / "p.json"
-    path.write_text(json.dumps({"items": [{"metadata": {"uid": "u1", "namespace": "ns",
-                                                        "name": "a"}}]}))
+    path.write_text(json.dumps({"items": [{"metadata": {"uid": "u1", "namespace": "ns", "name": "a"}}]}))
     assert load_pods_json(path) == {"u1": ("ns", "a")}
     path.write_text(json.dumps([{"metadata": {"uid": "u2", "name": "b"}}]))
     assert load_pods_json(path) == {"u2": ("default", "b")}
@@ -381,19 +469,20 @@ def test_quantile_interpolates_like_promql():
     assert quantile(0.95, []) is None
 
 
-@pytest.mark.parametrize("text,seconds", [("1s", 1), ("500ms", 0.5), ("2m", 120), ("1h", 3600),
-                                          ("90", 90), ("1.5s", 1.5)])
+@pytest.mark.parametrize(
+    "text,seconds", [("1s", 1), ("500ms", 0.5), ("2m", 120), ("1h", 3600), ("90", 90), ("1.5s", 1.5)]
+)
 def test_parse_duration(text: str, seconds: float):
     assert parse_duration(text) == seconds
 
 
 # --- the fake against the real pynvml ------------------------------------------
 
+
 def test_fake_matches_installed_pynvml():
     real = pytest.importorskip("pynvml")
     nvml = FakeNvml([])
-    api = [name for name in dir(FakeNvml) if name.startswith("nvml") and
-           callable(getattr(FakeNvml, name))]
+    api = [name for name in dir(FakeNvml) if name.startswith("nvml") and callable(getattr(FakeNvml, name))]
     assert len(api) >= 20
     for name in api:
         want = list(inspect.signature(getattr(real, name)).parameters)
@@ -411,12 +500,13 @@ def test_fake_matches_installed_pynvml():
         assert getattr(real, cls.__name__)().value == cls().value == code
         if code in real.NVMLError._errcode_to_string:
             assert str(fake_error) == str(real_error)
-    for struct, fields in ((real.c_nvmlUtilization_t, {"gpu", "memory"}),
-                           (real.c_nvmlMemory_v2_t, {"total", "reserved", "free", "used"}),
-                           (real.c_nvmlProcessInfo_v3_t, {"pid", "usedGpuMemory",
-                                                           "gpuInstanceId", "computeInstanceId"}),
-                           (real.c_nvmlGpmSupport_t, {"isSupportedDevice"}),
-                           (real.c_nvmlGpmMetric_t, {"metricId", "nvmlReturn", "value"})):
+    for struct, fields in (
+        (real.c_nvmlUtilization_t, {"gpu", "memory"}),
+        (real.c_nvmlMemory_v2_t, {"total", "reserved", "free", "used"}),
+        (real.c_nvmlProcessInfo_v3_t, {"pid", "usedGpuMemory", "gpuInstanceId", "computeInstanceId"}),
+        (real.c_nvmlGpmSupport_t, {"isSupportedDevice"}),
+        (real.c_nvmlGpmMetric_t, {"metricId", "nvmlReturn", "value"}),
+    ):
         assert fields <= {f[0] for f in struct._fields_}, struct
     assert issubclass(real.NVMLLibraryMismatchError, Exception)
     assert not issubclass(real.NVMLLibraryMismatchError, real.NVMLError)
@@ -425,19 +515,28 @@ def test_fake_matches_installed_pynvml():
 def test_gpm_request_builds_the_real_ctypes_struct():
     real = pytest.importorskip("pynvml")
     first, second = real.c_nvmlGpmSample_t(), real.c_nvmlGpmSample_t()
-    request = sampler.gpm_request(real, first, second, [real.NVML_GPM_METRIC_SM_UTIL,
-                                                        real.NVML_GPM_METRIC_SM_OCCUPANCY])
+    request = sampler.gpm_request(
+        real, first, second, [real.NVML_GPM_METRIC_SM_UTIL, real.NVML_GPM_METRIC_SM_OCCUPANCY]
+    )
     assert request.version == real.NVML_GPM_METRICS_GET_VERSION and request.numMetrics == 2
     assert [request.metrics[i].metricId for i in range(2)] == [2, 3]
 
 
 def test_idle_threshold_is_strict(tmp_path: Path):
     """Compute exactly at idle_compute is not idle (the PromQL uses ``<`` too)."""
-    base = {"kind": "gpu", "node": "n", "gpu": "0", "uuid": "GPU-1", "mig_id": None,
-            "fb_used_bytes": 8 * GIB, "processes": []}
+    base = {
+        "kind": "gpu",
+        "node": "n",
+        "gpu": "0",
+        "uuid": "GPU-1",
+        "mig_id": None,
+        "fb_used_bytes": 8 * GIB,
+        "processes": [],
+    }
     path = tmp_path / "edge.jsonl"
-    path.write_text("".join(json.dumps({**base, "ts": t, "util_gpu_pct": u}) + "\n"
-                            for t, u in ((0, 5), (1, 4), (2, 5), (3, 0))))
+    path.write_text(
+        "".join(json.dumps({**base, "ts": t, "util_gpu_pct": u}) + "\n" for t, u in ((0, 5), (1, 4), (2, 5), (3, 0)))
+    )
     row = _only(aggregate_samples([path])["gpus"])
     assert row["resident_idle_fraction"] == 0.5
     assert row["compute_p95"] == pytest.approx(0.05)

@@ -56,9 +56,7 @@ def by_label(samples: list, key: str) -> dict[str, float]:
 
 
 def test_audit_metrics_pass_promtool_and_agree_with_the_review(run_cli, tmp_path):
-    proc = run_cli(
-        "audit", "--snapshot", str(DEMO), "-o", "openmetrics", "--format", f"json={tmp_path / 'a.json'}"
-    )
+    proc = run_cli("audit", "--snapshot", str(DEMO), "-o", "openmetrics", "--format", f"json={tmp_path / 'a.json'}")
     assert proc.returncode == 1, proc.stderr  # the demo has high findings
     text = proc.stdout
     assert text.endswith("# EOF\n")

@@ -52,7 +52,7 @@ def test_spark_defaults_and_unreadable_values(tmp_path):
         "metadata: {name: app}\n"
         "spec:\n"
         "  image: spark:3.5\n"
-        "  sparkConf: {spark.executor.resource.gpu.amount: \"1\"}\n"  # no vendor: Spark asks Kubernetes for nothing
+        '  sparkConf: {spark.executor.resource.gpu.amount: "1"}\n'  # no vendor: Spark asks Kubernetes for nothing
         "  driver: {memory: lots}\n"
         "  executor: {instances: 2, gpu: {name: nvidia.com/gpu, quantity: $GPUS}}\n"
     )

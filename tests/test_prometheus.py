@@ -30,6 +30,7 @@ VERDICT = 0.5  # resident-idle: at least half of the pod's samples
 
 # --- (a) the GenTD26 trace: PromQL against plain Python on the CSV ----------
 
+
 def _csv_rows(name: str):
     with tarfile.open(genai.DATA_DIR / name, "r:gz") as tar:
         member = next(m for m in tar.getmembers() if m.name.endswith(".csv"))
@@ -55,8 +56,7 @@ def _per_sample_truth(step: float) -> dict[str, dict]:
     for row in _csv_rows(genai.DUTY):
         util.setdefault(row["container_ip"], {})[float(row["timestamp_anon"])] = float(row["value"])
     for row in _csv_rows(genai.MEMORY):
-        fb.setdefault(row["container_ip"], {})[float(row["timestamp_anon"])] = (
-            float(row["value"]) / 2**20)
+        fb.setdefault(row["container_ip"], {})[float(row["timestamp_anon"])] = float(row["value"]) / 2**20
     out = {}
     for i, ip in enumerate(sorted(util)):
         u, m = util[ip], fb.get(ip, {})
@@ -69,8 +69,7 @@ def _per_sample_truth(step: float) -> dict[str, dict]:
             "joint_samples": len(both),
             "span_seconds": last - first,
             "coverage": Fraction(len(u), round((last - first) / step) + 1),
-            "resident_fraction": (Fraction(sum(1 for v in m.values() if v > RESIDENT_FB_MIB),
-                                           len(m)) if m else None),
+            "resident_fraction": (Fraction(sum(1 for v in m.values() if v > RESIDENT_FB_MIB), len(m)) if m else None),
             "resident_idle_fraction": Fraction(idle, len(both)) if both else None,
             "compute_mean": sum(ratios) / len(ratios),
             "compute_p95": _quantile(ratios, 0.95),
@@ -91,10 +90,13 @@ def test_genai_real_samples_match_a_per_sample_count(genai_prometheus):
     trace = genai_prometheus.trace
     step = int(trace.step)  # 57 s: subquery steps land on the samples
     window = genai_prometheus.window_seconds()
-    got = query_telemetry(genai_prometheus.url, window_seconds=window,
-                          end=genai_prometheus.end, step_seconds=step,
-                          params={"resident_fb_mib": RESIDENT_FB_MIB,
-                                  "idle_compute": IDLE_COMPUTE})
+    got = query_telemetry(
+        genai_prometheus.url,
+        window_seconds=window,
+        end=genai_prometheus.end,
+        step_seconds=step,
+        params={"resident_fb_mib": RESIDENT_FB_MIB, "idle_compute": IDLE_COMPUTE},
+    )
     assert got["errors"] == []
     assert got["signals"]["compute"] == "DCGM_FI_DEV_GPU_UTIL"
     assert got["signals"]["memory"] == "DCGM_FI_DEV_FB_USED"
@@ -128,8 +130,7 @@ def test_genai_pod_lives_are_judged_inside_a_longer_window(genai_prometheus):
     life, so it is the same as with a window that just holds the trace."""
     trace = genai_prometheus.trace
     step = int(trace.step)
-    got = query_telemetry(genai_prometheus.url, window_seconds=7 * 86400,
-                          end=genai_prometheus.end, step_seconds=step)
+    got = query_telemetry(genai_prometheus.url, window_seconds=7 * 86400, end=genai_prometheus.end, step_seconds=step)
     assert got["errors"] == []
     truth = _per_sample_truth(trace.step)
     pods = {p["pod"]: p for p in got["pods"]}
@@ -168,18 +169,34 @@ class Synthetic:
     def add(self, metric: str, labels: dict[str, str], samples) -> None:
         self.families.setdefault(metric, []).append((labels, list(samples)))
 
-    def gpu(self, end: int, labels: dict[str, str], times, *, compute=None, fb=None,
-            free=None, reserved=None, util=None, sm=None, pcie=None, dram=None) -> None:
-        for metric, value in (("DCGM_FI_PROF_GR_ENGINE_ACTIVE", compute),
-                              ("DCGM_FI_DEV_FB_USED", fb), ("DCGM_FI_DEV_FB_FREE", free),
-                              ("DCGM_FI_DEV_FB_RESERVED", reserved),
-                              ("DCGM_FI_DEV_GPU_UTIL", util), ("DCGM_FI_PROF_SM_ACTIVE", sm),
-                              ("DCGM_FI_PROF_PCIE_TX_BYTES", pcie),
-                              ("DCGM_FI_PROF_PCIE_RX_BYTES", pcie),
-                              ("DCGM_FI_PROF_DRAM_ACTIVE", dram)):
+    def gpu(
+        self,
+        end: int,
+        labels: dict[str, str],
+        times,
+        *,
+        compute=None,
+        fb=None,
+        free=None,
+        reserved=None,
+        util=None,
+        sm=None,
+        pcie=None,
+        dram=None,
+    ) -> None:
+        for metric, value in (
+            ("DCGM_FI_PROF_GR_ENGINE_ACTIVE", compute),
+            ("DCGM_FI_DEV_FB_USED", fb),
+            ("DCGM_FI_DEV_FB_FREE", free),
+            ("DCGM_FI_DEV_FB_RESERVED", reserved),
+            ("DCGM_FI_DEV_GPU_UTIL", util),
+            ("DCGM_FI_PROF_SM_ACTIVE", sm),
+            ("DCGM_FI_PROF_PCIE_TX_BYTES", pcie),
+            ("DCGM_FI_PROF_PCIE_RX_BYTES", pcie),
+            ("DCGM_FI_PROF_DRAM_ACTIVE", dram),
+        ):
             if value is not None:
-                self.add(metric, labels,
-                         ((t, value(k) if callable(value) else value) for k, t in enumerate(times)))
+                self.add(metric, labels, ((t, value(k) if callable(value) else value) for k, t in enumerate(times)))
 
     def as_families(self) -> list[Family]:
         return [Family(name, series) for name, series in sorted(self.families.items())]
@@ -187,62 +204,148 @@ class Synthetic:
 
 def _bulk(syn: Synthetic, end: int, namespace: str, count: int) -> None:
     for i in range(count):
-        labels = {"gpu": str(i % 8), "UUID": _uuid(f"{namespace}/{i}"),
-                  "modelName": "NVIDIA H100 80GB HBM3", "Hostname": f"{namespace}-node-{i // 8}",
-                  "namespace": namespace, "pod": f"{namespace}-{i:04d}", "container": "main"}
-        syn.gpu(end, labels, [end - 120, end - 60, end], util=float(i % 100),
-                fb=float(1000 + i), free=float(80000 - i))
+        labels = {
+            "gpu": str(i % 8),
+            "UUID": _uuid(f"{namespace}/{i}"),
+            "modelName": "NVIDIA H100 80GB HBM3",
+            "Hostname": f"{namespace}-node-{i // 8}",
+            "namespace": namespace,
+            "pod": f"{namespace}-{i:04d}",
+            "container": "main",
+        }
+        syn.gpu(end, labels, [end - 120, end - 60, end], util=float(i % 100), fb=float(1000 + i), free=float(80000 - i))
 
 
 def _build_synthetic(now: float) -> Synthetic:
     syn = Synthetic(now)
     end = syn.variants_end
     full = _steps(end)
-    base = {"modelName": "NVIDIA A100-SXM4-80GB", "Hostname": "mig-node", "gpu": "0",
-            "UUID": _uuid("mig-gpu"), "namespace": "ml", "container": "c"}
+    base = {
+        "modelName": "NVIDIA A100-SXM4-80GB",
+        "Hostname": "mig-node",
+        "gpu": "0",
+        "UUID": _uuid("mig-gpu"),
+        "namespace": "ml",
+        "container": "c",
+    }
     # Two MIG instances on one GPU.
-    syn.gpu(end, {**base, "GPU_I_PROFILE": "1g.10gb", "GPU_I_ID": "1", "pod": "mig-idle"}, full,
-            compute=0.01, fb=5000.0, free=4700.0, reserved=300.0)
-    syn.gpu(end, {**base, "GPU_I_PROFILE": "3g.40gb", "GPU_I_ID": "2", "pod": "mig-busy"}, full,
-            compute=0.8, fb=30000.0, free=9000.0, reserved=1000.0)
+    syn.gpu(
+        end,
+        {**base, "GPU_I_PROFILE": "1g.10gb", "GPU_I_ID": "1", "pod": "mig-idle"},
+        full,
+        compute=0.01,
+        fb=5000.0,
+        free=4700.0,
+        reserved=300.0,
+    )
+    syn.gpu(
+        end,
+        {**base, "GPU_I_PROFILE": "3g.40gb", "GPU_I_ID": "2", "pod": "mig-busy"},
+        full,
+        compute=0.8,
+        fb=30000.0,
+        free=9000.0,
+        reserved=1000.0,
+    )
     # Behind a ServiceMonitor with honorLabels: false, new `hostname` label.
-    exporter = {"pod": "nvidia-dcgm-exporter-x7k2p", "namespace": "gpu-operator",
-                "container": "nvidia-dcgm-exporter", "hostname": "node-b",
-                "modelName": "NVIDIA H100 80GB HBM3"}
-    syn.gpu(end, {**exporter, "gpu": "1", "UUID": _uuid("b1"), "exported_pod": "train-0",
-                  "exported_namespace": "research", "exported_container": "trainer"}, full,
-            compute=lambda k: 0.4 if k % 2 else 0.6, fb=30000.0, free=51920.0,
-            pcie=lambda k: 1e6 * (k % 3), dram=lambda k: 0.7 if k % 2 else 0.5)
+    exporter = {
+        "pod": "nvidia-dcgm-exporter-x7k2p",
+        "namespace": "gpu-operator",
+        "container": "nvidia-dcgm-exporter",
+        "hostname": "node-b",
+        "modelName": "NVIDIA H100 80GB HBM3",
+    }
+    syn.gpu(
+        end,
+        {
+            **exporter,
+            "gpu": "1",
+            "UUID": _uuid("b1"),
+            "exported_pod": "train-0",
+            "exported_namespace": "research",
+            "exported_container": "trainer",
+        },
+        full,
+        compute=lambda k: 0.4 if k % 2 else 0.6,
+        fb=30000.0,
+        free=51920.0,
+        pcie=lambda k: 1e6 * (k % 3),
+        dram=lambda k: 0.7 if k % 2 else 0.5,
+    )
     # A GPU no pod holds: only the exporter's own labels.
-    syn.gpu(end, {**exporter, "gpu": "2", "UUID": _uuid("b2")}, full,
-            compute=0.0, fb=0.0, free=81920.0)
+    syn.gpu(end, {**exporter, "gpu": "2", "UUID": _uuid("b2")}, full, compute=0.0, fb=0.0, free=81920.0)
     node_c = {"Hostname": "node-c", "modelName": "NVIDIA L4", "namespace": "ml", "container": "c"}
     # A 20-minute gap; a series that stops halfway; NaN and +Inf samples.
     gappy = [t for k, t in enumerate(full) if not 20 <= k < 40]
-    syn.gpu(end, {**node_c, "gpu": "0", "UUID": _uuid("c0"), "pod": "gappy"}, gappy,
-            compute=0.02, fb=2000.0, free=20000.0)
-    syn.gpu(end, {**node_c, "gpu": "1", "UUID": _uuid("c1"), "pod": "halfway"}, full[:31],
-            compute=0.02, fb=2000.0, free=20000.0)
-    syn.gpu(end, {**node_c, "gpu": "2", "UUID": _uuid("c2"), "pod": "nanny"}, full,
-            compute=lambda k: math.nan if k % 10 == 0 else 0.3, fb=3000.0, free=19000.0,
-            pcie=lambda k: math.inf if k == 5 else 1000.0)
+    syn.gpu(
+        end, {**node_c, "gpu": "0", "UUID": _uuid("c0"), "pod": "gappy"}, gappy, compute=0.02, fb=2000.0, free=20000.0
+    )
+    syn.gpu(
+        end,
+        {**node_c, "gpu": "1", "UUID": _uuid("c1"), "pod": "halfway"},
+        full[:31],
+        compute=0.02,
+        fb=2000.0,
+        free=20000.0,
+    )
+    syn.gpu(
+        end,
+        {**node_c, "gpu": "2", "UUID": _uuid("c2"), "pod": "nanny"},
+        full,
+        compute=lambda k: math.nan if k % 10 == 0 else 0.3,
+        fb=3000.0,
+        free=19000.0,
+        pcie=lambda k: math.inf if k == 5 else 1000.0,
+    )
     # The same GPU scraped by two jobs: one row, not two.
     for instance in ("10.0.0.1:9400", "10.0.0.2:9400"):
-        syn.gpu(end, {**node_c, "gpu": "3", "UUID": _uuid("c3"), "pod": "twice",
-                      "instance": instance}, full, compute=0.5, fb=4000.0, free=18000.0)
+        syn.gpu(
+            end,
+            {**node_c, "gpu": "3", "UUID": _uuid("c3"), "pod": "twice", "instance": instance},
+            full,
+            compute=0.5,
+            fb=4000.0,
+            free=18000.0,
+        )
 
     end = syn.util_only_end
-    only = {"Hostname": "old-node", "modelName": "Tesla V100-SXM2-32GB", "namespace": "legacy",
-            "container": "c"}
-    syn.gpu(end, {**only, "gpu": "0", "UUID": _uuid("o0"), "pod": "idle-v100"}, _steps(end),
-            util=3.0, fb=2048.0, free=30720.0)
-    syn.gpu(end, {**only, "gpu": "1", "UUID": _uuid("o1"), "pod": "busy-v100"}, _steps(end),
-            util=50.0, fb=2048.0, free=30720.0)
+    only = {"Hostname": "old-node", "modelName": "Tesla V100-SXM2-32GB", "namespace": "legacy", "container": "c"}
+    syn.gpu(
+        end,
+        {**only, "gpu": "0", "UUID": _uuid("o0"), "pod": "idle-v100"},
+        _steps(end),
+        util=3.0,
+        fb=2048.0,
+        free=30720.0,
+    )
+    syn.gpu(
+        end,
+        {**only, "gpu": "1", "UUID": _uuid("o1"), "pod": "busy-v100"},
+        _steps(end),
+        util=50.0,
+        fb=2048.0,
+        free=30720.0,
+    )
 
     end = syn.sm_end
-    syn.gpu(end, {"Hostname": "h-node", "gpu": "0", "UUID": _uuid("h0"), "namespace": "ml",
-                  "pod": "sm-pod", "container": "c", "modelName": "NVIDIA H100 80GB HBM3"},
-            _steps(end), sm=0.2, compute=0.9, util=100.0, fb=9000.0, free=72000.0)
+    syn.gpu(
+        end,
+        {
+            "Hostname": "h-node",
+            "gpu": "0",
+            "UUID": _uuid("h0"),
+            "namespace": "ml",
+            "pod": "sm-pod",
+            "container": "c",
+            "modelName": "NVIDIA H100 80GB HBM3",
+        },
+        _steps(end),
+        sm=0.2,
+        compute=0.9,
+        util=100.0,
+        fb=9000.0,
+        free=72000.0,
+    )
 
     _bulk(syn, syn.big_end, "bulk", 5000)
     _bulk(syn, syn.small_end, "small", 143)
@@ -293,8 +396,7 @@ def test_label_variants_mig_fallback_gaps_nan(synthetic):
     assert busy["mig_profile"] == "3g.40gb" and busy["resident_idle_fraction"] == 0
     assert busy["resident_fraction"] == 1
     mig_rows = [g for g in got["gpus"] if g["node"] == "mig-node"]
-    assert sorted((g["mig_id"], g["pod"]) for g in mig_rows) == [("1", "mig-idle"),
-                                                                  ("2", "mig-busy")]
+    assert sorted((g["mig_id"], g["pod"]) for g in mig_rows) == [("1", "mig-idle"), ("2", "mig-busy")]
 
     # exported_* labels name the workload; the exporter's own pod is not a workload.
     train = _pod(got, "research", "train-0")
@@ -360,13 +462,22 @@ def test_no_gpu_metrics_in_window_is_unavailable(synthetic):
 
 def test_site_override_adds_a_signal_and_params_win(synthetic):
     url, syn = synthetic
-    override = {"signals": {
-        "busy_minutes": {
-            "candidates": [{"metric": "DCGM_FI_PROF_GR_ENGINE_ACTIVE"}],
-            "fields": {"busy_steps": {
-                "promql": "count_over_time((${busy_minutes} > ${threshold})[${range}:${step}])",
-                "merge": "sum", "rollup": "sum"}}},
-        "nvlink": None}, "params": {"threshold": 0.45}}
+    override = {
+        "signals": {
+            "busy_minutes": {
+                "candidates": [{"metric": "DCGM_FI_PROF_GR_ENGINE_ACTIVE"}],
+                "fields": {
+                    "busy_steps": {
+                        "promql": "count_over_time((${busy_minutes} > ${threshold})[${range}:${step}])",
+                        "merge": "sum",
+                        "rollup": "sum",
+                    }
+                },
+            },
+            "nvlink": None,
+        },
+        "params": {"threshold": 0.45},
+    }
     got = _query(url, syn.variants_end, queries=override, params={"resident_fb_mib": 10000})
     assert got["signals"]["busy_minutes"] == "DCGM_FI_PROF_GR_ENGINE_ACTIVE"
     assert got["params"]["threshold"] == 0.45 and got["params"]["resident_fb_mib"] == 10000
@@ -383,6 +494,7 @@ def test_override_with_unknown_placeholder_is_rejected():
 
 # --- (c) query count does not depend on the number of pods --------------------
 
+
 def test_query_count_same_for_143_and_5000_pods(synthetic, request):
     url, syn = synthetic
     small = _query(url, syn.small_end)
@@ -395,8 +507,7 @@ def test_query_count_same_for_143_and_5000_pods(synthetic, request):
     # The GenTD26 trace has the same metrics, so the same queries.
     if genai.available():
         real = request.getfixturevalue("genai_prometheus")
-        got = query_telemetry(real.url, window_seconds=real.window_seconds(), end=real.end,
-                              step_seconds=57)
+        got = query_telemetry(real.url, window_seconds=real.window_seconds(), end=real.end, step_seconds=57)
         assert got["queries"] == big["queries"]
 
 
@@ -431,13 +542,20 @@ def test_partial_response_warnings_are_recorded(synthetic):
     def partial(req):
         if "quantile_over_time" not in req.query:
             return None
-        return Reply(200, json.dumps({"status": "success", "warnings": ["store 2 unreachable"],
-                                      "data": {"resultType": "vector", "result": []}}).encode())
+        return Reply(
+            200,
+            json.dumps(
+                {
+                    "status": "success",
+                    "warnings": ["store 2 unreachable"],
+                    "data": {"resultType": "vector", "result": []},
+                }
+            ).encode(),
+        )
 
     with StubServer(partial, upstream=url) as stub:
         got = _query(stub.url, syn.util_only_end)
-    assert got["errors"] == [{"endpoint": stub.url, "query": "compute_p95",
-                              "message": "warning: store 2 unreachable"}]
+    assert got["errors"] == [{"endpoint": stub.url, "query": "compute_p95", "message": "warning: store 2 unreachable"}]
     assert _pod(got, "legacy", "idle-v100")["compute_p95"] is None
 
 
@@ -452,6 +570,7 @@ def test_large_subqueries_are_sharded_by_uuid(synthetic):
 
 # --- (d) failures -----------------------------------------------------------
 
+
 def test_prometheus_down_is_unavailable():
     url = f"http://127.0.0.1:{free_port()}"
     with pytest.raises(TelemetryUnavailable, match="cannot connect"):
@@ -465,9 +584,16 @@ def test_http_500_and_status_error_are_recorded(synthetic):
         if "quantile_over_time" in req.query:
             return Reply(500, b"upstream exploded")
         if "max_over_time(DCGM" in req.query:
-            return Reply(422, json.dumps({"status": "error", "errorType": "execution",
-                                          "error": "query processing would load too many "
-                                                   "samples into memory"}).encode())
+            return Reply(
+                422,
+                json.dumps(
+                    {
+                        "status": "error",
+                        "errorType": "execution",
+                        "error": "query processing would load too many samples into memory",
+                    }
+                ).encode(),
+            )
         if "avg_over_time(DCGM_FI_DEV_FB_USED" in req.query and "FREE" not in req.query:
             return Reply(200, b'{"status":"error","errorType":"timeout","error":"slow"}')
         return None
@@ -491,8 +617,7 @@ def test_every_query_failing_is_unavailable(synthetic):
     def handler(req):
         return None if "count(last_over_time(" in req.query else Reply(503, b"overloaded")
 
-    with StubServer(handler, upstream=url) as stub, \
-            pytest.raises(TelemetryUnavailable, match="HTTP 503"):
+    with StubServer(handler, upstream=url) as stub, pytest.raises(TelemetryUnavailable, match="HTTP 503"):
         _query(stub.url, syn.util_only_end)
 
 
@@ -538,8 +663,7 @@ def test_auth_headers_and_get_fallback(synthetic):
         return Reply(405, b"method not allowed") if req.method == "POST" else None
 
     with StubServer(no_post, upstream=url) as stub:
-        got = _query(stub.url, syn.util_only_end, bearer_token="s3cret",
-                     headers={"X-Scope-OrgID": "tenant-a"})
+        got = _query(stub.url, syn.util_only_end, bearer_token="s3cret", headers={"X-Scope-OrgID": "tenant-a"})
     assert got["errors"] == [] and len(got["pods"]) == 2
     gets = [r for r in stub.requests if r.method == "GET"]
     assert len(gets) == 12 and len(stub.requests) == 13  # one refused POST, then GET only
@@ -585,4 +709,8 @@ def test_openmetrics_writer_format(tmp_path: Path):
     n = write_openmetrics(tmp_path / "x.om", [Family("m", series)])
     assert n == 2
     assert (tmp_path / "x.om").read_text().splitlines() == [
-        "# TYPE m gauge", 'm{a="q\\"x"} NaN 1', 'm{a="q\\"x"} 1.5 2', "# EOF"]
+        "# TYPE m gauge",
+        'm{a="q\\"x"} NaN 1',
+        'm{a="q\\"x"} 1.5 2',
+        "# EOF",
+    ]

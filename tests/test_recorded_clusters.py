@@ -21,7 +21,8 @@ SMALL = ROOT / "tests" / "clusters" / "small.json"
 
 def _holding(pod: dict[str, Any]) -> bool:
     return bool(pod["spec"].get("nodeName")) and pod["status"].get("phase") not in (
-        "Succeeded", "Failed",
+        "Succeeded",
+        "Failed",
     )
 
 
@@ -30,9 +31,7 @@ def _check(cluster: dict[str, list[dict[str, Any]]]) -> Scheduler:
     scheduler = Scheduler(cluster["nodes"])
     for pod in cluster["pods"]:
         if _holding(pod):
-            assert matches_node(pod, scheduler.by_name[pod["spec"]["nodeName"]].obj), (
-                pod["metadata"]["name"]
-            )
+            assert matches_node(pod, scheduler.by_name[pod["spec"]["nodeName"]].obj), pod["metadata"]["name"]
             scheduler.account(pod, pod["spec"]["nodeName"])
     for node in scheduler.nodes:
         for resource, used in node.used.items():
@@ -59,14 +58,15 @@ def test_small_cluster_is_coherent():
     assert phases == {"Running": 15, "Pending": 3, "Succeeded": 1, "Failed": 1}
     messages = [e["message"] for e in cluster["events"] if e["reason"] == "FailedScheduling"]
     assert any("node(s) had untolerated taint(s)" in m for m in messages)
-    assert all("no new claims to deallocate, preemption: 0/7 nodes are available" in m
-               for m in messages)
+    assert all("no new claims to deallocate, preemption: 0/7 nodes are available" in m for m in messages)
 
 
 def test_fit_error_sorts_the_histogram_as_strings():
-    message = fit_error_message({f"n{i}": ["Insufficient cpu"] for i in range(10)}
-                                | {"x": ["node(s) were unschedulable"],
-                                   "y": ["node(s) were unschedulable"]}, dra=False)
+    message = fit_error_message(
+        {f"n{i}": ["Insufficient cpu"] for i in range(10)}
+        | {"x": ["node(s) were unschedulable"], "y": ["node(s) were unschedulable"]},
+        dra=False,
+    )
     assert message == (
         "0/12 nodes are available: 10 Insufficient cpu, 2 node(s) were unschedulable. "
         "preemption: 0/12 nodes are available: 10 No preemption victims found for incoming "
@@ -75,11 +75,15 @@ def test_fit_error_sorts_the_histogram_as_strings():
 
 
 def test_pod_requests_default_to_limits_and_count_init_containers():
-    pod = {"spec": {
-        "containers": [{"resources": {"limits": {"nvidia.com/gpu": "2", "memory": "1Gi"}}},
-                       {"resources": {"requests": {"cpu": "500m"}}}],
-        "initContainers": [{"resources": {"requests": {"cpu": "2"}}}],
-    }}
+    pod = {
+        "spec": {
+            "containers": [
+                {"resources": {"limits": {"nvidia.com/gpu": "2", "memory": "1Gi"}}},
+                {"resources": {"requests": {"cpu": "500m"}}},
+            ],
+            "initContainers": [{"resources": {"requests": {"cpu": "2"}}}],
+        }
+    }
     assert pod_requests(pod) == {"nvidia.com/gpu": 2.0, "memory": 2.0**30, "cpu": 2.0}
 
 
@@ -96,19 +100,17 @@ def test_alibaba_cluster_keeps_the_trace(alibaba_cluster):
     assert sum(int(n["status"]["allocatable"]["nvidia.com/gpu"]) for n in cluster["nodes"]) == 6212
     phases = Counter(p["status"]["phase"] for p in cluster["pods"])
     assert phases == {"Running": 5193, "Failed": 1870, "Pending": 897, "Succeeded": 192}
-    fractional = [p for p in cluster["pods"] if alibaba.MILLI_ANNOTATION in p["metadata"].get(
-        "annotations", {})]
+    fractional = [p for p in cluster["pods"] if alibaba.MILLI_ANNOTATION in p["metadata"].get("annotations", {})]
     assert len(fractional) == 3078
     assert all(pod_requests(p)["nvidia.com/gpu"] == 1 for p in fractional)
-    owners = {(o["kind"], o["metadata"]["namespace"], o["metadata"]["name"])
-              for o in cluster["replicasets"] + cluster["jobs"]}
+    owners = {
+        (o["kind"], o["metadata"]["namespace"], o["metadata"]["name"]) for o in cluster["replicasets"] + cluster["jobs"]
+    }
     for pod in cluster["pods"]:
         ref = pod["metadata"]["ownerReferences"][0]
         assert (ref["kind"], pod["metadata"]["namespace"], ref["name"]) in owners
     node = cluster["nodes"][0]["metadata"]["labels"]
-    assert node[alibaba.MODEL_LABEL] == "P100" and node["nvidia.com/gpu.product"] == (
-        "Tesla-P100-PCIE-16GB"
-    )
+    assert node[alibaba.MODEL_LABEL] == "P100" and node["nvidia.com/gpu.product"] == ("Tesla-P100-PCIE-16GB")
 
 
 def test_alibaba_cluster_is_coherent(alibaba_cluster):
@@ -128,8 +130,7 @@ def test_alibaba_oversubscribed_sample_pends_with_real_messages():
     assert len(cluster["nodes"]) == 607
     assert len(cluster["events"]) > 500
     assert any("Insufficient nvidia.com/gpu" in e["message"] for e in cluster["events"])
-    assert any("didn't match Pod's node affinity/selector" in e["message"]
-               for e in cluster["events"])
+    assert any("didn't match Pod's node affinity/selector" in e["message"] for e in cluster["events"])
 
 
 def test_genai_cluster_names():

@@ -474,9 +474,7 @@ def test_fleet_view_has_a_telemetry_coverage_column(run_cli, tmp_path: Path) -> 
 # --- 7. a cause's fix is one gpuaudit writes -------------------------------------------
 
 
-def test_every_fix_a_cause_names_writes_patches_and_declined_ones_name_a_manual_step(
-    run_cli, tmp_path: Path
-) -> None:
+def test_every_fix_a_cause_names_writes_patches_and_declined_ones_name_a_manual_step(run_cli, tmp_path: Path) -> None:
     """On the demo: each root cause that points at `gpuaudit fix` is run as
     written (SNAPSHOT the demo) and must write patches for the rule; a
     remediation the planner declines for every finding (enable-mig always

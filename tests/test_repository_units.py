@@ -279,4 +279,3 @@ def test_this_repository_deploy_folder_checks_without_input_errors(run_cli, env)
     proc = run_cli("check", str(ROOT / "deploy"), "-o", "json", env=env)
     assert proc.returncode in (0, 1), proc.stdout + proc.stderr
     assert not [e for e in json.loads(proc.stdout)["errors"] if e["level"] == "error"]
-

@@ -247,6 +247,7 @@ def test_a_few_large_files_are_a_shard_of_their_own(tmp_path):
 
 # --- run_sharded on its own: failures cost time, never results ---------------
 
+
 def first(shard):
     return list(shard), sum(shard)  # state, part
 

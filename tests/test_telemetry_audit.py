@@ -59,8 +59,9 @@ def test_resident_idle_pods_agree_with_the_csv(run_cli, genai_cluster, kubeconfi
         return w["resident_idle_fraction"] is not None and w["resident_idle_fraction"] >= 0.5
 
     def never_used(w):
-        return (w["resident_idle_fraction"] is not None and w["resident_idle_fraction"] >= 0.9
-                and w["compute_p95"] < 0.05)
+        return (
+            w["resident_idle_fraction"] is not None and w["resident_idle_fraction"] >= 0.9 and w["compute_p95"] < 0.05
+        )
 
     def mostly_idle(w):
         return resident_idle(w) and w["compute_mean"] < 0.1 and w["compute_p95"] < 0.5 and not never_used(w)

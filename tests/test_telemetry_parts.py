@@ -60,9 +60,23 @@ def test_a_lost_residency_query_makes_the_audit_partial(run_cli, genai_cluster, 
 
     until = genai_prometheus.end.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S")
     with StubServer(lose_residency, upstream=genai_prometheus.url) as stub:
-        proc = run_cli("audit", "--kubeconfig", str(kubeconfig), "--prometheus", stub.url, "--window", "7d",
-                       "--step", f"{int(trace.step)}s", "--until", until, "--format", "json",
-                       "--rules", "memory,allocation")
+        proc = run_cli(
+            "audit",
+            "--kubeconfig",
+            str(kubeconfig),
+            "--prometheus",
+            stub.url,
+            "--window",
+            "7d",
+            "--step",
+            f"{int(trace.step)}s",
+            "--until",
+            until,
+            "--format",
+            "json",
+            "--rules",
+            "memory,allocation",
+        )
     assert proc.returncode == 2, proc.stderr
     report = json.loads(proc.stdout)
     assert report["summary"]["cluster"]["partial"] == ["telemetry query resident_idle_fraction"]

@@ -291,4 +291,3 @@ def test_a_timeout_names_the_endpoint(capture, stop):
     with pytest.raises(TelemetryUnavailable) as read:
         query_telemetry(server.url, window_seconds=3600, timeout=1, deadline=10)
     assert str(read.value) == f"Prometheus at {server.url}: timed out after 1s (no complete answer in that time)"
-

@@ -71,8 +71,17 @@ def _container(command=(), args=(), image="ubuntu:22.04"):
             "apiVersion": "v1",
             "kind": "Pod",
             "metadata": {"name": "p"},
-            "spec": {"containers": [{"name": "c", "image": image, "command": list(command), "args": list(args),
-                                     "resources": {"limits": {"nvidia.com/gpu": 1}}}]},
+            "spec": {
+                "containers": [
+                    {
+                        "name": "c",
+                        "image": image,
+                        "command": list(command),
+                        "args": list(args),
+                        "resources": {"limits": {"nvidia.com/gpu": 1}},
+                    }
+                ]
+            },
         },
         "p.yaml",
         1,

@@ -30,14 +30,28 @@ class Shape(msgspec.Struct, frozen=True):
 shape_options = OptionGroup(
     "shape",
     Shape,
-    click.option("--out", "output_dir", type=click.Path(file_okay=False, path_type=Path), required=True,
-                 help="Folder to write the files into."),
-    click.option("--window", default="24h", show_default=True,
-                 help="Window each pod is judged over (as `audit --window`)."),
-    click.option("--interval", default="60s", show_default=True,
-                 help="Evaluation interval of the per-GPU recording rules (as `audit --step`)."),
-    click.option("--class-interval", default="5m", show_default=True,
-                 help="Evaluation interval of the availability rules and alerts."),
+    click.option(
+        "--out",
+        "output_dir",
+        type=click.Path(file_okay=False, path_type=Path),
+        required=True,
+        help="Folder to write the files into.",
+    ),
+    click.option(
+        "--window", default="24h", show_default=True, help="Window each pod is judged over (as `audit --window`)."
+    ),
+    click.option(
+        "--interval",
+        default="60s",
+        show_default=True,
+        help="Evaluation interval of the per-GPU recording rules (as `audit --step`).",
+    ),
+    click.option(
+        "--class-interval",
+        default="5m",
+        show_default=True,
+        help="Evaluation interval of the availability rules and alerts.",
+    ),
 )
 
 
@@ -54,9 +68,12 @@ def _run(write: Callable[..., list[Path]], shape: Shape, policy: PolicyOptions, 
         click.echo(f"gpuaudit: {e.file}{':' + str(e.line) if e.line else ''}: {e.message}", err=True)
     try:
         data = pipeline.inputs(
-            config, rules, window_s=seconds_option(shape.window, "--window"),
+            config,
+            rules,
+            window_s=seconds_option(shape.window, "--window"),
             interval_s=seconds_option(shape.interval, "--interval"),
-            class_interval_s=seconds_option(shape.class_interval, "--class-interval"))
+            class_interval_s=seconds_option(shape.class_interval, "--class-interval"),
+        )
         written = write(shape.output_dir, data, **extra)
     except (QueryConfigError, ValueError) as exc:
         stop(f"telemetry.queries in config: {exc}")
@@ -70,8 +87,13 @@ def _run(write: Callable[..., list[Path]], shape: Shape, policy: PolicyOptions, 
 @monitoring.command("rules")
 @shape_options
 @policy_options
-@click.option("--label", "labels", multiple=True, metavar="KEY=VALUE",
-              help="A label on the PrometheusRule object (e.g. release=prometheus; repeatable).")
+@click.option(
+    "--label",
+    "labels",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="A label on the PrometheusRule object (e.g. release=prometheus; repeatable).",
+)
 @click.option("--namespace", help="The PrometheusRule object's namespace (default: none, kubectl's).")
 def rules_command(labels: tuple[str, ...], namespace: str | None, shape: Shape, policy: PolicyOptions) -> int:
     """Write gpuaudit-rules.yaml (Prometheus rule_files) and

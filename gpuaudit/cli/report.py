@@ -115,8 +115,7 @@ def report(
             stop("-o, --pushgateway and --webhook-url apply to one cluster's review, not to a fleet review")
         if telemetry.given:
             stop(
-                "a fleet review reads the telemetry inside each snapshot; --prometheus and --samples name one "
-                "cluster's"
+                "a fleet review reads the telemetry inside each snapshot; --prometheus and --samples name one cluster's"
             )
 
         def read(path: Path) -> tuple[dict[str, Any], str | None]:

@@ -22,8 +22,27 @@ from gpuaudit.model import Container, PodTemplate
 
 # Programs that never touch a GPU's compute (nvidia-smi only reads it).
 _IDLE_PROGRAMS = frozenset(
-    {"sleep", "true", ":", "echo", "printf", "nvidia-smi", "tail", "cat", "env", "printenv",
-     "ls", "date", "hostname", "exit", "wait", "pause", "trap", "export", "unset"}
+    {
+        "sleep",
+        "true",
+        ":",
+        "echo",
+        "printf",
+        "nvidia-smi",
+        "tail",
+        "cat",
+        "env",
+        "printenv",
+        "ls",
+        "date",
+        "hostname",
+        "exit",
+        "wait",
+        "pause",
+        "trap",
+        "export",
+        "unset",
+    }
 )
 # CUDA samples that finish in milliseconds: run once, a device check, not
 # work; run in an endless loop (a time-slicing demo), GPU work without pause.
@@ -42,9 +61,19 @@ _SMOKE_TEST_IMAGES = re.compile(r"(?:^|/)cuda-sample:|(?:^|/)cuda-vector-add(?::
 _PROGRAM_IMAGES = re.compile(r"(?:^|/)(sleep|busybox|alpine)(?::|@|$)")
 # Model servers, by what their command line or image says. A server runs until stopped.
 _SERVER_COMMANDS = (
-    "vllm serve", "vllm.entrypoints", "text-generation-launcher", "tritonserver",
-    "sglang.launch_server", "sglang serve", "tensorflow_model_server", "torchserve",
-    "trtllm-serve", "lmdeploy serve", "ollama serve", "llama-server", "python -m http.server",
+    "vllm serve",
+    "vllm.entrypoints",
+    "text-generation-launcher",
+    "tritonserver",
+    "sglang.launch_server",
+    "sglang serve",
+    "tensorflow_model_server",
+    "torchserve",
+    "trtllm-serve",
+    "lmdeploy serve",
+    "ollama serve",
+    "llama-server",
+    "python -m http.server",
 )
 _SERVER_IMAGES = ("vllm-openai", "text-generation-inference", "ollama/ollama", "lmsysorg/sglang", "llama.cpp:server")
 

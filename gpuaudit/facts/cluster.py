@@ -161,9 +161,7 @@ class _PodFacts:
         }
         lines = command_lines(workload, template)
         # A live pod is judged as what its owner is for: named by the owner, read from no file.
-        base.update(workload_purpose(
-            workload, [lines], workload_class=owner.workload_class, name=owner.name, file=""
-        ))
+        base.update(workload_purpose(workload, [lines], workload_class=owner.workload_class, name=owner.name, file=""))
         facts = pod_facts(workload, template, base, lines=lines)
         eligible, blocking_taints = self.eligibility.of(template.spec, template.containers)
         facts["placement"]["eligible_gpu_nodes"] = eligible

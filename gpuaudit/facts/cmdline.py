@@ -24,9 +24,7 @@ _NOT_PLAIN = re.compile(r"""['"\\\x0b\x0c\x1c-\x1f]""")
 # "..." pieces; anything else left (an unclosed quote, a trailing backslash)
 # is what shlex refuses. shlex reads one character at a time in Python: on
 # real manifests it was a third of the facts' time.
-_SHELL_SCAN = re.compile(
-    r"""[ \t\r\n]+|((?:[^ \t\r\n'"\\]+|\\.|'[^']*'|"(?:[^"\\]|\\.)*")+)|(.)""", re.DOTALL
-)
+_SHELL_SCAN = re.compile(r"""[ \t\r\n]+|((?:[^ \t\r\n'"\\]+|\\.|'[^']*'|"(?:[^"\\]|\\.)*")+)|(.)""", re.DOTALL)
 _SHELL_PIECE = re.compile(r"""([^'"\\]+)|"((?:[^"\\]|\\.)*)"|\\(.)|'([^']*)'""", re.DOTALL)
 _ESCAPED_IN_DOUBLE_QUOTES = re.compile(r'\\([\\"])')  # any other backslash stays
 

@@ -159,9 +159,7 @@ def cluster_policy_facts(obj: Mapping[str, Any]) -> dict[str, Any]:
 # --- compared with the workloads in the same input ------------------------------
 
 
-def _against_workloads(
-    cfg: Mapping[str, Any], mig_strategy: str | None, context: Context | None
-) -> dict[str, Any]:
+def _against_workloads(cfg: Mapping[str, Any], mig_strategy: str | None, context: Context | None) -> dict[str, Any]:
     return {
         "rename_conflicts": _rename_conflicts(cfg, context),
         "mig_requests_unserved": _mig_unserved(mig_strategy, context),

@@ -157,7 +157,7 @@ def image_model(image: str) -> str | None:
     lowered = image.lower()
     for prefix in heuristic().model_images:
         if lowered.startswith(prefix):
-            rest = lowered[len(prefix):].split("@", 1)[0].split(":", 1)[0]
+            rest = lowered[len(prefix) :].split("@", 1)[0].split(":", 1)[0]
             return rest or None
     return None
 

@@ -135,9 +135,7 @@ def _model(
     words, env_index, parallelism = line.words, line.env_index, line.parallelism
     raw = pointers.get(w.document.obj, c.pointer)
     ref = find_model(
-        model_candidates(
-            words, c.env, c.pointer, env_index, raw if isinstance(raw, Mapping) else {}, t.labels, c.image
-        )
+        model_candidates(words, c.env, c.pointer, env_index, raw if isinstance(raw, Mapping) else {}, t.labels, c.image)
     )
     if ref is None:
         ref = _workload_model(w)

@@ -67,9 +67,7 @@ def selects_node(spec: Mapping[str, Any], name: str, labels: Mapping[str, str]) 
     if isinstance(node_name, str) and node_name and node_name != name:
         return False
     selector = spec.get("nodeSelector")
-    if isinstance(selector, Mapping) and any(
-        labels.get(str(k)) != str(v) for k, v in selector.items()
-    ):
+    if isinstance(selector, Mapping) and any(labels.get(str(k)) != str(v) for k, v in selector.items()):
         return False
     terms = required_terms(spec)
     return not terms or any(_term_matches(t, name, labels) for t in terms)
@@ -82,9 +80,7 @@ def _tolerates(toleration: Mapping[str, Any], taint: Mapping[str, Any]) -> bool:
     key = toleration.get("key")
     if toleration.get("operator") == "Exists":
         return not key or key == taint.get("key")
-    return key == taint.get("key") and str(toleration.get("value") or "") == str(
-        taint.get("value") or ""
-    )
+    return key == taint.get("key") and str(toleration.get("value") or "") == str(taint.get("value") or "")
 
 
 def untolerated_taints(
@@ -94,8 +90,7 @@ def untolerated_taints(
     return [
         t
         for t in taints
-        if t.get("effect") in _SCHEDULING_EFFECTS
-        and not any(_tolerates(tol, t) for tol in tolerations)
+        if t.get("effect") in _SCHEDULING_EFFECTS and not any(_tolerates(tol, t) for tol in tolerations)
     ]
 
 

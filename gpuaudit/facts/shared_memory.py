@@ -38,9 +38,7 @@ def _backing(w: Workload, t: PodTemplate) -> dict[str, Any]:
     """Whether /dev/shm is memory-backed (PyTorch dataloaders, NCCL and the Ray
     object store use it; the container default is 64 MiB). ``memory_backed``
     is None when what the controller merges the pod over decides."""
-    volumes = {
-        str(v.get("name")): v for v in as_list(t.spec.get("volumes")) if isinstance(v, Mapping)
-    }
+    volumes = {str(v.get("name")): v for v in as_list(t.spec.get("volumes")) if isinstance(v, Mapping)}
     for c in t.containers:
         for name, path in c.volume_mounts.items():
             if path.rstrip("/") == "/dev/shm":

@@ -136,9 +136,7 @@ def _container_gpu(c: Container) -> dict[str, Any]:
     facts = gpu_facts(c.gpus)
     facts["in_requests"] = any(r.request is not None for r in c.gpus)
     facts["in_limits"] = any(r.limit is not None for r in c.gpus)
-    facts["requests_equal_limits"] = all(
-        r.request is None or r.limit is None or r.request == r.limit for r in c.gpus
-    )
+    facts["requests_equal_limits"] = all(r.request is None or r.limit is None or r.request == r.limit for r in c.gpus)
     facts["fractional_whole"] = any(
         r.mode == "whole" and r.count is not None and r.count != int(r.count) for r in c.gpus
     )
@@ -278,20 +276,14 @@ def _site_placement(
 
 def _sharing_pool_of(t: PodTemplate) -> dict[str, str] | None:
     node_selector = t.spec.get("nodeSelector")
-    node_selector = (
-        {str(k): str(v) for k, v in node_selector.items()} if isinstance(node_selector, Mapping) else {}
-    )
+    node_selector = {str(k): str(v) for k, v in node_selector.items()} if isinstance(node_selector, Mapping) else {}
     return sharing_pool(node_selector, required_terms(t.spec))
 
 
 def placement_facts(t: PodTemplate) -> dict[str, Any]:
     spec = t.spec
     node_selector = spec.get("nodeSelector")
-    node_selector = (
-        {str(k): str(v) for k, v in node_selector.items()}
-        if isinstance(node_selector, Mapping)
-        else {}
-    )
+    node_selector = {str(k): str(v) for k, v in node_selector.items()} if isinstance(node_selector, Mapping) else {}
     terms = required_terms(spec)
     pinned_node, pinned_by, pinned_ptr = None, None, None
     if isinstance(spec.get("nodeName"), str) and spec["nodeName"]:
@@ -303,9 +295,7 @@ def placement_facts(t: PodTemplate) -> dict[str, Any]:
         hosts = _affinity_hosts(terms)
         if hosts is not None and len(hosts) == 1:
             pinned_node, pinned_by = hosts[0], "affinity"
-            pinned_ptr = (
-                f"{t.pointer}/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution"
-            )
+            pinned_ptr = f"{t.pointer}/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution"
     product = _product_pin(node_selector, terms, t.pointer)
     tolerations = [
         {k: str(v) for k, v in tol.items() if k in ("key", "operator", "value", "effect")}

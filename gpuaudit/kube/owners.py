@@ -34,8 +34,6 @@ def plurals() -> dict[tuple[str, str], str]:
     return {key: kl.plural for key, kl in builtin_locators().items() if kl.plural}
 
 
-
-
 def group_version(api_version: str) -> tuple[str, str]:
     group, _, version = api_version.rpartition("/")
     return group, version

@@ -23,9 +23,7 @@ _SUFFIXES = {
     "Pi": 2.0**50,
     "Ei": 2.0**60,
 }
-_QUANTITY = re.compile(
-    r"^([+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?)(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE]?)$"
-)
+_QUANTITY = re.compile(r"^([+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?)(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE]?)$")
 
 
 # Kubernetes keeps quantities as int64 base units with nano precision: larger

@@ -153,9 +153,7 @@ class LineBuilder:
             child = f"{pointer}/{token}"
             if type(value_node) is scalar_node and child_depth <= MAX_DEPTH:
                 lines[child] = key_line
-                value[key] = (
-                    value_node.value if value_node.tag == _STR_TAG else self._scalar(value_node)
-                )
+                value[key] = value_node.value if value_node.tag == _STR_TAG else self._scalar(value_node)
                 size += 1
             else:
                 value[key] = self.build(value_node, child, child_depth, key_line)
@@ -185,8 +183,7 @@ class LineBuilder:
         self._size[id(node)] = size
         if size > MAX_NODES_PER_DOCUMENT:
             raise YamlLimitError(
-                f"document expands to more than {MAX_NODES_PER_DOCUMENT:,} nodes "
-                "(YAML aliases: a possible alias bomb)"
+                f"document expands to more than {MAX_NODES_PER_DOCUMENT:,} nodes (YAML aliases: a possible alias bomb)"
             )
 
     def _scalar(self, node: yaml.Node) -> Any:

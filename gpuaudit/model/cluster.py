@@ -55,9 +55,7 @@ class Node(msgspec.Struct, frozen=True):
         if count and count.isdigit():
             return float(count)
         replicas = self.labels.get("nvidia.com/gpu.replicas", "1")
-        whole = self.gpu_capacity.get("nvidia.com/gpu", 0.0) + self.gpu_capacity.get(
-            "nvidia.com/gpu.shared", 0.0
-        )
+        whole = self.gpu_capacity.get("nvidia.com/gpu", 0.0) + self.gpu_capacity.get("nvidia.com/gpu.shared", 0.0)
         per = max(int(replicas), 1) if replicas.isdigit() else 1
         return whole / per + self.gpu_capacity.get("amd.com/gpu", 0.0)
 

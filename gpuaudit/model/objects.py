@@ -79,11 +79,7 @@ class Document(msgspec.Struct, frozen=True):
     @property
     def name(self) -> str:
         meta = self.obj.get("metadata")
-        return (
-            str(meta.get("name") or meta.get("generateName") or "")
-            if isinstance(meta, dict)
-            else ""
-        )
+        return str(meta.get("name") or meta.get("generateName") or "") if isinstance(meta, dict) else ""
 
     @property
     def namespace(self) -> str:

@@ -57,7 +57,15 @@ METRIC_KEYS: tuple[str, ...] = tuple(ROLLUP)
 SIGNAL_NAMES: tuple[str, ...] = ("compute", "occupancy", "tensor", "dram", "memory", "pcie", "nvlink")
 # Identity of a GPU row, in output order.
 GPU_KEYS: tuple[str, ...] = (
-    "node", "gpu", "uuid", "model", "mig_profile", "mig_id", "namespace", "pod", "container",
+    "node",
+    "gpu",
+    "uuid",
+    "model",
+    "mig_profile",
+    "mig_id",
+    "namespace",
+    "pod",
+    "container",
 )
 
 
@@ -110,8 +118,9 @@ def combine(op: str, values: Iterable[float | None]) -> float | None:
     raise ValueError(f"unknown combine operation {op!r}")
 
 
-def gpu_row(identity: Mapping[str, Any], metrics: Mapping[str, float | None],
-            extra: Mapping[str, float | None] | None = None) -> dict[str, Any]:
+def gpu_row(
+    identity: Mapping[str, Any], metrics: Mapping[str, float | None], extra: Mapping[str, float | None] | None = None
+) -> dict[str, Any]:
     """A GPU row with every identity and metric key present (missing ones None)."""
     row: dict[str, Any] = {key: identity.get(key) for key in GPU_KEYS}
     for key, value in identity.items():  # source-specific identity, e.g. pod_uid
@@ -122,8 +131,9 @@ def gpu_row(identity: Mapping[str, Any], metrics: Mapping[str, float | None],
     return row
 
 
-def rollup_pods(gpu_rows: Iterable[Mapping[str, Any]],
-                extra_rollup: Mapping[str, str] | None = None) -> list[dict[str, Any]]:
+def rollup_pods(
+    gpu_rows: Iterable[Mapping[str, Any]], extra_rollup: Mapping[str, str] | None = None
+) -> list[dict[str, Any]]:
     """One row per (namespace, pod, container) from the GPU rows that name a pod.
 
     ``extra_rollup`` says how each site-defined value combines (default mean).
@@ -147,16 +157,20 @@ def rollup_pods(gpu_rows: Iterable[Mapping[str, Any]],
             "node": nodes[0] if nodes else None,
             # distinct devices: a pod that moved between GPUs mid-window has a
             # row per device it held
-            "gpus": len({(r.get("node"), r.get("uuid") or r.get("gpu"), r.get("mig_id"))
-                         for r in rows if r.get("uuid") or r.get("gpu")}),
+            "gpus": len(
+                {
+                    (r.get("node"), r.get("uuid") or r.get("gpu"), r.get("mig_id"))
+                    for r in rows
+                    if r.get("uuid") or r.get("gpu")
+                }
+            ),
         }
         for key in METRIC_KEYS:
             out[key] = combine(ROLLUP[key], (r.get(key) for r in rows))
         out["mig_profile"] = ",".join(profiles) if profiles else None
         extra_names = sorted({name for r in rows for name in (r.get("extra") or {})})
         out["extra"] = {
-            name: combine((extra_rollup or {}).get(name, "mean"),
-                          ((r.get("extra") or {}).get(name) for r in rows))
+            name: combine((extra_rollup or {}).get(name, "mean"), ((r.get("extra") or {}).get(name) for r in rows))
             for name in extra_names
         }
         uids = sorted({r["pod_uid"] for r in rows if r.get("pod_uid")})
@@ -168,16 +182,24 @@ def rollup_pods(gpu_rows: Iterable[Mapping[str, Any]],
 
 def sort_gpu_rows(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     def key(row: Mapping[str, Any]) -> tuple[str, ...]:
-        return tuple(str(row.get(k) or "") for k in ("node", "gpu", "mig_id", "namespace",
-                                                     "pod", "container", "uuid"))
+        return tuple(str(row.get(k) or "") for k in ("node", "gpu", "mig_id", "namespace", "pod", "container", "uuid"))
+
     return sorted(rows, key=key)
 
 
-def result(*, source: str, endpoint: str, window: Mapping[str, Any],
-           signals: Mapping[str, str | None], params: Mapping[str, Any], queries: int,
-           gpu_rows: Iterable[dict[str, Any]], errors: Iterable[Mapping[str, str]],
-           pod_only_rows: Iterable[dict[str, Any]] = (),
-           extra_rollup: Mapping[str, str] | None = None) -> dict[str, Any]:
+def result(
+    *,
+    source: str,
+    endpoint: str,
+    window: Mapping[str, Any],
+    signals: Mapping[str, str | None],
+    params: Mapping[str, Any],
+    queries: int,
+    gpu_rows: Iterable[dict[str, Any]],
+    errors: Iterable[Mapping[str, str]],
+    pod_only_rows: Iterable[dict[str, Any]] = (),
+    extra_rollup: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
     """Assemble the aggregate dict (see the module docstring). ``pod_only_rows``
     name a pod but no device (a site query that aggregated the GPU labels
     away): they feed the pod rows only."""
@@ -227,9 +249,7 @@ def _row(row: Mapping[str, Any]) -> dict[str, Any]:
         if key in row:
             out[key] = _measurement(row[key])
     extra = row.get("extra")
-    out["extra"] = (
-        {str(k): _measurement(v) for k, v in extra.items()} if isinstance(extra, Mapping) else {}
-    )
+    out["extra"] = {str(k): _measurement(v) for k, v in extra.items()} if isinstance(extra, Mapping) else {}
     return out
 
 
@@ -257,14 +277,10 @@ def normalized(aggregate: Any) -> dict[str, Any] | None:
             out["window"][key] = _measurement(window[key])
     signals = aggregate.get("signals")
     out["signals"] = (
-        {str(k): v if isinstance(v, str) else None for k, v in signals.items()}
-        if isinstance(signals, Mapping)
-        else {}
+        {str(k): v if isinstance(v, str) else None for k, v in signals.items()} if isinstance(signals, Mapping) else {}
     )
     params = aggregate.get("params")
-    out["params"] = (
-        {str(k): _scalar(v) for k, v in params.items()} if isinstance(params, Mapping) else {}
-    )
+    out["params"] = {str(k): _scalar(v) for k, v in params.items()} if isinstance(params, Mapping) else {}
     for key in ("source", "endpoint"):
         out[key] = _identity(aggregate.get(key))
     queries = aggregate.get("queries")
@@ -272,9 +288,7 @@ def normalized(aggregate: Any) -> dict[str, Any] | None:
     for key in ("gpus", "pods"):
         if key in aggregate:  # present (even empty) means telemetry was read
             rows = aggregate[key]
-            out[key] = (
-                [_row(r) for r in rows if isinstance(r, Mapping)] if isinstance(rows, list) else []
-            )
+            out[key] = [_row(r) for r in rows if isinstance(r, Mapping)] if isinstance(rows, list) else []
     errors = aggregate.get("errors")
     out["errors"] = (
         [{str(k): str(v) for k, v in e.items()} for e in errors if isinstance(e, Mapping)]

@@ -98,9 +98,9 @@ class Workload(msgspec.Struct, frozen=True):
     @property
     def requests_gpus(self) -> bool:
         """Some container, init container or pod-level claim asks for GPUs."""
-        return any(
-            c.gpus for t in self.templates for c in (*t.containers, *t.init_containers)
-        ) or any(t.extra_gpus for t in self.templates)
+        return any(c.gpus for t in self.templates for c in (*t.containers, *t.init_containers)) or any(
+            t.extra_gpus for t in self.templates
+        )
 
     @property
     def annotations(self) -> Mapping[str, str]:

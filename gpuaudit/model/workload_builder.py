@@ -306,9 +306,7 @@ class _TemplateBuilder:
             total *= int(value)
         return total
 
-    def _containers(
-        self, spec: Mapping[str, Any], spec_ptr: str, field: str | None, init: bool
-    ) -> Iterator[Container]:
+    def _containers(self, spec: Mapping[str, Any], spec_ptr: str, field: str | None, init: bool) -> Iterator[Container]:
         if field is None:  # spec_ptr already names the list
             items = pointers.get(self.doc.obj, spec_ptr)
             list_ptr = spec_ptr
@@ -460,9 +458,7 @@ class _TemplateBuilder:
             "resources_pointer": res_ptr,
         }
 
-    def _quantity(
-        self, resources_: Mapping[str, Any], res_ptr: str, section: str, name: str
-    ) -> float | None:
+    def _quantity(self, resources_: Mapping[str, Any], res_ptr: str, section: str, name: str) -> float | None:
         values = resources_.get(section)
         if not isinstance(values, Mapping) or name not in values:
             return None
@@ -502,9 +498,7 @@ class _TemplateBuilder:
                 profile=profile,
             )
 
-    def _gpu_count(
-        self, section_values: Mapping[str, Any], res_ptr: str, section: str, name: str
-    ) -> float | None:
+    def _gpu_count(self, section_values: Mapping[str, Any], res_ptr: str, section: str, name: str) -> float | None:
         if name not in section_values:
             return None
         value = section_values[name]

@@ -23,8 +23,7 @@ PROMETHEUS_RULE_FILE = "gpuaudit-prometheusrule.yaml"  # prometheus-operator
 DASHBOARD_FILE = "gpuaudit-dashboard.json"
 
 
-def inputs(config: Config, rules: Sequence[Rule], *, window_s: int, interval_s: int,
-           class_interval_s: int) -> Inputs:
+def inputs(config: Config, rules: Sequence[Rule], *, window_s: int, interval_s: int, class_interval_s: int) -> Inputs:
     """What the rules are made from: the rules' params (site overrides
     applied by the loader), the telemetry params and label keys."""
     spec = promql.load_queries(config.telemetry.get("queries"))
@@ -60,8 +59,9 @@ def dump_yaml(value: Any) -> str:
     return yaml.dump(value, Dumper=_Block, sort_keys=False, width=1000, allow_unicode=True)
 
 
-def write_rules(folder: Path, data: Inputs, *, labels: Mapping[str, str] | None = None,
-                namespace: str | None = None) -> list[Path]:
+def write_rules(
+    folder: Path, data: Inputs, *, labels: Mapping[str, str] | None = None, namespace: str | None = None
+) -> list[Path]:
     groups = monitoring_rules.rule_groups(data)
     plain = folder / RULES_FILE
     operator = folder / PROMETHEUS_RULE_FILE

@@ -43,11 +43,7 @@ def load_policy(
     rules, errors, known = _catalogue(config, extra_dirs)
     for rule_id in sorted(set(config.params) | set(config.severity)):
         if rule_id not in known:
-            errors.append(
-                InputError(
-                    str(config.path), None, f"config names unknown rule {rule_id}", "warning"
-                )
-            )
+            errors.append(InputError(str(config.path), None, f"config names unknown rule {rule_id}", "warning"))
     where = (
         "--rules" if include else f"{config.path} rules",
         "--exclude-rules" if exclude else f"{config.path} exclude_rules",

@@ -51,6 +51,7 @@ def _short(value: Any) -> bool:
 def _block(old: Any, new: Any) -> list[str]:
     """A long value's change as a unified diff of its YAML, fenced (inert in
     Markdown: the fence is longer than any backtick run in the text)."""
+
     def lines(value: Any) -> list[str]:
         return [] if value is ... else clean(dump(value, sort_keys=True)).splitlines()
 
@@ -249,9 +250,7 @@ def render_not_remediated(skipped: Sequence[Any], labels: Mapping[int, str]) -> 
     return "# gpuaudit fix: findings without a patch\n\n" + "\n".join(not_remediated(skipped, labels)[1:])
 
 
-def render_index(
-    plan: Plan, parts: Mapping[str, Any], directory: str, inputs: Sequence[str], by: str
-) -> str:
+def render_index(plan: Plan, parts: Mapping[str, Any], directory: str, inputs: Sequence[str], by: str) -> str:
     """REVIEW.md at the top of a split overlay (fix --split-by): one row per
     folder, and the findings without a patch."""
     out = [

@@ -183,8 +183,7 @@ def _consolidate(key: WorkloadKey, pods: Sequence[Holder], prices: Prices) -> di
         "gpus": _n(freed),
         "usd_per_month": _usd({idle[0].model: freed}, prices),
         "how": [
-            f"`{_remove_command(key, len(pods) - removed)}` "
-            "(or set its autoscaler's maxReplicas and target to that)"
+            f"`{_remove_command(key, len(pods) - removed)}` (or set its autoscaler's maxReplicas and target to that)"
         ],
         "patch": None,
         "evidence": (
@@ -277,8 +276,7 @@ def _smaller_gpu(
             f"{key[1]} {key[0]}/{key[2]}; its {_n(gpus):g} GPU(s) cost {price_now:g} -> {price:g} per hour"
         ],
         "patch": None,
-        "evidence": f"peak VRAM {need / HEADROOM / 1024:.1f} GiB (+20%) fits {model}'s "
-        f"{models[model] / 1024:.0f} GiB",
+        "evidence": f"peak VRAM {need / HEADROOM / 1024:.1f} GiB (+20%) fits {model}'s {models[model] / 1024:.0f} GiB",
     }
 
 
@@ -374,9 +372,7 @@ def plan(inventory: Inventory, reached: Mapping[str, Any], prices: Prices, shown
         candidates = [
             c
             for c in (
-                _patch(key, patched[key], pods, prices, reached.get("sharing_rules") or ())
-                if key in patched
-                else None,
+                _patch(key, patched[key], pods, prices, reached.get("sharing_rules") or ()) if key in patched else None,
                 _release(key, pods, prices),
                 consolidate,
                 _scale_to_zero(key, pods, prices),

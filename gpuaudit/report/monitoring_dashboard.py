@@ -51,8 +51,14 @@ class _Layout:
     def row(self, title: str) -> None:
         self.newline()
         self.panels.append(
-            {"type": "row", "id": self._id(), "title": title, "collapsed": False,
-             "gridPos": {"h": 1, "w": 24, "x": 0, "y": self.y}, "panels": []}
+            {
+                "type": "row",
+                "id": self._id(),
+                "title": title,
+                "collapsed": False,
+                "gridPos": {"h": 1, "w": 24, "x": 0, "y": self.y},
+                "panels": [],
+            }
         )
         self.y += 1
 
@@ -62,15 +68,27 @@ class _Layout:
             self.x = 0
             self.row_h = 0
 
-    def panel(self, kind: str, title: str, description: str, targets: list[tuple[str, str]], *,
-              w: int = 8, h: int = 8, unit: str = "short", stacked: bool = False,
-              instant: bool = False) -> None:
+    def panel(
+        self,
+        kind: str,
+        title: str,
+        description: str,
+        targets: list[tuple[str, str]],
+        *,
+        w: int = 8,
+        h: int = 8,
+        unit: str = "short",
+        stacked: bool = False,
+        instant: bool = False,
+    ) -> None:
         if self.x + w > 24:
             self.newline()
         defaults: dict[str, Any] = {"unit": unit}
         if kind == "timeseries":
-            defaults["custom"] = {"stacking": {"mode": "normal" if stacked else "none", "group": "A"},
-                                  "fillOpacity": 30 if stacked else 0}
+            defaults["custom"] = {
+                "stacking": {"mode": "normal" if stacked else "none", "group": "A"},
+                "fillOpacity": 30 if stacked else 0,
+            }
         panel: dict[str, Any] = {
             "type": kind,
             "id": self._id(),
@@ -81,8 +99,13 @@ class _Layout:
             "fieldConfig": {"defaults": defaults, "overrides": []},
             "options": {},
             "targets": [
-                {"refId": chr(ord("A") + i), "datasource": DATASOURCE, "expr": expr, "legendFormat": legend,
-                 **({"instant": True, "range": False, "format": "table"} if instant else {"range": True})}
+                {
+                    "refId": chr(ord("A") + i),
+                    "datasource": DATASOURCE,
+                    "expr": expr,
+                    "legendFormat": legend,
+                    **({"instant": True, "range": False, "format": "table"} if instant else {"range": True}),
+                }
                 for i, (expr, legend) in enumerate(targets)
             ],
         }
@@ -110,55 +133,72 @@ def _variable(name: str, label: str, query: str) -> dict[str, Any]:
 def availability_row(layout: _Layout, window: str) -> None:
     layout.row("Availability: who holds the GPUs, what is free, what waits")
     layout.panel(
-        "timeseries", "GPUs allocated, by state",
+        "timeseries",
+        "GPUs allocated, by state",
         f"GPUs held by running pods (kube-state-metrics requests), in the review's classes over the last "
         f"{window}: active, resident_idle (a model resident in VRAM, compute under the idle threshold), "
         "idle, no_data (too few samples: never counted as idle).",
-        [(f"sum by (state) ({POD_GPUS}{{{AVAIL_SEL}}})", "{{state}}")], w=12, stacked=True,
+        [(f"sum by (state) ({POD_GPUS}{{{AVAIL_SEL}}})", "{{state}}")],
+        w=12,
+        stacked=True,
     )
     layout.panel(
-        "timeseries", "GPUs free, by GPU model",
+        "timeseries",
+        "GPUs free, by GPU model",
         "Allocatable GPUs no pod holds, on schedulable nodes (a cordoned node's are not free).",
-        [(f"sum by (gpu_model) ({GPUS_FREE}{{{NODE_SEL}}})", "{{gpu_model}}")], w=6,
+        [(f"sum by (gpu_model) ({GPUS_FREE}{{{NODE_SEL}}})", "{{gpu_model}}")],
+        w=6,
     )
     layout.panel(
-        "timeseries", "GPUs pending, by cause",
+        "timeseries",
+        "GPUs pending, by cause",
         "GPUs requested by pods not yet bound to a node: 'unschedulable' when the scheduler said so "
         "(kube_pod_status_unschedulable), else 'not_yet_scheduled'. `gpuaudit audit` names each pod's cause.",
         [(f'sum by (reason) ({GPUS_PENDING}{{cluster=~"$cluster", namespace=~"$namespace"}})', "{{reason}}")],
-        w=6, stacked=True,
+        w=6,
+        stacked=True,
     )
     layout.panel(
-        "timeseries", "GPUs pending, by the scheduler's cause (last gpuaudit audit)",
+        "timeseries",
+        "GPUs pending, by the scheduler's cause (last gpuaudit audit)",
         "The daily audit's metrics (the report server's /metrics, gpuaudit_pending_gpus): allocation, "
         "placement, quota, dra, gated, unknown, as `gpuaudit audit` reads each pod's scheduling message.",
         [('sum by (cause) (gpuaudit_pending_gpus{cluster=~"$cluster", namespace=~"$namespace"})', "{{cause}}")],
-        w=6, stacked=True,
+        w=6,
+        stacked=True,
     )
     layout.panel(
-        "table", "Per team (namespace): GPUs by state",
+        "table",
+        "Per team (namespace): GPUs by state",
         "Who holds the GPUs and in which class, now.",
-        [(f"sum by (namespace, state) ({POD_GPUS}{{{AVAIL_SEL}}})", "")], w=6, instant=True,
+        [(f"sum by (namespace, state) ({POD_GPUS}{{{AVAIL_SEL}}})", "")],
+        w=6,
+        instant=True,
     )
     layout.panel(
-        "timeseries", "Per team (namespace): GPUs resident-idle",
+        "timeseries",
+        "Per team (namespace): GPUs resident-idle",
         "GPUs held with a model resident and compute under the idle threshold (GPA-ME-001's class).",
-        [(f'sum by (namespace) ({POD_GPUS}{{{AVAIL_SEL}, state="resident_idle"}})', "{{namespace}}")], w=6,
+        [(f'sum by (namespace) ({POD_GPUS}{{{AVAIL_SEL}, state="resident_idle"}})', "{{namespace}}")],
+        w=6,
     )
     layout.panel(
-        "timeseries", "Per team (namespace): GPUs pending",
+        "timeseries",
+        "Per team (namespace): GPUs pending",
         "GPUs requested by the namespace's unbound pods.",
         [(f'sum by (namespace) ({GPUS_PENDING}{{cluster=~"$cluster", namespace=~"$namespace"}})', "{{namespace}}")],
         w=6,
     )
     layout.panel(
-        "table", "Per node: GPUs by state and free",
+        "table",
+        "Per node: GPUs by state and free",
         "Allocation per node and GPU model.",
         [
             (f"sum by (node, gpu_model, state) ({POD_GPUS}{{{AVAIL_SEL}}})", ""),
             (f"sum by (node, gpu_model) ({GPUS_FREE}{{{NODE_SEL}}})", ""),
         ],
-        w=24, instant=True,
+        w=24,
+        instant=True,
     )
 
 
@@ -166,42 +206,64 @@ def activity_row(layout: _Layout) -> None:
     layout.row("Activity: what the held GPUs do (DCGM exporter)")
     ratio = "percentunit"
     layout.panel(
-        "timeseries", "DCGM_FI_PROF_GR_ENGINE_ACTIVE by namespace",
+        "timeseries",
+        "DCGM_FI_PROF_GR_ENGINE_ACTIVE by namespace",
         "Share of time the graphics/compute engine was active (ratio; on by default, per MIG instance).",
-        [(dcgm("DCGM_FI_PROF_GR_ENGINE_ACTIVE"), "{{namespace}}")], unit=ratio,
+        [(dcgm("DCGM_FI_PROF_GR_ENGINE_ACTIVE"), "{{namespace}}")],
+        unit=ratio,
     )
     layout.panel(
-        "timeseries", "DCGM_FI_PROF_SM_ACTIVE by namespace",
+        "timeseries",
+        "DCGM_FI_PROF_SM_ACTIVE by namespace",
         "Share of cycles an SM had at least one warp assigned (ratio; not in the exporter's default CSV).",
-        [(dcgm("DCGM_FI_PROF_SM_ACTIVE"), "{{namespace}}")], unit=ratio,
+        [(dcgm("DCGM_FI_PROF_SM_ACTIVE"), "{{namespace}}")],
+        unit=ratio,
     )
     layout.panel(
-        "timeseries", "DCGM_FI_PROF_SM_OCCUPANCY by namespace",
+        "timeseries",
+        "DCGM_FI_PROF_SM_OCCUPANCY by namespace",
         "Resident warps over the SM's maximum (ratio; not in the default CSV).",
-        [(dcgm("DCGM_FI_PROF_SM_OCCUPANCY"), "{{namespace}}")], unit=ratio,
+        [(dcgm("DCGM_FI_PROF_SM_OCCUPANCY"), "{{namespace}}")],
+        unit=ratio,
     )
     layout.panel(
-        "timeseries", "DCGM_FI_DEV_GPU_UTIL by namespace (fallback)",
+        "timeseries",
+        "DCGM_FI_DEV_GPU_UTIL by namespace (fallback)",
         "Percent of time a kernel was running: the coarsest signal, the audit's fallback when the "
         "profiling metrics are absent; not reported for MIG instances.",
-        [(dcgm("DCGM_FI_DEV_GPU_UTIL"), "{{namespace}}")], unit="percent",
+        [(dcgm("DCGM_FI_DEV_GPU_UTIL"), "{{namespace}}")],
+        unit="percent",
     )
     layout.panel(
-        "timeseries", "DCGM_FI_DEV_FB_USED by namespace",
+        "timeseries",
+        "DCGM_FI_DEV_FB_USED by namespace",
         "Framebuffer (VRAM) used, summed over the namespace's GPUs.",
-        [(dcgm("DCGM_FI_DEV_FB_USED", "sum"), "{{namespace}}")], unit="decmbytes",
+        [(dcgm("DCGM_FI_DEV_FB_USED", "sum"), "{{namespace}}")],
+        unit="decmbytes",
     )
     layout.panel(
-        "timeseries", "DCGM_FI_PROF_PCIE_TX_BYTES + RX_BYTES by namespace",
+        "timeseries",
+        "DCGM_FI_PROF_PCIE_TX_BYTES + RX_BYTES by namespace",
         "PCIe traffic, bytes per second (gauges). High PCIe at low engine activity: work waiting on the host.",
-        [(dcgm("DCGM_FI_PROF_PCIE_TX_BYTES", "sum") + " + " + dcgm("DCGM_FI_PROF_PCIE_RX_BYTES", "sum"),
-          "{{namespace}}")], unit="Bps",
+        [
+            (
+                dcgm("DCGM_FI_PROF_PCIE_TX_BYTES", "sum") + " + " + dcgm("DCGM_FI_PROF_PCIE_RX_BYTES", "sum"),
+                "{{namespace}}",
+            )
+        ],
+        unit="Bps",
     )
     layout.panel(
-        "timeseries", "DCGM_FI_PROF_NVLINK_TX_BYTES + RX_BYTES by namespace",
+        "timeseries",
+        "DCGM_FI_PROF_NVLINK_TX_BYTES + RX_BYTES by namespace",
         "NVLink traffic, bytes per second (not in the default CSV).",
-        [(dcgm("DCGM_FI_PROF_NVLINK_TX_BYTES", "sum") + " + " + dcgm("DCGM_FI_PROF_NVLINK_RX_BYTES", "sum"),
-          "{{namespace}}")], unit="Bps",
+        [
+            (
+                dcgm("DCGM_FI_PROF_NVLINK_TX_BYTES", "sum") + " + " + dcgm("DCGM_FI_PROF_NVLINK_RX_BYTES", "sum"),
+                "{{namespace}}",
+            )
+        ],
+        unit="Bps",
     )
 
 
@@ -225,8 +287,14 @@ def dashboard(*, window: str) -> dict[str, Any]:
         "refresh": "5m",
         "templating": {
             "list": [
-                {"type": "datasource", "name": "datasource", "label": "Prometheus", "query": "prometheus",
-                 "current": {}, "hide": 0},
+                {
+                    "type": "datasource",
+                    "name": "datasource",
+                    "label": "Prometheus",
+                    "query": "prometheus",
+                    "current": {},
+                    "hide": 0,
+                },
                 _variable("cluster", "Cluster", "label_values(kube_node_status_allocatable, cluster)"),
                 _variable("namespace", "Namespace (team)", f"label_values({POD_GPUS}, namespace)"),
                 _variable("gpu_model", "GPU model", f"label_values({GPUS_FREE}, gpu_model)"),

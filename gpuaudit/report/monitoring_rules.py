@@ -236,8 +236,7 @@ def held_expr(*, whole_only: bool = False) -> str:
     requests = f'kube_pod_container_resource_requests{{{KSM_GPU},node!=""}}'
     alive = 'max by (namespace, pod) (kube_pod_status_phase{phase=~"Pending|Running"} == 1)'
     model = (
-        f'max by (node, gpu_model) (label_replace(kube_node_labels, "gpu_model", "$1", '
-        f'"{NODE_PRODUCT_LABEL}", "(.+)"))'
+        f'max by (node, gpu_model) (label_replace(kube_node_labels, "gpu_model", "$1", "{NODE_PRODUCT_LABEL}", "(.+)"))'
     )
     return (
         f"(sum by (namespace, pod, node) ({requests})\n"
@@ -264,8 +263,7 @@ def availability_rules(inputs: Inputs) -> list[dict[str, Any]]:
     allocatable = f"sum by (node) (kube_node_status_allocatable{{{KSM_GPU}}})"
     held_by_node = f"sum by (node) ({held})"
     model = (
-        f'max by (node, gpu_model) (label_replace(kube_node_labels, "gpu_model", "$1", '
-        f'"{NODE_PRODUCT_LABEL}", "(.+)"))'
+        f'max by (node, gpu_model) (label_replace(kube_node_labels, "gpu_model", "$1", "{NODE_PRODUCT_LABEL}", "(.+)"))'
     )
     out.append(
         {
@@ -288,9 +286,9 @@ def availability_rules(inputs: Inputs) -> list[dict[str, Any]]:
         {
             "record": GPUS_PENDING,
             "expr": (
-                f'label_replace(sum by (namespace) (({pending}) and on (namespace, pod) ({unschedulable})), '
+                f"label_replace(sum by (namespace) (({pending}) and on (namespace, pod) ({unschedulable})), "
                 f'"reason", "unschedulable", "", "")\n'
-                f'or label_replace(sum by (namespace) (({pending}) unless on (namespace, pod) ({unschedulable})), '
+                f"or label_replace(sum by (namespace) (({pending}) unless on (namespace, pod) ({unschedulable})), "
                 f'"reason", "not_yet_scheduled", "", "")'
             ),
         }
@@ -355,10 +353,7 @@ def alert_rules(inputs: Inputs) -> list[dict[str, Any]]:
             },
         }
 
-    resident = (
-        f'{POD_GPUS}{{state="resident_idle"}} > 0\n'
-        f"and on (namespace, pod) ({pod.span_hours} >= {_num(ri_span)})"
-    )
+    resident = f'{POD_GPUS}{{state="resident_idle"}} > 0\nand on (namespace, pod) ({pod.span_hours} >= {_num(ri_span)})'
     never = (
         f"({pod.resident_idle} >= {_num(never_ri)}) and ({pod.p95} < {_num(never_p95)})"
         f" and {_judged(pod, never_cov, never_span)}"
@@ -374,25 +369,32 @@ def alert_rules(inputs: Inputs) -> list[dict[str, Any]]:
     )
     return [
         alert(
-            "GPUModelResidentIdle", "GPA-ME-001", resident,
+            "GPUModelResidentIdle",
+            "GPA-ME-001",
+            resident,
             "{{ $labels.namespace }}/{{ $labels.pod }} keeps a model resident on idle GPUs",
             f"{{{{ $value }}}} GPU(s) on {{{{ $labels.node }}}} held with a model resident in VRAM and compute "
             f"under the idle threshold over the last {window} (the review's resident-idle class).",
         ),
         alert(
-            "GPUModelResidentNeverUsed", "GPA-ME-003", never,
+            "GPUModelResidentNeverUsed",
+            "GPA-ME-003",
+            never,
             "{{ $labels.namespace }}/{{ $labels.pod }} keeps a model resident and essentially never computes",
             f"Resident-idle in {{{{ $value | humanizePercentage }}}} of the samples over the last {window}, "
             f"95th percentile of compute under {_num(never_p95)}.",
         ),
         alert(
-            "GPUWholeAllocatedIdle", "GPA-AL-201", whole_idle,
+            "GPUWholeAllocatedIdle",
+            "GPA-AL-201",
+            whole_idle,
             "{{ $labels.namespace }}/{{ $labels.pod }} holds whole GPUs at low activity",
             f"{{{{ $value }}}} whole GPU(s) on {{{{ $labels.node }}}}: compute mean under {_num(idle_mean)} and "
             f"95th percentile under {_num(idle_p95)} over the last {window}.",
         ),
         alert(
-            "GPUPodsPendingWhileFree", "GPA-PL-102",
+            "GPUPodsPendingWhileFree",
+            "GPA-PL-102",
             f"sum by (gpu_model) ({GPUS_FREE}) > 0\nand on () sum({GPUS_PENDING}) > 0",
             "GPU pods are pending while {{ $value }} {{ $labels.gpu_model }} GPU(s) are free",
             "Pods that ask for GPUs are not placed although GPUs are free: a placement problem "
@@ -400,7 +402,9 @@ def alert_rules(inputs: Inputs) -> list[dict[str, Any]]:
             "the cause per pod.",
         ),
         alert(
-            "GPUWorkWaitingOnHost", "GPA-AP-202", waiting,
+            "GPUWorkWaitingOnHost",
+            "GPA-AP-202",
+            waiting,
             "{{ $labels.namespace }}/{{ $labels.pod }} moves data over PCIe at low GPU activity",
             f"{{{{ $value | humanize }}}}B/s over PCIe (TX+RX) at compute mean under {_num(pcie_compute)} "
             f"over the last {window}: the work waits on the host.",
@@ -421,13 +425,25 @@ def rule_groups(inputs: Inputs) -> list[dict[str, Any]]:
     ]
 
 
-def prometheus_rule(groups: Sequence[Mapping[str, Any]], *, name: str = "gpuaudit", namespace: str | None = None,
-                    labels: Mapping[str, str] | None = None) -> dict[str, Any]:
+def prometheus_rule(
+    groups: Sequence[Mapping[str, Any]],
+    *,
+    name: str = "gpuaudit",
+    namespace: str | None = None,
+    labels: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
     """The prometheus-operator PrometheusRule holding ``groups``."""
     meta: dict[str, Any] = {"name": name}
     if namespace:
         meta["namespace"] = namespace
-    meta["labels"] = {"app.kubernetes.io/name": "gpuaudit", "app.kubernetes.io/component": "monitoring",
-                      **(labels or {})}
-    return {"apiVersion": "monitoring.coreos.com/v1", "kind": "PrometheusRule", "metadata": meta,
-            "spec": {"groups": list(groups)}}
+    meta["labels"] = {
+        "app.kubernetes.io/name": "gpuaudit",
+        "app.kubernetes.io/component": "monitoring",
+        **(labels or {}),
+    }
+    return {
+        "apiVersion": "monitoring.coreos.com/v1",
+        "kind": "PrometheusRule",
+        "metadata": meta,
+        "spec": {"groups": list(groups)},
+    }

@@ -163,8 +163,7 @@ CONFIGMAPS_METADATA = _Api("configmaps", "", "v1", "configmaps")
 # What grants the optional resources (deploy/README.md, the Helm chart's values).
 BASE_GRANT = "the base ClusterRole gpuaudit-reader grants it (deploy/base/rbac.yaml)"
 ML_OPERATORS_GRANT = (
-    "grant it with the opt-in component deploy/components/ml-operators "
-    "(Helm: mlOperators.enabled=true)"
+    "grant it with the opt-in component deploy/components/ml-operators (Helm: mlOperators.enabled=true)"
 )
 CLUSTERPOLICIES = _Api(
     "clusterpolicies",
@@ -314,9 +313,7 @@ class _Collector(msgspec.Struct):
         message = self.scrubbed(failure.message)
         if read:
             message += f" (after {read} objects; partial list discarded)"
-        self.errors.append(
-            {"resource": key, "endpoint": endpoint, "status": failure.status, "message": message}
-        )
+        self.errors.append({"resource": key, "endpoint": endpoint, "status": failure.status, "message": message})
 
     def scrubbed(self, message: str) -> str:
         """``message`` without the client's credentials: an error may quote a
@@ -397,8 +394,7 @@ class _Collector(msgspec.Struct):
             if length.isdigit() and int(length) > limit:
                 raise _Failure(
                     None,
-                    f"answer of {int(length):,} bytes refused: the limit is {limit:,} bytes "
-                    "(--max-response-bytes)",
+                    f"answer of {int(length):,} bytes refused: the limit is {limit:,} bytes (--max-response-bytes)",
                 )
             while True:
                 if time.monotonic() > self.deadline:
@@ -448,28 +444,16 @@ class _Typed:
             ("", "pods"): self.core.list_pod_for_all_namespaces,
             ("", "events"): self.core.list_event_for_all_namespaces,
             ("", "configmaps"): self.core.list_config_map_for_all_namespaces,
-            ("apps", "replicasets"): client_module.AppsV1Api(
-                api_client
-            ).list_replica_set_for_all_namespaces,
+            ("apps", "replicasets"): client_module.AppsV1Api(api_client).list_replica_set_for_all_namespaces,
             ("batch", "jobs"): client_module.BatchV1Api(api_client).list_job_for_all_namespaces,
-            ("apps", "deployments"): client_module.AppsV1Api(
-                api_client
-            ).list_deployment_for_all_namespaces,
-            ("apps", "statefulsets"): client_module.AppsV1Api(
-                api_client
-            ).list_stateful_set_for_all_namespaces,
-            ("apps", "daemonsets"): client_module.AppsV1Api(
-                api_client
-            ).list_daemon_set_for_all_namespaces,
-            ("batch", "cronjobs"): client_module.BatchV1Api(
-                api_client
-            ).list_cron_job_for_all_namespaces,
+            ("apps", "deployments"): client_module.AppsV1Api(api_client).list_deployment_for_all_namespaces,
+            ("apps", "statefulsets"): client_module.AppsV1Api(api_client).list_stateful_set_for_all_namespaces,
+            ("apps", "daemonsets"): client_module.AppsV1Api(api_client).list_daemon_set_for_all_namespaces,
+            ("batch", "cronjobs"): client_module.BatchV1Api(api_client).list_cron_job_for_all_namespaces,
         }
         # A separate client whose default Accept header asks for metadata only;
         # default headers override the typed function's own Accept.
-        self._metadata_configmaps = client_module.CoreV1Api(
-            metadata_client
-        ).list_config_map_for_all_namespaces
+        self._metadata_configmaps = client_module.CoreV1Api(metadata_client).list_config_map_for_all_namespaces
 
     def lister(self, api: _Api, *, metadata_only: bool = False) -> Callable[..., Any]:
         if metadata_only and (api.group, api.plural) == ("", "configmaps"):
@@ -479,9 +463,7 @@ class _Typed:
             return builtin
 
         def custom(**kwargs: Any) -> Any:
-            return self.custom.list_cluster_custom_object(
-                api.group, api.version, api.plural, **kwargs
-            )
+            return self.custom.list_cluster_custom_object(api.group, api.version, api.plural, **kwargs)
 
         return custom
 
@@ -580,9 +562,7 @@ def _collect_objects(
     objects["workloads"] = _owners(collector, objects)
     # The ClusterPolicy comes before the ConfigMaps: it names one of them.
     objects["clusterpolicies"] = _optional(collector, (CLUSTERPOLICIES,))
-    objects["configmaps"] = _configmaps(
-        collector, typed, objects["clusterpolicies"], objects["pods"]
-    )
+    objects["configmaps"] = _configmaps(collector, typed, objects["clusterpolicies"], objects["pods"])
     objects["resourceclaims"] = _optional(collector, (RESOURCECLAIMS,))
     objects["resourceslices"] = _optional(collector, (RESOURCESLICES,))
     objects["kueueworkloads"] = _optional(collector, KUEUE_WORKLOADS)
@@ -723,9 +703,7 @@ def _configmaps(
     return [found[key] for key in sorted(found)]
 
 
-def _get_quietly(
-    collector: _Collector, path: str, call: Callable[..., Any]
-) -> dict[str, Any] | None:
+def _get_quietly(collector: _Collector, path: str, call: Callable[..., Any]) -> dict[str, Any] | None:
     errors_before = len(collector.errors)
     obj = collector.get_object("configmaps", path, call)
     if obj is None and collector.errors[errors_before:] and collector.errors[-1]["status"] == 404:
@@ -742,10 +720,7 @@ def _operator_namespace(clusterpolicies: list[dict[str, Any]], pods: list[dict[s
             return namespace
     for pod in pods:
         labels = _dig(pod, "metadata", "labels") or {}
-        if (
-            labels.get("app") == "gpu-operator"
-            or labels.get("app.kubernetes.io/component") == "gpu-operator"
-        ):
+        if labels.get("app") == "gpu-operator" or labels.get("app.kubernetes.io/component") == "gpu-operator":
             namespace = _dig(pod, "metadata", "namespace")
             if isinstance(namespace, str) and namespace:
                 return namespace
@@ -775,9 +750,7 @@ def _device_plugin_pod_configmaps(pods: Iterable[dict[str, Any]]) -> set[tuple[s
 # -- configuration ----------------------------------------------------------
 
 
-def _configure(
-    kubeconfig: str | None, context: str | None, in_cluster: bool
-) -> tuple[Any, str | None]:
+def _configure(kubeconfig: str | None, context: str | None, in_cluster: bool) -> tuple[Any, str | None]:
     """A fresh client Configuration (never the process-wide default)."""
     from kubernetes import client as k8s_client
     from kubernetes import config as k8s_config
@@ -806,9 +779,7 @@ def _configure(
     except k8s_config.ConfigException as exc:
         default = kubeconfig or "$KUBECONFIG or ~/.kube/config"
         where = "the in-cluster service account" if in_cluster else default
-        raise ClusterSourceError(
-            f"cannot configure a Kubernetes client from {where}: {exc}"
-        ) from exc
+        raise ClusterSourceError(f"cannot configure a Kubernetes client from {where}: {exc}") from exc
     except (OSError, ValueError, TypeError, KeyError) as exc:
         where = kubeconfig or "$KUBECONFIG or ~/.kube/config"
         raise ClusterSourceError(f"cannot read kubeconfig {where}: {exc}") from exc

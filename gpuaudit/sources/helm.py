@@ -197,6 +197,8 @@ def _links_outside(chart: Path, roots: Sequence[Path]) -> Path | None:
                 except OutsideRootError:
                     return path
     return None
+
+
 def _template_lines(template: Path, doc: Document) -> dict[str, int]:
     """Lines in the template for fields whose key occurs exactly once in it:
     the rendered object's lines say nothing about the template's. Fields

@@ -220,9 +220,7 @@ def _transformations(doc: Document) -> list[str]:
     return out
 
 
-def _map_to_source(
-    doc: Document, source: Path, shown: str, cache: dict[Path, ReadResult]
-) -> tuple[Document, str]:
+def _map_to_source(doc: Document, source: Path, shown: str, cache: dict[Path, ReadResult]) -> tuple[Document, str]:
     """The rendered object, with the line map of the same object in its
     source file, and the name it has there (before a prefix or suffix)."""
     if source not in cache:

@@ -36,8 +36,7 @@ KIB = 1024
 # The pod UID in a cgroup path: dashes under the cgroupfs driver
 # (/kubepods/burstable/pod<uid>/<cid>), underscores under the systemd driver
 # (kubepods-burstable-pod<uid_with_underscores>.slice).
-_POD_UID = re.compile(
-    r"pod([0-9a-f]{8}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{12})")
+_POD_UID = re.compile(r"pod([0-9a-f]{8}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{12})")
 # The container: cri-containerd-<id>.scope, crio-<id>.scope, docker-<id>.scope
 # (systemd) or a bare <id> (cgroupfs).
 _CONTAINER_ID = re.compile(r"(?:^|[-/])([0-9a-f]{64})(?:\.scope)?$")
@@ -101,8 +100,7 @@ class _Device(msgspec.Struct):
 
 
 class _Sampler:
-    def __init__(self, nvml: Any, *, node: str, proc_root: str,
-                 pods_by_uid: Mapping[str, tuple[str, str]] | None):
+    def __init__(self, nvml: Any, *, node: str, proc_root: str, pods_by_uid: Mapping[str, tuple[str, str]] | None):
         self.nvml = nvml
         self.node = node
         self.proc_root = proc_root
@@ -115,8 +113,7 @@ class _Sampler:
         self.devices = self._discover()
 
     # -- calls ------------------------------------------------------------
-    def _call(self, errors: list[str] | None, what: str, fn: Callable[..., Any],
-              *args: Any, **kwargs: Any) -> Any:
+    def _call(self, errors: list[str] | None, what: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         try:
             return fn(*args, **kwargs)
         except self.caught as exc:
@@ -135,30 +132,35 @@ class _Sampler:
         devices = []
         for index in range(nvml.nvmlDeviceGetCount()):
             handle = nvml.nvmlDeviceGetHandleByIndex(index)
-            dev = _Device(handle, index,
-                          self._text(self._call(None, "uuid", nvml.nvmlDeviceGetUUID, handle)),
-                          self._text(self._call(None, "name", nvml.nvmlDeviceGetName, handle)))
+            dev = _Device(
+                handle,
+                index,
+                self._text(self._call(None, "uuid", nvml.nvmlDeviceGetUUID, handle)),
+                self._text(self._call(None, "name", nvml.nvmlDeviceGetName, handle)),
+            )
             mode = self._call(None, "mig mode", nvml.nvmlDeviceGetMigMode, handle)
             dev.mig_enabled = None if mode is None else mode[0] == nvml.NVML_DEVICE_MIG_ENABLE
             support = self._call(None, "gpm", nvml.nvmlGpmQueryDeviceSupport, handle)
             dev.gpm = bool(support is not None and support.isSupportedDevice)
             if dev.mig_enabled:
-                count = self._call(None, "mig count", nvml.nvmlDeviceGetMaxMigDeviceCount,
-                                   handle) or 0
+                count = self._call(None, "mig count", nvml.nvmlDeviceGetMaxMigDeviceCount, handle) or 0
                 for slot in range(count):
-                    mig = self._call(None, "mig handle", nvml.nvmlDeviceGetMigDeviceHandleByIndex,
-                                     handle, slot)
+                    mig = self._call(None, "mig handle", nvml.nvmlDeviceGetMigDeviceHandleByIndex, handle, slot)
                     if mig is None:  # an empty slot raises NotFound
                         continue
                     name = self._text(self._call(None, "mig name", nvml.nvmlDeviceGetName, mig))
                     profile = _MIG_PROFILE.search(name or "")
                     child = _Device(
-                        mig, index,
+                        mig,
+                        index,
                         self._text(self._call(None, "mig uuid", nvml.nvmlDeviceGetUUID, mig)),
-                        dev.model, mig_enabled=None, parent=dev,
-                        mig_id=self._call(None, "gpu instance", nvml.nvmlDeviceGetGpuInstanceId,
-                                          mig),
-                        mig_profile=profile.group(1) if profile else None, gpm=dev.gpm)
+                        dev.model,
+                        mig_enabled=None,
+                        parent=dev,
+                        mig_id=self._call(None, "gpu instance", nvml.nvmlDeviceGetGpuInstanceId, mig),
+                        mig_profile=profile.group(1) if profile else None,
+                        gpm=dev.gpm,
+                    )
                     dev.children.append(child)
             devices.append(dev)
         return devices
@@ -180,8 +182,13 @@ class _Sampler:
         nvml, h = self.nvml, dev.handle
         errors: list[str] = []
         rec: dict[str, Any] = {
-            "kind": "gpu", "ts": ts, "node": self.node, "gpu": str(dev.index),
-            "uuid": dev.uuid, "model": dev.model, "mig_enabled": dev.mig_enabled,
+            "kind": "gpu",
+            "ts": ts,
+            "node": self.node,
+            "gpu": str(dev.index),
+            "uuid": dev.uuid,
+            "model": dev.model,
+            "mig_enabled": dev.mig_enabled,
             "mig_profile": dev.mig_profile,
             "mig_id": None if dev.mig_id is None else str(dev.mig_id),
             "parent_uuid": dev.parent.uuid if dev.parent else None,
@@ -190,8 +197,10 @@ class _Sampler:
         rec["util_gpu_pct"] = util.gpu if util is not None else None
         rec["util_memory_pct"] = util.memory if util is not None else None
         rec.update(self._memory(dev, errors))
-        for key, counter in (("pcie_tx_bytes_per_s", nvml.NVML_PCIE_UTIL_TX_BYTES),
-                             ("pcie_rx_bytes_per_s", nvml.NVML_PCIE_UTIL_RX_BYTES)):
+        for key, counter in (
+            ("pcie_tx_bytes_per_s", nvml.NVML_PCIE_UTIL_TX_BYTES),
+            ("pcie_rx_bytes_per_s", nvml.NVML_PCIE_UTIL_RX_BYTES),
+        ):
             kbps = self._call(errors, key, nvml.nvmlDeviceGetPcieThroughput, h, counter)
             rec[key] = kbps * KIB if kbps is not None else None
         rec.update(self._gpm(dev, errors))
@@ -213,17 +222,19 @@ class _Sampler:
         if info is None:
             info = self._call(errors, "memory", nvml.nvmlDeviceGetMemoryInfo, dev.handle)
         if info is None:
-            return dict.fromkeys(("fb_used_bytes", "fb_free_bytes", "fb_total_bytes",
-                                  "fb_reserved_bytes"))
-        return {"fb_used_bytes": info.used, "fb_free_bytes": info.free,
-                "fb_total_bytes": info.total, "fb_reserved_bytes": getattr(info, "reserved", None)}
+            return dict.fromkeys(("fb_used_bytes", "fb_free_bytes", "fb_total_bytes", "fb_reserved_bytes"))
+        return {
+            "fb_used_bytes": info.used,
+            "fb_free_bytes": info.free,
+            "fb_total_bytes": info.total,
+            "fb_reserved_bytes": getattr(info, "reserved", None),
+        }
 
     def _gpm(self, dev: _Device, errors: list[str]) -> dict[str, Any]:
         """SM utilisation, occupancy, tensor activity and DRAM bandwidth between
         this tick's GPM sample and the previous one (the first tick has none)."""
         nvml = self.nvml
-        out: dict[str, Any] = dict.fromkeys(("sm_util_pct", "sm_occupancy_pct",
-                                             "tensor_util_pct", "dram_bw_util_pct"))
+        out: dict[str, Any] = dict.fromkeys(("sm_util_pct", "sm_occupancy_pct", "tensor_util_pct", "dram_bw_util_pct"))
         if not dev.gpm:
             return out
         sample = self._call(errors, "gpm alloc", nvml.nvmlGpmSampleAlloc)
@@ -232,18 +243,19 @@ class _Sampler:
         if dev.parent is None:
             got = self._call(errors, "gpm sample", nvml.nvmlGpmSampleGet, dev.handle, sample)
         else:
-            got = self._call(errors, "gpm sample", nvml.nvmlGpmMigSampleGet, dev.parent.handle,
-                             dev.mig_id, sample)
+            got = self._call(errors, "gpm sample", nvml.nvmlGpmMigSampleGet, dev.parent.handle, dev.mig_id, sample)
         if got is None:
             self._call(None, "gpm free", nvml.nvmlGpmSampleFree, sample)
             return out
         previous, dev.gpm_sample = dev.gpm_sample, sample
         if previous is None:
             return out
-        metrics = (("sm_util_pct", nvml.NVML_GPM_METRIC_SM_UTIL),
-                   ("sm_occupancy_pct", nvml.NVML_GPM_METRIC_SM_OCCUPANCY),
-                   ("tensor_util_pct", nvml.NVML_GPM_METRIC_ANY_TENSOR_UTIL),
-                   ("dram_bw_util_pct", nvml.NVML_GPM_METRIC_DRAM_BW_UTIL))
+        metrics = (
+            ("sm_util_pct", nvml.NVML_GPM_METRIC_SM_UTIL),
+            ("sm_occupancy_pct", nvml.NVML_GPM_METRIC_SM_OCCUPANCY),
+            ("tensor_util_pct", nvml.NVML_GPM_METRIC_ANY_TENSOR_UTIL),
+            ("dram_bw_util_pct", nvml.NVML_GPM_METRIC_DRAM_BW_UTIL),
+        )
         request = gpm_request(nvml, previous, sample, [m for _, m in metrics])
         done = self._call(errors, "gpm metrics", nvml.nvmlGpmMetricsGet, request)
         self._call(None, "gpm free", nvml.nvmlGpmSampleFree, previous)
@@ -256,8 +268,14 @@ class _Sampler:
     def _process(self, proc: Any) -> dict[str, Any]:
         uid, container_id = pod_of_pid(proc.pid, self.proc_root)
         namespace, pod = self.pods_by_uid.get(uid, (None, None)) if uid else (None, None)
-        return {"pid": proc.pid, "used_bytes": proc.usedGpuMemory, "pod_uid": uid,
-                "container_id": container_id, "namespace": namespace, "pod": pod}
+        return {
+            "pid": proc.pid,
+            "used_bytes": proc.usedGpuMemory,
+            "pod_uid": uid,
+            "container_id": container_id,
+            "namespace": namespace,
+            "pod": pod,
+        }
 
 
 def gpm_request(nvml: Any, first: Any, second: Any, metric_ids: list[int]) -> Any:
@@ -272,11 +290,19 @@ def gpm_request(nvml: Any, first: Any, second: Any, metric_ids: list[int]) -> An
     return request
 
 
-def sample(*, interval: float, duration: float, out: TextIO, proc_root: str = "/proc",
-           clock: Callable[[], float] = time.monotonic,
-           sleep: Callable[[float], None] = time.sleep, nvml: Any = None,
-           wall_clock: Callable[[], float] = time.time, node: str | None = None,
-           pods_by_uid: Mapping[str, tuple[str, str]] | None = None) -> int:
+def sample(
+    *,
+    interval: float,
+    duration: float,
+    out: TextIO,
+    proc_root: str = "/proc",
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+    nvml: Any = None,
+    wall_clock: Callable[[], float] = time.time,
+    node: str | None = None,
+    pods_by_uid: Mapping[str, tuple[str, str]] | None = None,
+) -> int:
     """Sample every ``interval`` seconds for ``duration`` seconds into ``out``
     (JSON lines). Returns the number of ticks written. A tick that could not
     start within one interval of its time (a stalled host) is skipped, not
@@ -290,15 +316,21 @@ def sample(*, interval: float, duration: float, out: TextIO, proc_root: str = "/
         raise NvmlUnavailable(f"NVML could not start: {exc}") from None
     sampler = None
     try:
-        sampler = _Sampler(nvml, node=node or socket.gethostname(), proc_root=proc_root,
-                           pods_by_uid=pods_by_uid)
+        sampler = _Sampler(nvml, node=node or socket.gethostname(), proc_root=proc_root, pods_by_uid=pods_by_uid)
         driver = None
         get_driver = getattr(nvml, "nvmlSystemGetDriverVersion", None)
         if get_driver is not None:
             driver = _Sampler._text(sampler._call(None, "driver", get_driver))
-        header = {"kind": "header", "version": FORMAT_VERSION, "ts": wall_clock(),
-                  "node": sampler.node, "interval_s": interval, "duration_s": duration,
-                  "driver_version": driver, "gpus": len(sampler.devices)}
+        header = {
+            "kind": "header",
+            "version": FORMAT_VERSION,
+            "ts": wall_clock(),
+            "node": sampler.node,
+            "interval_s": interval,
+            "duration_s": duration,
+            "driver_version": driver,
+            "gpus": len(sampler.devices),
+        }
         out.write(json.dumps(header) + "\n")
         start = clock()
         written = 0

@@ -58,8 +58,7 @@ from gpuaudit.sources import promql
 from gpuaudit.sources.promql import Candidate, Field, QuerySpec
 from gpuaudit.webclient import OriginClient, RequestFailed, is_http_url, without_userinfo
 
-__all__ = ["DEFAULT_DEADLINE_S", "MAX_JSON_DEPTH", "MAX_RESPONSE_BYTES", "TelemetryUnavailable",
-           "query_telemetry"]
+__all__ = ["DEFAULT_DEADLINE_S", "MAX_JSON_DEPTH", "MAX_RESPONSE_BYTES", "TelemetryUnavailable", "query_telemetry"]
 
 _MERGE_TO_COMBINE = {"avg": "mean", "max": "max", "min": "min", "sum": "sum"}
 _TOO_LARGE = {413, 414, 431}
@@ -79,8 +78,7 @@ _MAX_WARNINGS = 10
 
 
 class _QueryFailed(Exception):
-    def __init__(self, message: str, *, too_large: bool = False, transport: bool = False,
-                 status: int | None = None):
+    def __init__(self, message: str, *, too_large: bool = False, transport: bool = False, status: int | None = None):
         super().__init__(message)
         self.too_large = too_large
         self.transport = transport
@@ -145,8 +143,7 @@ class _Client:
     def instant(self, query: str, at: float) -> list[dict[str, Any]]:
         # Prometheus durations take no fractions: milliseconds
         budget = min(self.http.timeout, max(0.0, self.http.stop_at - time.monotonic()))
-        form = {"query": query, "time": f"{at:.3f}",
-                "timeout": f"{max(1, round(budget * 1000))}ms"}
+        form = {"query": query, "time": f"{at:.3f}", "timeout": f"{max(1, round(budget * 1000))}ms"}
         data = self._call("/api/v1/query", form)
         if not isinstance(data, dict) or data.get("resultType") != "vector":
             kind = data.get("resultType") if isinstance(data, dict) else type(data).__name__
@@ -186,8 +183,11 @@ class _Client:
         except RequestFailed as exc:
             raise _QueryFailed(str(exc), transport=exc.transport) from None
         if not 200 <= answer.status < 300:
-            raise _QueryFailed(_http_message(answer.status, answer.reason, answer.body), status=answer.status,
-                               too_large=answer.status in _TOO_LARGE)
+            raise _QueryFailed(
+                _http_message(answer.status, answer.reason, answer.body),
+                status=answer.status,
+                too_large=answer.status in _TOO_LARGE,
+            )
         return self._payload(answer.body)
 
     def _payload(self, raw: bytes | bytearray) -> Any:
@@ -210,11 +210,7 @@ def _series(item: Mapping[str, Any]) -> dict[str, Any]:
     a [time, sample] pair or None. A Prometheus-compatible server (or a proxy
     in front of one) may answer anything; a wrong shape is missing data."""
     metric = item.get("metric")
-    labels = (
-        {str(k): v for k, v in metric.items() if isinstance(v, str)}
-        if isinstance(metric, dict)
-        else {}
-    )
+    labels = {str(k): v for k, v in metric.items() if isinstance(v, str)} if isinstance(metric, dict) else {}
     value = item.get("value")
     return {"metric": labels, "value": value if isinstance(value, list) and len(value) == 2 else None}
 
@@ -242,8 +238,9 @@ def _positive_int(params: Mapping[str, Any], name: str, default: int, endpoint: 
     except (TypeError, ValueError):
         number = math.nan
     if not math.isfinite(number) or number < 1:
-        raise TelemetryUnavailable(f"Prometheus at {endpoint}: telemetry param {name} must be a "
-                                   f"positive number, not {_clip(repr(value), 60)}")
+        raise TelemetryUnavailable(
+            f"Prometheus at {endpoint}: telemetry param {name} must be a positive number, not {_clip(repr(value), 60)}"
+        )
     return int(number)
 
 
@@ -266,9 +263,15 @@ def _shard_count(points: int, budget: int) -> int:
     return parts
 
 
-def _pod_chunks(spec: QuerySpec, fields: Sequence[Field], chosen: Mapping[str, Candidate | None],
-                pods: Sequence[tuple[str, str]], render_kw: Mapping[str, Any],
-                limit: int, shard_hint: str) -> list[list[tuple[str, str]]]:
+def _pod_chunks(
+    spec: QuerySpec,
+    fields: Sequence[Field],
+    chosen: Mapping[str, Candidate | None],
+    pods: Sequence[tuple[str, str]],
+    render_kw: Mapping[str, Any],
+    limit: int,
+    shard_hint: str,
+) -> list[list[tuple[str, str]]]:
     """Split the pods so that every field's query stays under ``limit`` bytes.
 
     The query length is linear in the two regexes, so it is measured once per
@@ -324,21 +327,18 @@ class _Rows:
         for item in series:
             labels = item.get("metric") or {}
             value = item.get("value")
-            number = telemetry.clean(value[1] if isinstance(value, list) and len(value) == 2
-                                     else None)
-            identity = {key: (labels.get(names[-1]) or None)
-                        for key, names in self.spec.keys.items()}
-            if (identity["pod"] and self.exporter_pod is not None
-                    and self.exporter_pod.search(identity["pod"])):
+            number = telemetry.clean(value[1] if isinstance(value, list) and len(value) == 2 else None)
+            identity = {key: (labels.get(names[-1]) or None) for key, names in self.spec.keys.items()}
+            if identity["pod"] and self.exporter_pod is not None and self.exporter_pod.search(identity["pod"]):
                 identity.update(namespace=None, pod=None, container=None)
-            key = tuple(identity[k] for k in ("node", "gpu", "uuid", "mig_id", "namespace",
-                                              "pod", "container"))
+            key = tuple(identity[k] for k in ("node", "gpu", "uuid", "mig_id", "namespace", "pod", "container"))
             row = self.rows.setdefault(key, {"identity": identity, "values": {}})
             for attr in ("model", "mig_profile"):  # not part of the key; keep the first seen
                 row["identity"][attr] = row["identity"][attr] or identity[attr]
             old = row["values"].get(field.name)
-            row["values"][field.name] = (number if field.name not in row["values"]
-                                         else telemetry.combine(op, (old, number)))
+            row["values"][field.name] = (
+                number if field.name not in row["values"] else telemetry.combine(op, (old, number))
+            )
 
     def finish_split(self, field: Field, failed: set[str]) -> None:
         """An average read in parts: its sums over its counts, per row. A
@@ -353,13 +353,22 @@ class _Rows:
                 values[field.name] = (total or 0.0) / count
 
 
-def query_telemetry(url: str, *, window_seconds: int, end: datetime | None = None,
-                    step_seconds: int = 60, params: Mapping[str, Any] | None = None,
-                    queries: Mapping[str, Any] | None = None, bearer_token: str | None = None,
-                    basic_auth: tuple[str, str] | None = None, ca_bundle: str | None = None,
-                    headers: Mapping[str, str] | None = None, timeout: float = 30.0,
-                    pods: Sequence[tuple[str, str]] | None = None,
-                    deadline: float | None = None) -> dict[str, Any]:
+def query_telemetry(
+    url: str,
+    *,
+    window_seconds: int,
+    end: datetime | None = None,
+    step_seconds: int = 60,
+    params: Mapping[str, Any] | None = None,
+    queries: Mapping[str, Any] | None = None,
+    bearer_token: str | None = None,
+    basic_auth: tuple[str, str] | None = None,
+    ca_bundle: str | None = None,
+    headers: Mapping[str, str] | None = None,
+    timeout: float = 30.0,
+    pods: Sequence[tuple[str, str]] | None = None,
+    deadline: float | None = None,
+) -> dict[str, Any]:
     """Per-pod and per-GPU aggregates over ``[end - window_seconds, end]``.
 
     ``queries``: a site override merged over gpuaudit/data/promql.yaml;
@@ -379,22 +388,31 @@ def query_telemetry(url: str, *, window_seconds: int, end: datetime | None = Non
     stop_at = time.monotonic() + deadline
     endpoint = without_userinfo(url.rstrip("/"))
     if not is_http_url(url):
-        raise TelemetryUnavailable(f"Prometheus at {_clip(endpoint, 200)}: not an http:// or "
-                                   "https:// URL with a host and a valid port")
+        raise TelemetryUnavailable(
+            f"Prometheus at {_clip(endpoint, 200)}: not an http:// or https:// URL with a host and a valid port"
+        )
     spec = promql.load_queries(queries)
     merged_params = {**spec.params, **(params or {})}
-    max_response = _positive_int(merged_params, "max_response_bytes", MAX_RESPONSE_BYTES,
-                                 endpoint)
+    max_response = _positive_int(merged_params, "max_response_bytes", MAX_RESPONSE_BYTES, endpoint)
     end = (end or datetime.now(timezone.utc)).replace(microsecond=0)
     if end.tzinfo is None:
         end = end.replace(tzinfo=timezone.utc)
     start = end - timedelta(seconds=window_seconds)
     out_of_time = f"not sent: the telemetry deadline of {_seconds(deadline)}s passed"
     try:
-        http = OriginClient(url, what="Prometheus", headers={"Accept": "application/json", **(headers or {})},
-                            bearer_token=bearer_token, basic_auth=basic_auth, ca_bundle=ca_bundle,
-                            timeout=timeout, stop_at=stop_at, too_late=out_of_time,
-                            max_bytes=max_response, limit_name="telemetry param max_response_bytes")
+        http = OriginClient(
+            url,
+            what="Prometheus",
+            headers={"Accept": "application/json", **(headers or {})},
+            bearer_token=bearer_token,
+            basic_auth=basic_auth,
+            ca_bundle=ca_bundle,
+            timeout=timeout,
+            stop_at=stop_at,
+            too_late=out_of_time,
+            max_bytes=max_response,
+            limit_name="telemetry param max_response_bytes",
+        )
     except RequestFailed as exc:  # the CA bundle
         raise TelemetryUnavailable(f"Prometheus at {endpoint}: {exc}") from None
     client = _Client(http)
@@ -413,28 +431,30 @@ def query_telemetry(url: str, *, window_seconds: int, end: datetime | None = Non
         raise TelemetryUnavailable(
             f"Prometheus at {client.endpoint} has none of the GPU metrics "
             f"({', '.join(spec.probe_metrics())}) between {telemetry.iso(start)} "
-            f"and {telemetry.iso(end)}")
+            f"and {telemetry.iso(end)}"
+        )
 
     fields = [f for f in spec.fields if all(chosen.get(s) for s in f.requires)]
     expected = _expected_steps(end, window_seconds, step_seconds)
     # gpuaudit's recording rules, when installed and alike: a cheap range over
     # their per-interval values in place of each subquery
-    recorded, why_not = (_recorded(client, chosen, merged_params, start, end, step_seconds, expected)
-                         if counts.get(RULES_INFO) and merged_params.get("recorded_series", 1) else (False, None))
+    recorded, why_not = (
+        _recorded(client, chosen, merged_params, start, end, step_seconds, expected)
+        if counts.get(RULES_INFO) and merged_params.get("recorded_series", 1)
+        else (False, None)
+    )
     if why_not:
         record("recorded series", f"warning: gpuaudit's recorded series not used: {why_not}")
     wanted = {(ns, pod) for ns, pod in pods} if pods is not None else None
     if wanted is not None and not wanted:
         fields = []  # an empty filter: nothing to ask for
-    render_kw = {"range_s": window_seconds, "step_s": step_seconds, "expected_steps": expected,
-                 "params": merged_params}
+    render_kw = {"range_s": window_seconds, "step_s": step_seconds, "expected_steps": expected, "params": merged_params}
     budget = int(merged_params.get("max_points_per_query", 0) or 0)
 
     def shards_for(field: Field, steps: int = expected) -> list[str]:
         if "${step}" not in field.promql:  # only subqueries hold series x steps points
             return [""]
-        series = max((counts.get(c.metric, 0) for s in field.requires
-                      if (c := chosen.get(s)) is not None), default=0)
+        series = max((counts.get(c.metric, 0) for s in field.requires if (c := chosen.get(s)) is not None), default=0)
         return promql.shard_matchers(spec.shard_label, _shard_count(series * steps, budget))
 
     part_seconds = int(merged_params.get("max_subquery_seconds", 0) or 0)
@@ -442,16 +462,18 @@ def query_telemetry(url: str, *, window_seconds: int, end: datetime | None = Non
     split = len(parts) > 1 and not recorded and any("${step}" in f.promql for f in fields)
     cut = len(parts)
     if split:  # a part without a sample of the subqueries' metrics is not asked
-        subquery_metrics = sorted({c.metric for f in fields if "${step}" in f.promql for s in f.requires
-                                   if (c := chosen.get(s)) is not None})
+        subquery_metrics = sorted(
+            {c.metric for f in fields if "${step}" in f.promql for s in f.requires if (c := chosen.get(s)) is not None}
+        )
         parts = [p for p in parts if _part_has_samples(client, subquery_metrics, p)]
 
     # 2. Server-side pod filter chunks, unless that takes too many queries.
     chunks: list[list[tuple[str, str]] | None] = [None]
     if wanted:
         longest_shard = max((m for f in fields for m in shards_for(f)), key=len, default="")
-        chunks = list(_pod_chunks(spec, fields, chosen, sorted(wanted), render_kw,
-                                  client.max_bytes(merged_params), longest_shard))
+        chunks = list(
+            _pod_chunks(spec, fields, chosen, sorted(wanted), render_kw, client.max_bytes(merged_params), longest_shard)
+        )
         if len(chunks) > int(merged_params.get("max_chunks", 8)):
             chunks = [None]  # read everything once; filtered below
 
@@ -462,8 +484,13 @@ def query_telemetry(url: str, *, window_seconds: int, end: datetime | None = Non
     aborted: str | None = None
     failed: set[str] = set()
 
-    def run(field: Field, chunk: list[tuple[str, str]] | None, shard: str,
-            part: _Part | None = None, use_recorded: bool = False) -> None:
+    def run(
+        field: Field,
+        chunk: list[tuple[str, str]] | None,
+        shard: str,
+        part: _Part | None = None,
+        use_recorded: bool = False,
+    ) -> None:
         nonlocal succeeded, transport_failures, aborted
         if aborted:
             return
@@ -476,8 +503,15 @@ def query_telemetry(url: str, *, window_seconds: int, end: datetime | None = Non
         kw = dict(render_kw)
         if part is not None:
             kw.update(range_s=part.range_s, expected_steps=part.steps)
-        query = promql.render_field(spec, field, chosen=chosen, matcher_sets=sets, recorded=use_recorded,
-                                    template=part.template if part else None, **kw)
+        query = promql.render_field(
+            spec,
+            field,
+            chosen=chosen,
+            matcher_sets=sets,
+            recorded=use_recorded,
+            template=part.template if part else None,
+            **kw,
+        )
         try:
             series = client.instant(query, part.at if part else at)
         except _QueryFailed as exc:
@@ -523,15 +557,20 @@ def query_telemetry(url: str, *, window_seconds: int, end: datetime | None = Non
         reason = errors[0]["message"] if errors else "no query succeeded"
         raise TelemetryUnavailable(f"Prometheus at {client.endpoint}: {reason}")
 
-    gpu_rows, pod_only = _build_rows(rows, fields, wanted, start=start.timestamp(),
-                                     step=step_seconds)
+    gpu_rows, pod_only = _build_rows(rows, fields, wanted, start=start.timestamp(), step=step_seconds)
     extra_rollup = {f.name: f.rollup for f in fields if not promql.field_output_is_standard(f)}
     out = telemetry.result(
-        source="prometheus", endpoint=client.endpoint,
+        source="prometheus",
+        endpoint=client.endpoint,
         window=telemetry.window(start, end, step_seconds),
         signals={name: (c.metric if c else None) for name, c in chosen.items()},
-        params=merged_params, queries=client.sent, gpu_rows=gpu_rows, pod_only_rows=pod_only,
-        errors=errors, extra_rollup=extra_rollup)
+        params=merged_params,
+        queries=client.sent,
+        gpu_rows=gpu_rows,
+        pod_only_rows=pod_only,
+        errors=errors,
+        extra_rollup=extra_rollup,
+    )
     # how the subqueries were read: gpuaudit's recorded series, the window in
     # parts, or each in one query
     out["subqueries"] = "recorded" if recorded else (f"{len(parts)} of {cut} parts" if split else "whole")
@@ -547,9 +586,15 @@ RECORDED_COMPUTE = "gpuaudit:gpu_compute:ratio"
 RECORDED_MIN_SHARE = 0.95
 
 
-def _recorded(client: _Client, chosen: Mapping[str, Candidate | None], params: Mapping[str, Any],
-              start: datetime, end: datetime, step_seconds: int, expected: int
-              ) -> tuple[bool, str | None]:
+def _recorded(
+    client: _Client,
+    chosen: Mapping[str, Candidate | None],
+    params: Mapping[str, Any],
+    start: datetime,
+    end: datetime,
+    step_seconds: int,
+    expected: int,
+) -> tuple[bool, str | None]:
     """Whether gpuaudit's recorded series can stand in for the subqueries:
     installed over the whole window, evaluated every ``step_seconds``, made
     with the same telemetry params and from the compute metric chosen here.
@@ -573,26 +618,36 @@ def _recorded(client: _Client, chosen: Mapping[str, Candidate | None], params: M
             return True
 
     if differs("interval_seconds", step_seconds):
-        return False, (f"the rules are evaluated every {_clip(labels.get('interval_seconds'), 20)}s, "
-                       f"the audit's --step is {step_seconds}s")
+        return False, (
+            f"the rules are evaluated every {_clip(labels.get('interval_seconds'), 20)}s, "
+            f"the audit's --step is {step_seconds}s"
+        )
     for name in ("resident_fb_mib", "idle_compute"):
         if differs(name, params.get(name)):
-            return False, (f"the rules were made with {name} {_clip(labels.get(name), 20)}, the audit "
-                           f"uses {params.get(name)}")
+            return False, (
+                f"the rules were made with {name} {_clip(labels.get(name), 20)}, the audit uses {params.get(name)}"
+            )
     # Prometheus evaluates a group at its own offset and may miss a beat;
     # rules installed after the window began cover only its end.
     if evaluations < expected * RECORDED_MIN_SHARE:
-        return False, (f"they cover {int(evaluations):,} of the window's {expected:,} steps "
-                       "(installed after the window began)")
+        return False, (
+            f"they cover {int(evaluations):,} of the window's {expected:,} steps (installed after the window began)"
+        )
     compute = chosen.get("compute")
     try:
-        signals = {(item.get("metric") or {}).get("signal") for item in client.instant(
-            f"count by (signal) (last_over_time({RECORDED_COMPUTE}[{range_s}s]))", end.timestamp())}
+        signals = {
+            (item.get("metric") or {}).get("signal")
+            for item in client.instant(
+                f"count by (signal) (last_over_time({RECORDED_COMPUTE}[{range_s}s]))", end.timestamp()
+            )
+        }
     except _QueryFailed as exc:
         return False, f"cannot read {RECORDED_COMPUTE}: {exc}"
     if compute is None or signals - {compute.metric}:
-        return False, (f"they record {', '.join(sorted(str(x) for x in signals))} where the audit reads "
-                       f"{compute.metric if compute else 'no compute signal'}")
+        return False, (
+            f"they record {', '.join(sorted(str(x) for x in signals))} where the audit reads "
+            f"{compute.metric if compute else 'no compute signal'}"
+        )
     return True, None
 
 
@@ -600,8 +655,7 @@ def _recorded(client: _Client, chosen: Mapping[str, Candidate | None], params: M
 
 # Separates a field's name from its part form's suffix (never in a field name).
 _PART_OF = "#"
-_SPLITTABLE = {"count_over_time(": "sum", "sum_over_time(": "sum", "min_over_time(": "min",
-               "max_over_time(": "max"}
+_SPLITTABLE = {"count_over_time(": "sum", "sum_over_time(": "sum", "min_over_time(": "min", "max_over_time(": "max"}
 
 
 class _Part:
@@ -644,8 +698,7 @@ def _part_has_samples(client: _Client, metrics: Sequence[str], part: _Part) -> b
     if not metrics:
         return True
     names = "|".join(promql.regex_escape(m) for m in metrics)
-    query = (f"count(count_over_time({{__name__=~{promql.string_literal(names)}}}"
-             f"[{promql.range_text(part.range_s)}]))")
+    query = f"count(count_over_time({{__name__=~{promql.string_literal(names)}}}[{promql.range_text(part.range_s)}]))"
     try:
         return bool(client.instant(query, part.at))
     except _QueryFailed:
@@ -661,11 +714,12 @@ def _split_forms(field: Field, parts: Sequence[_Part]) -> list[tuple[Field, _Par
         return None
     text = field.promql
     if text.startswith("avg_over_time("):
-        body = text[len("avg_over_time("):]
+        body = text[len("avg_over_time(") :]
         forms = []
         for op in ("sum", "count"):
-            form = msgspec.structs.replace(field, name=f"{field.name}{_PART_OF}{op}", merge="sum",
-                                           promql=f"{op}_over_time({body}")
+            form = msgspec.structs.replace(
+                field, name=f"{field.name}{_PART_OF}{op}", merge="sum", promql=f"{op}_over_time({body}"
+            )
             forms += [(form, part.with_template(form.promql)) for part in parts]
         return forms
     for prefix, merge in _SPLITTABLE.items():
@@ -687,8 +741,9 @@ def _probe(client: _Client, spec: QuerySpec, start: datetime, end: datetime) -> 
         if name:
             counts[name] = int(number or 0)
     if not set(counts) - {RULES_INFO}:
-        match = "{__name__=~" + promql.string_literal(
-            "|".join(promql.regex_escape(m) for m in spec.probe_metrics())) + "}"
+        match = (
+            "{__name__=~" + promql.string_literal("|".join(promql.regex_escape(m) for m in spec.probe_metrics())) + "}"
+        )
         for name in client.label_values("__name__", match, start.timestamp(), end.timestamp()):
             counts[name] = 0  # present, count unknown: no sharding
     return counts
@@ -709,8 +764,9 @@ def _life_coverage(values: dict[str, Any], start: float, step: float) -> None:
         values["coverage"] = samples / steps
 
 
-def _build_rows(rows: _Rows, fields: Sequence[Field], wanted: set[tuple[str, str]] | None,
-                *, start: float, step: float) -> tuple[list[dict], list[dict]]:
+def _build_rows(
+    rows: _Rows, fields: Sequence[Field], wanted: set[tuple[str, str]] | None, *, start: float, step: float
+) -> tuple[list[dict], list[dict]]:
     """GPU rows, and rows that name a pod but no device (a site query that
     aggregated the GPU labels away): those only feed the pod rollup."""
     gpu_rows, pod_only = [], []
@@ -722,12 +778,10 @@ def _build_rows(rows: _Rows, fields: Sequence[Field], wanted: set[tuple[str, str
         _life_coverage(values, start, step)
         if values.get("coverage") is not None:
             values["coverage"] = min(1.0, max(0.0, values["coverage"]))
-        metrics = {f.name: values.get(f.name) for f in fields
-                   if promql.field_output_is_standard(f)}
+        metrics = {f.name: values.get(f.name) for f in fields if promql.field_output_is_standard(f)}
         if "coverage" in values:  # derived above, not a field of its own
             metrics["coverage"] = values["coverage"]
-        extra = {f.name: values.get(f.name) for f in fields
-                 if not promql.field_output_is_standard(f)}
+        extra = {f.name: values.get(f.name) for f in fields if not promql.field_output_is_standard(f)}
         out = telemetry.gpu_row(ident, metrics, extra)
         if ident["uuid"] is None and ident["gpu"] is None:
             if ident["pod"] is not None:

@@ -208,8 +208,15 @@ def _parse(raw: Mapping[str, Any]) -> QuerySpec:
                 raise _fail(fwhere, f"rollup must be one of {sorted(_ROLLUP_OPS)}")
             requires = {p.removesuffix("_divisor") for p in used} & names
             fields.append(
-                Field(str(fname), str(sname), " ".join(promql.split()), merge, rollup, frozenset(requires | {sname}),
-                      " ".join(recorded.split()) if recorded else None)
+                Field(
+                    str(fname),
+                    str(sname),
+                    " ".join(promql.split()),
+                    merge,
+                    rollup,
+                    frozenset(requires | {sname}),
+                    " ".join(recorded.split()) if recorded else None,
+                )
             )
         signals[str(sname)] = Signal(str(sname), tuple(cands), tuple(fields))
     return QuerySpec(dict(params), keys, shard_label, signals)

@@ -44,13 +44,22 @@ MAX_PROBLEMS_PER_FILE = 10  # then one line says how many more
 MAX_TIMESTAMP = 253402300799.0
 INTERVAL_RANGE = (0.001, 86400.0)
 _IDENTITY = ("node", "gpu", "uuid", "mig_id", "model", "mig_profile", "parent_uuid")
-_MEASUREMENTS = ("util_gpu_pct", "util_memory_pct", "sm_util_pct", "sm_occupancy_pct",
-                 "tensor_util_pct", "dram_bw_util_pct", "fb_used_bytes", "fb_free_bytes",
-                 "fb_total_bytes", "fb_reserved_bytes", "pcie_tx_bytes_per_s",
-                 "pcie_rx_bytes_per_s")
+_MEASUREMENTS = (
+    "util_gpu_pct",
+    "util_memory_pct",
+    "sm_util_pct",
+    "sm_occupancy_pct",
+    "tensor_util_pct",
+    "dram_bw_util_pct",
+    "fb_used_bytes",
+    "fb_free_bytes",
+    "fb_total_bytes",
+    "fb_reserved_bytes",
+    "pcie_tx_bytes_per_s",
+    "pcie_rx_bytes_per_s",
+)
 MIB = 2**20
-_COMPUTE_SOURCES = (("sm_util_pct", "nvml.gpm.sm_util"),
-                    ("util_gpu_pct", "nvml.utilization.gpu"))
+_COMPUTE_SOURCES = (("sm_util_pct", "nvml.gpm.sm_util"), ("util_gpu_pct", "nvml.utilization.gpu"))
 
 
 def load_pods_json(path: Path) -> dict[str, tuple[str, str]]:
@@ -102,8 +111,7 @@ def _mean(values: Sequence[float]) -> float | None:
     return sum(values) / len(values) if values else None
 
 
-def _read(paths: Sequence[Path], errors: list[dict[str, str]]
-          ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def _read(paths: Sequence[Path], errors: list[dict[str, str]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     headers: list[dict[str, Any]] = []
     records: list[dict[str, Any]] = []
     for path in paths:
@@ -111,8 +119,9 @@ def _read(paths: Sequence[Path], errors: list[dict[str, str]]
     return headers, records
 
 
-def _read_file(path: Path, errors: list[dict[str, str]], headers: list[dict[str, Any]],
-               records: list[dict[str, Any]]) -> None:
+def _read_file(
+    path: Path, errors: list[dict[str, str]], headers: list[dict[str, Any]], records: list[dict[str, Any]]
+) -> None:
     """One sample file, line by line: what cannot be used is an error naming
     file and line (the first MAX_PROBLEMS_PER_FILE of them), never a crash."""
     problems = 0
@@ -129,8 +138,9 @@ def _read_file(path: Path, errors: list[dict[str, str]], headers: list[dict[str,
             errors.append({"endpoint": where, "query": query, "message": message, "level": level})
 
     try:
-        for number, line in iter_lines(path, limit=MAX_SAMPLES_BYTES,
-                                       line_limit=MAX_SAMPLE_LINE_BYTES, what="sample file"):
+        for number, line in iter_lines(
+            path, limit=MAX_SAMPLES_BYTES, line_limit=MAX_SAMPLE_LINE_BYTES, what="sample file"
+        ):
             if not line.strip():
                 continue
             try:
@@ -155,8 +165,14 @@ def _read_file(path: Path, errors: list[dict[str, str]], headers: list[dict[str,
     except FileReadError as exc:
         problem(exc.line, exc.problem, "read")
     if problems > MAX_PROBLEMS_PER_FILE:
-        errors.append({"endpoint": str(path), "query": "parse", "level": "warning",
-                       "message": f"{problems - MAX_PROBLEMS_PER_FILE} more lines with problems"})
+        errors.append(
+            {
+                "endpoint": str(path),
+                "query": "parse",
+                "level": "warning",
+                "message": f"{problems - MAX_PROBLEMS_PER_FILE} more lines with problems",
+            }
+        )
 
 
 def _number(value: Any, low: float, high: float) -> float | None:
@@ -195,8 +211,9 @@ def _clean_record(record: Mapping[str, Any]) -> tuple[dict[str, Any] | None, str
     if processes is not None and not isinstance(processes, list):
         wrong.append(f"processes {_show(processes)}")
         processes = None
-    out["processes"] = None if processes is None else [
-        p for p in (_clean_process(proc, wrong) for proc in processes) if p is not None]
+    out["processes"] = (
+        None if processes is None else [p for p in (_clean_process(proc, wrong) for proc in processes) if p is not None]
+    )
     if wrong:
         return out, f"read as missing: {', '.join(wrong[:5])}" + (" ..." if len(wrong) > 5 else "")
     return out, None
@@ -226,8 +243,7 @@ def _show(value: Any) -> str:
 
 
 def _interval(headers: Sequence[Mapping[str, Any]], records: Sequence[Mapping[str, Any]]) -> float:
-    declared = [number for h in headers
-                if (number := _number(h.get("interval_s"), *INTERVAL_RANGE)) is not None]
+    declared = [number for h in headers if (number := _number(h.get("interval_s"), *INTERVAL_RANGE)) is not None]
     if declared:
         return float(min(declared))
     stamps = sorted({r["ts"] for r in records})
@@ -242,17 +258,19 @@ def _pods_on(record: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
         uid = proc.get("pod_uid")
         if not uid:
             continue
-        entry = pods.setdefault(uid, {"used_bytes": 0, "namespace": proc.get("namespace"),
-                                      "pod": proc.get("pod")})
+        entry = pods.setdefault(uid, {"used_bytes": 0, "namespace": proc.get("namespace"), "pod": proc.get("pod")})
         used = proc.get("used_bytes")
         # one process without a reading makes the pod's sum unknown
-        entry["used_bytes"] = None if used is None or entry["used_bytes"] is None \
-            else entry["used_bytes"] + used
+        entry["used_bytes"] = None if used is None or entry["used_bytes"] is None else entry["used_bytes"] + used
     return pods
 
 
-def aggregate_samples(paths: Sequence[Path], *, params: Mapping[str, Any] | None = None,
-                      pods_by_uid: Mapping[str, tuple[str, str]] | None = None) -> dict[str, Any]:
+def aggregate_samples(
+    paths: Sequence[Path],
+    *,
+    params: Mapping[str, Any] | None = None,
+    pods_by_uid: Mapping[str, tuple[str, str]] | None = None,
+) -> dict[str, Any]:
     """The telemetry aggregate (see gpuaudit.sources.telemetry) of NVML sample
     files. Raises TelemetryUnavailable when no sample could be read."""
     merged = {**DEFAULT_PARAMS, **(params or {})}
@@ -292,15 +310,32 @@ def aggregate_samples(paths: Sequence[Path], *, params: Mapping[str, Any] | None
         holders = _pods_on(rec) or {None: {"used_bytes": device_used}}
         for uid, holder in holders.items():
             key = (rec.get("node"), rec.get("gpu"), rec.get("uuid"), rec.get("mig_id"), uid)
-            row = rows.setdefault(key, {"rec": rec, "holder": holder, "ts": set(),
-                                        "compute": [], "fb": [], "total": [], "both": [],
-                                        "tx": [], "rx": [], "occ": [], "tensor": [], "dram": []})
+            row = rows.setdefault(
+                key,
+                {
+                    "rec": rec,
+                    "holder": holder,
+                    "ts": set(),
+                    "compute": [],
+                    "fb": [],
+                    "total": [],
+                    "both": [],
+                    "tx": [],
+                    "rx": [],
+                    "occ": [],
+                    "tensor": [],
+                    "dram": [],
+                },
+            )
             used = holder["used_bytes"] if holder["used_bytes"] is not None else device_used
             fb = used / MIB if used is not None else None
             row["ts"].add(rec["ts"])
-            for name, value in (("compute", compute), ("fb", fb),
-                                ("tx", rec.get("pcie_tx_bytes_per_s")),
-                                ("rx", rec.get("pcie_rx_bytes_per_s"))):
+            for name, value in (
+                ("compute", compute),
+                ("fb", fb),
+                ("tx", rec.get("pcie_tx_bytes_per_s")),
+                ("rx", rec.get("pcie_rx_bytes_per_s")),
+            ):
                 if value is not None:
                     row[name].append(float(value))
             if rec.get("fb_total_bytes") is not None:
@@ -329,8 +364,9 @@ def aggregate_samples(paths: Sequence[Path], *, params: Mapping[str, Any] | None
             "fb_used_max_mib": max(fb, default=None),
             "fb_total_mib": _mean(row["total"]),
             "resident_fraction": (sum(v > resident_mib for v in fb) / len(fb)) if fb else None,
-            "resident_idle_fraction": (sum(f > resident_mib and c < idle for f, c in both)
-                                       / len(both)) if both else None,
+            "resident_idle_fraction": (sum(f > resident_mib and c < idle for f, c in both) / len(both))
+            if both
+            else None,
             "pcie_tx_mean_bps": _mean(row["tx"]),
             "pcie_rx_mean_bps": _mean(row["rx"]),
             "occupancy_mean": _mean(row["occ"]),
@@ -338,16 +374,23 @@ def aggregate_samples(paths: Sequence[Path], *, params: Mapping[str, Any] | None
             "dram_active_mean": _mean(row["dram"]),
             # over the row's own life in the samples (first to last tick), as
             # the Prometheus source measures it
-            "coverage": min(1.0, len(row["ts"]) / (round((max(row["ts"]) - min(row["ts"]))
-                                                         / interval) + 1)),
+            "coverage": min(1.0, len(row["ts"]) / (round((max(row["ts"]) - min(row["ts"])) / interval) + 1)),
             "samples": len(row["ts"]),
             "first_seen": min(row["ts"]),
             "last_seen": max(row["ts"]),
         }
-        identity = {"node": node, "gpu": gpu, "uuid": uuid, "model": first.get("model"),
-                    "mig_profile": first.get("mig_profile"), "mig_id": mig_id,
-                    "namespace": namespace if pod else None, "pod": pod, "container": None,
-                    "pod_uid": uid}
+        identity = {
+            "node": node,
+            "gpu": gpu,
+            "uuid": uuid,
+            "model": first.get("model"),
+            "mig_profile": first.get("mig_profile"),
+            "mig_id": mig_id,
+            "namespace": namespace if pod else None,
+            "pod": pod,
+            "container": None,
+            "pod_uid": uid,
+        }
         gpu_rows.append(telemetry.gpu_row(identity, metrics))
 
     def used(*keys: str) -> bool:
@@ -362,8 +405,16 @@ def aggregate_samples(paths: Sequence[Path], *, params: Mapping[str, Any] | None
         "dram": "nvml.gpm.dram_bw_util" if used("dram_bw_util_pct") else None,
         "nvlink": None,
     }
-    window = telemetry.window(datetime.fromtimestamp(start, tz=timezone.utc),
-                              datetime.fromtimestamp(end, tz=timezone.utc), interval)
-    return telemetry.result(source="nvml", endpoint=", ".join(str(p) for p in paths),
-                            window=window, signals=signals, params=merged, queries=0,
-                            gpu_rows=gpu_rows, errors=errors)
+    window = telemetry.window(
+        datetime.fromtimestamp(start, tz=timezone.utc), datetime.fromtimestamp(end, tz=timezone.utc), interval
+    )
+    return telemetry.result(
+        source="nvml",
+        endpoint=", ".join(str(p) for p in paths),
+        window=window,
+        signals=signals,
+        params=merged,
+        queries=0,
+        gpu_rows=gpu_rows,
+        errors=errors,
+    )

@@ -328,9 +328,8 @@ def read_kustomization(file: Path) -> Kustomization:
     if data.get("helmCharts"):
         k.problem = "it inflates Helm charts (helmCharts:), which needs `--enable-helm` and the charts' repositories"
     elif missing:
-        k.problem = (
-            f"it reads {missing[0]!r}, which is not in the repository (a file another tool generates?)"
-            + (f" and {len(missing) - 1} more" if len(missing) > 1 else "")
+        k.problem = f"it reads {missing[0]!r}, which is not in the repository (a file another tool generates?)" + (
+            f" and {len(missing) - 1} more" if len(missing) > 1 else ""
         )
     return k
 

@@ -244,9 +244,7 @@ def _pod_spec(row: dict[str, str], *, restart: str) -> dict[str, Any]:
     elif models:
         term = {"matchExpressions": [{"key": MODEL_LABEL, "operator": "In", "values": models}]}
         spec["affinity"] = {
-            "nodeAffinity": {
-                "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}
-            }
+            "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}}
         }
     return spec
 
@@ -262,9 +260,7 @@ def _owner_ref(kind: str, name: str, api_version: str) -> dict[str, Any]:
     }
 
 
-def _replicaset(
-    deployment: str, team: str, template: dict[str, Any], rows: list[dict[str, str]]
-) -> dict[str, Any]:
+def _replicaset(deployment: str, team: str, template: dict[str, Any], rows: list[dict[str, str]]) -> dict[str, Any]:
     pod_hash = hashlib.sha1(f"{team}/{deployment}".encode()).hexdigest()[:9]
     name = f"{deployment}-{pod_hash}"
     labels = {"app": deployment, "pod-template-hash": pod_hash}
@@ -290,9 +286,7 @@ def _replicaset(
     }
 
 
-def _job(
-    name: str, team: str, template: dict[str, Any], rows: list[dict[str, str]]
-) -> dict[str, Any]:
+def _job(name: str, team: str, template: dict[str, Any], rows: list[dict[str, str]]) -> dict[str, Any]:
     uid = _uid("Job", name)
     labels = {"batch.kubernetes.io/job-name": name, "batch.kubernetes.io/controller-uid": uid}
     phases = [row["pod_phase"] for row in rows]
@@ -339,9 +333,7 @@ def _pod(row: dict[str, str], team: str, owner: dict[str, Any], is_job: bool) ->
         "resourceVersion": "1",
         "creationTimestamp": _time(int(row["creation_time"])),
         "labels": labels,
-        "ownerReferences": [
-            _owner_ref(owner["kind"], owner["metadata"]["name"], owner["apiVersion"])
-        ],
+        "ownerReferences": [_owner_ref(owner["kind"], owner["metadata"]["name"], owner["apiVersion"])],
     }
     if annotations:
         meta["annotations"] = annotations
@@ -351,9 +343,7 @@ def _pod(row: dict[str, str], team: str, owner: dict[str, Any], is_job: bool) ->
 # -- placement ----------------------------------------------------------------------
 
 
-def _place(
-    nodes: list[dict[str, Any]], pods: list[dict[str, Any]], rows: list[dict[str, str]]
-) -> list[dict[str, Any]]:
+def _place(nodes: list[dict[str, Any]], pods: list[dict[str, Any]], rows: list[dict[str, str]]) -> list[dict[str, Any]]:
     """Bind, fill in every pod's status, and return the FailedScheduling events."""
     scheduler = Scheduler(nodes)
     by_name = {row["name"]: row for row in rows}
@@ -386,9 +376,7 @@ def _place(
             if message is not None:
                 created = int(row["creation_time"])
                 events.append(
-                    failed_scheduling_event(
-                        pod, message, first=_time(created), last=_time(created + 60), count=3
-                    )
+                    failed_scheduling_event(pod, message, first=_time(created), last=_time(created + 60), count=3)
                 )
     return events
 

@@ -61,9 +61,7 @@ def _tolerates(tolerations: Iterable[Mapping[str, Any]], taint: Mapping[str, Any
         if tol.get("operator") == "Exists":
             if not tol.get("key") or tol.get("key") == taint.get("key"):
                 return True
-        elif tol.get("key") == taint.get("key") and (tol.get("value") or "") == (
-            taint.get("value") or ""
-        ):
+        elif tol.get("key") == taint.get("key") and (tol.get("value") or "") == (taint.get("value") or ""):
             return True
     return False
 
@@ -204,9 +202,7 @@ class Scheduler:
                 self._errors[key] = fit_error_message(reasons, dra=self.dra)
         return self._errors[key]
 
-    def _static_filter(
-        self, pod: Mapping[str, Any], key: str
-    ) -> tuple[list[_Node], dict[str, str]]:
+    def _static_filter(self, pod: Mapping[str, Any], key: str) -> tuple[list[_Node], dict[str, str]]:
         """(nodes passing the filters that do not depend on load, {node: reason})."""
         cached = self._static.get(key)
         if cached is not None:
@@ -221,10 +217,7 @@ class Scheduler:
                 tolerations, {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}
             ):
                 rejected[node.name] = UNSCHEDULABLE
-            elif any(
-                t.get("effect") in ("NoSchedule", "NoExecute") and not _tolerates(tolerations, t)
-                for t in taints
-            ):
+            elif any(t.get("effect") in ("NoSchedule", "NoExecute") and not _tolerates(tolerations, t) for t in taints):
                 rejected[node.name] = UNTOLERATED
             elif not matches_node(pod, node.obj):
                 rejected[node.name] = AFFINITY
@@ -249,8 +242,7 @@ def fit_error_message(node_reasons: Mapping[str, list[str]], *, dra: bool = True
     total = len(node_reasons)
     histogram = Counter(reason for reasons in node_reasons.values() for reason in reasons)
     preemption = Counter(
-        NOT_HELPFUL if any(r in _UNRESOLVABLE for r in reasons) else NO_VICTIMS
-        for reasons in node_reasons.values()
+        NOT_HELPFUL if any(r in _UNRESOLVABLE for r in reasons) else NO_VICTIMS for reasons in node_reasons.values()
     )
 
     def join(counts: Counter[str]) -> str:

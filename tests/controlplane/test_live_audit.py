@@ -104,10 +104,20 @@ def _by_rule(report: dict) -> dict[str, list[dict]]:
 
 
 def test_the_opt_in_role_covers_every_operator_this_cluster_runs():
-    granted = {(g, r, v) for rule in operator_role()["rules"] for g in rule["apiGroups"]
-               for r in rule["resources"] for v in rule["verbs"]}
-    running = {(g, r, v) for rule in ml.OPERATOR_RULES for g in rule["apiGroups"]
-               for r in rule["resources"] for v in rule["verbs"]}
+    granted = {
+        (g, r, v)
+        for rule in operator_role()["rules"]
+        for g in rule["apiGroups"]
+        for r in rule["resources"]
+        for v in rule["verbs"]
+    }
+    running = {
+        (g, r, v)
+        for rule in ml.OPERATOR_RULES
+        for g in rule["apiGroups"]
+        for r in rule["resources"]
+        for v in rule["verbs"]
+    }
     assert running <= granted
 
 

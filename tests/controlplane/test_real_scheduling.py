@@ -355,12 +355,23 @@ def test_bound_pods_hold_their_gpus_in_the_audit(scheduled, tmp_path):
     # The verdicts on the real messages: the pod short of CPU where its
     # selector admits it gets no placement advice; the DRA pod waits for devices.
     audit = subprocess.run(
-        [sys.executable, "-m", "gpuaudit", "audit", "--snapshot", str(snap), "--format", "json",
-         "--rules", "GPA-AL-102,GPA-AL-105,GPA-PL-102"],
-        capture_output=True, text=True, check=False,
+        [
+            sys.executable,
+            "-m",
+            "gpuaudit",
+            "audit",
+            "--snapshot",
+            str(snap),
+            "--format",
+            "json",
+            "--rules",
+            "GPA-AL-102,GPA-AL-105,GPA-PL-102",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
     )
     verdicts = {(f["rule"], f["evidence"].get("pod")) for f in json.loads(audit.stdout)["findings"]}
     assert ("GPA-AL-105", "insufficient-cpu") in verdicts, audit.stdout[-2000:]
     assert ("GPA-PL-102", "insufficient-cpu") not in verdicts
     assert ("GPA-AL-102", "dra-claim") in verdicts
-

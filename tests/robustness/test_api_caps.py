@@ -105,9 +105,7 @@ class HostileApi:
                 query = dict(parse_qsl(split.query, keep_blank_values=True))
                 headers = {k.lower(): v for k, v in self.headers.items()}
                 if split.path != PODS:
-                    (status, reply_headers, body), _ = api.backend.handle(
-                        Request("GET", split.path, query, headers)
-                    )
+                    (status, reply_headers, body), _ = api.backend.handle(Request("GET", split.path, query, headers))
                     self._send(status, reply_headers, body)
                     return
                 try:

@@ -108,21 +108,35 @@ def test_a_cases_file_past_the_limits_is_named_by_validate_and_test(repo, case):
 
 TELEMETRY = {
     # config text -> what stderr says (line and key)
-    "regex": ('telemetry:\n  params:\n    exporter_pod_regex: "("\n',
-              ":3: '(' is not a valid regular expression: missing ), unterminated subpattern at position 0 "
-              "(at telemetry.params.exporter_pod_regex)"),
-    "points": ("telemetry:\n  params: {max_points_per_query: lots}\n",
-               ":2: 'lots' is not of type 'integer' (at telemetry.params.max_points_per_query)"),
-    "nan": ("telemetry:\n  params:\n    idle_compute: .nan\n",
-            ":3: nan is not a finite number (at telemetry.params.idle_compute)"),
-    "inf": ("telemetry:\n  params:\n    resident_fb_mib: .inf\n",
-            ":3: inf is not a finite number (at telemetry.params.resident_fb_mib)"),
-    "ratio": ("telemetry:\n  params:\n    idle_compute: 5\n",
-              ":3: 5 is greater than the maximum of 1 (at telemetry.params.idle_compute)"),
-    "site-param": ("telemetry:\n  params:\n    my_threshold: [1]\n",
-                   ":3: [1] is not of type 'number', 'string' (at telemetry.params.my_threshold)"),
-    "post-bytes": ("telemetry:\n  params:\n    max_post_bytes: 10\n",
-                   ":3: 10 is less than the minimum of 512 (at telemetry.params.max_post_bytes)"),
+    "regex": (
+        'telemetry:\n  params:\n    exporter_pod_regex: "("\n',
+        ":3: '(' is not a valid regular expression: missing ), unterminated subpattern at position 0 "
+        "(at telemetry.params.exporter_pod_regex)",
+    ),
+    "points": (
+        "telemetry:\n  params: {max_points_per_query: lots}\n",
+        ":2: 'lots' is not of type 'integer' (at telemetry.params.max_points_per_query)",
+    ),
+    "nan": (
+        "telemetry:\n  params:\n    idle_compute: .nan\n",
+        ":3: nan is not a finite number (at telemetry.params.idle_compute)",
+    ),
+    "inf": (
+        "telemetry:\n  params:\n    resident_fb_mib: .inf\n",
+        ":3: inf is not a finite number (at telemetry.params.resident_fb_mib)",
+    ),
+    "ratio": (
+        "telemetry:\n  params:\n    idle_compute: 5\n",
+        ":3: 5 is greater than the maximum of 1 (at telemetry.params.idle_compute)",
+    ),
+    "site-param": (
+        "telemetry:\n  params:\n    my_threshold: [1]\n",
+        ":3: [1] is not of type 'number', 'string' (at telemetry.params.my_threshold)",
+    ),
+    "post-bytes": (
+        "telemetry:\n  params:\n    max_post_bytes: 10\n",
+        ":3: 10 is less than the minimum of 512 (at telemetry.params.max_post_bytes)",
+    ),
     "params": ("telemetry:\n  params: [1]\n", ":2: [1] is not of type 'object' (at telemetry.params)"),
     "url": ("telemetry:\n  prometheus: 5\n", ":2: 5 is not of type 'string' (at telemetry.prometheus)"),
     "queries": ("telemetry:\n  queries: nope\n", ":2: 'nope' is not of type 'object' (at telemetry.queries)"),

@@ -28,14 +28,22 @@ pytestmark = pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs here
 NOT_REGULAR = "not a regular file, not read"
 
 CASES = "- {name: one, expect: pass, facts: {cpu_request: 1}}\n"
-SAMPLES = (
-    '{"kind": "header", "version": 1, "ts": 1700000000, "node": "n1", "interval_s": 10}\n'
-    + "".join(
-        json.dumps({"kind": "gpu", "ts": 1700000000 + 10 * i, "node": "n1", "gpu": "0",
-                    "uuid": "GPU-0", "util_gpu_pct": 2, "fb_used_bytes": 2 * GIB,
-                    "fb_total_bytes": 80 * GIB, "processes": []}) + "\n"
-        for i in range(6)
+SAMPLES = '{"kind": "header", "version": 1, "ts": 1700000000, "node": "n1", "interval_s": 10}\n' + "".join(
+    json.dumps(
+        {
+            "kind": "gpu",
+            "ts": 1700000000 + 10 * i,
+            "node": "n1",
+            "gpu": "0",
+            "uuid": "GPU-0",
+            "util_gpu_pct": 2,
+            "fb_used_bytes": 2 * GIB,
+            "fb_total_bytes": 80 * GIB,
+            "processes": [],
+        }
     )
+    + "\n"
+    for i in range(6)
 )
 
 
@@ -57,9 +65,7 @@ def test_devices_are_refused_before_a_byte_is_read(tmp_path, device):
     assert info.value.problem == NOT_REGULAR or info.value.problem.startswith("cannot read: ")
 
 
-def test_a_file_swapped_for_a_fifo_after_the_check_is_refused_by_the_open_descriptor(
-    tmp_path, monkeypatch
-):
+def test_a_file_swapped_for_a_fifo_after_the_check_is_refused_by_the_open_descriptor(tmp_path, monkeypatch):
     """The path is stat-ed, then opened: what counts is the fstat of what was
     opened, so a FIFO swapped in between is still refused (and not waited on)."""
     regular = tmp_path / "regular.yaml"
@@ -110,9 +116,7 @@ def test_gzip_is_inflated_only_up_to_the_limit(tmp_path):
     assert bomb.stat().st_size < 100_000
     with pytest.raises(FileReadError) as info:
         read_bytes(bomb, limit=1 << 20, what="snapshot", gunzip=True)
-    assert info.value.problem == (
-        "snapshot inflates to more than 1,048,576 bytes; the limit is 1,048,576 bytes"
-    )
+    assert info.value.problem == ("snapshot inflates to more than 1,048,576 bytes; the limit is 1,048,576 bytes")
     small = tmp_path / "small.gz"
     small.write_bytes(gzip.compress(b"hello"))
     assert read_bytes(small, limit=100, gunzip=True) == b"hello"
@@ -250,8 +254,13 @@ SIZES = {
     "--baseline": ("b.json", 100 << 20, ["check", "pinned.yaml", "--baseline", "{bad}"], "baseline is", 64 << 20),
     "--snapshot": ("s.json", 1536 * 1024**2, ["audit", "--snapshot", "{bad}"], "snapshot is", GIB),
     "sample --aggregate": ("s.jsonl", 5 * GIB, ["sample", "--aggregate", "{bad}"], "sample file is", 4 * GIB),
-    "sample --pods": ("p.json", 1536 * 1024**2, ["sample", "--aggregate", "samples.jsonl", "--pods", "{bad}"],
-                      "pods file is", GIB),
+    "sample --pods": (
+        "p.json",
+        1536 * 1024**2,
+        ["sample", "--aggregate", "samples.jsonl", "--pods", "{bad}"],
+        "pods file is",
+        GIB,
+    ),
     "rules validate": ("r.yaml", 2 << 20, ["rules", "validate", "{bad}"], "rule file is", 1 << 20),
     "cases": ("r.cases.yaml", 5 << 20, ["rules", "validate", "{bad}"], "cases file is", 4 << 20),
 }
@@ -268,8 +277,18 @@ def test_a_sparse_file_past_its_limit_is_refused_by_size_without_being_read(repo
 
 def test_a_token_file_past_its_limit_is_a_telemetry_problem(repo):
     bad = sparse(repo / "token", 1 << 20)
-    run = gpuaudit("audit", "--snapshot", str(DEMO), "--prometheus", "http://127.0.0.1:9",
-                   "--prometheus-token-file", str(bad), "--format", "json", cwd=repo)
+    run = gpuaudit(
+        "audit",
+        "--snapshot",
+        str(DEMO),
+        "--prometheus",
+        "http://127.0.0.1:9",
+        "--prometheus-token-file",
+        str(bad),
+        "--format",
+        "json",
+        cwd=repo,
+    )
     assert run.code == 2
     [problem] = [e for e in run.report()["errors"] if e["file"] == "telemetry"]
     assert problem["message"] == (

@@ -80,7 +80,9 @@ def test_a_live_fix_writes_no_credential_and_no_env_value_it_does_not_need(
     assert "0 unplanned difference(s)" in proc.stdout
 
     written = {p: p.read_text() for p in out.rglob("*") if p.is_file()}
-    leaks = sorted({(p.relative_to(out).as_posix(), s[:12]) for p, text in written.items() for s in SECRETS if s in text})  # noqa: E501
+    leaks = sorted(
+        {(p.relative_to(out).as_posix(), s[:12]) for p, text in written.items() for s in SECRETS if s in text}
+    )
     assert leaks == [], f"secrets in the overlay: {leaks}"
     for text in [proc.stdout, proc.stderr]:
         assert not any(s in text for s in SECRETS)

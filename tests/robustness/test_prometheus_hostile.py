@@ -36,8 +36,15 @@ from tests.robustness.hostile import cluster_seed
 _METRICS = ("DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_FREE")
 _EMPTY = json.dumps({"status": "success", "data": {"resultType": "vector", "result": []}}).encode()
 _ROW = {
-    "metric": {"Hostname": "node-0", "gpu": "0", "UUID": "GPU-0", "namespace": "ml", "pod": "p-0",
-               "container": "c", "modelName": "NVIDIA A100-SXM4-80GB"},
+    "metric": {
+        "Hostname": "node-0",
+        "gpu": "0",
+        "UUID": "GPU-0",
+        "namespace": "ml",
+        "pod": "p-0",
+        "container": "c",
+        "modelName": "NVIDIA A100-SXM4-80GB",
+    },
     "value": [0, "0.5"],
 }
 _ONE_ROW = json.dumps({"status": "success", "data": {"resultType": "vector", "result": [_ROW]}}).encode()
@@ -225,10 +232,30 @@ def _self_signed(tmp_path: Path) -> tuple[Path, Path]:
         pytest.skip("openssl is not installed")
     cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
     subprocess.run(
-        ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
-         "-keyout", str(key), "-out", str(cert), "-days", "1", "-subj", "/CN=127.0.0.1",
-         "-addext", "subjectAltName=IP:127.0.0.1"],
-        check=True, capture_output=True, timeout=60)
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+            "-keyout",
+            str(key),
+            "-out",
+            str(cert),
+            "-days",
+            "1",
+            "-subj",
+            "/CN=127.0.0.1",
+            "-addext",
+            "subjectAltName=IP:127.0.0.1",
+        ],
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
     return cert, key
 
 
@@ -251,6 +278,7 @@ def test_https_to_http_carries_no_credentials(tmp_path):
 
 
 # --- item 6: a server that trickles ------------------------------------------------------------
+
 
 def _trickle(data: bytes, server: Server, handler: http.server.BaseHTTPRequestHandler, every: float = 0.1) -> None:
     """One byte every ``every`` seconds: never slow enough for a socket timeout."""
@@ -393,10 +421,10 @@ def _nested(depth: int) -> bytes:
 
 _DEEP_ANSWERS = {
     "bare": _nested(_DEEP),
-    "in the result": b'{"status": "success", "data": {"resultType": "vector", "result": '
-    + _nested(_DEEP) + b"}}",
+    "in the result": b'{"status": "success", "data": {"resultType": "vector", "result": ' + _nested(_DEEP) + b"}}",
     "in a label": b'{"status": "success", "data": {"resultType": "vector", "result": [{"metric": {"pod": '
-    + _nested(_DEEP) + b'}, "value": [0, "1"]}]}}',
+    + _nested(_DEEP)
+    + b'}, "value": [0, "1"]}]}}',
     "below the recursion limit": b'{"status": "success", "warnings": ' + _nested(500) + b', "data": null}',
 }
 
@@ -408,9 +436,7 @@ def test_a_deeply_nested_answer_is_an_invalid_answer(body):
 
     with Server(serve) as server, pytest.raises(TelemetryUnavailable) as exc:
         query(server.url)
-    assert str(exc.value) == (
-        f"Prometheus at {server.url}: invalid answer: JSON nested more than 64 levels deep"
-    )
+    assert str(exc.value) == (f"Prometheus at {server.url}: invalid answer: JSON nested more than 64 levels deep")
 
 
 def test_a_deeply_nested_field_or_error_body_is_that_querys_error():
@@ -486,9 +512,19 @@ def test_the_audit_goes_on_labelled_partial(run_cli, tmp_path, fault):
     (tmp_path / "cfg.yaml").write_text(f"telemetry:\n  params:\n    max_response_bytes: {_LIMIT}\n")
     with Server(prometheus) as other, Server(_cli_faults()[fault](other)) as server:
         proc = run_cli(
-            "audit", "--snapshot", str(tmp_path / "snap.json"), "--config", str(tmp_path / "cfg.yaml"),
-            "--prometheus", server.url, "--prometheus-token-file", str(tmp_path / "token"),
-            "--prometheus-header", "X-Scope-OrgID=tenant-a", "--format", "json",
+            "audit",
+            "--snapshot",
+            str(tmp_path / "snap.json"),
+            "--config",
+            str(tmp_path / "cfg.yaml"),
+            "--prometheus",
+            server.url,
+            "--prometheus-token-file",
+            str(tmp_path / "token"),
+            "--prometheus-header",
+            "X-Scope-OrgID=tenant-a",
+            "--format",
+            "json",
         )
     assert "Traceback" not in proc.stderr, proc.stderr
     assert proc.returncode == 2, (proc.returncode, proc.stderr)

@@ -33,10 +33,21 @@ def header(**changes: Any) -> dict[str, Any]:
 
 def record(i: int = 0, **changes: Any) -> dict[str, Any]:
     return {
-        "kind": "gpu", "ts": T0 + 10 * i, "node": "n1", "gpu": "0", "uuid": "GPU-0",
-        "model": "NVIDIA H100", "mig_enabled": False, "mig_profile": None, "mig_id": None,
-        "util_gpu_pct": 3, "sm_util_pct": None, "fb_used_bytes": 20 * GIB, "fb_total_bytes": 80 * GIB,
-        "pcie_tx_bytes_per_s": 1000, "pcie_rx_bytes_per_s": 1000,
+        "kind": "gpu",
+        "ts": T0 + 10 * i,
+        "node": "n1",
+        "gpu": "0",
+        "uuid": "GPU-0",
+        "model": "NVIDIA H100",
+        "mig_enabled": False,
+        "mig_profile": None,
+        "mig_id": None,
+        "util_gpu_pct": 3,
+        "sm_util_pct": None,
+        "fb_used_bytes": 20 * GIB,
+        "fb_total_bytes": 80 * GIB,
+        "pcie_tx_bytes_per_s": 1000,
+        "pcie_rx_bytes_per_s": 1000,
         "processes": [{"pid": 7, "used_bytes": 20 * GIB, "pod_uid": "uid-1", "namespace": "ml", "pod": "trainer"}],
         **changes,
     }
@@ -71,18 +82,24 @@ BROKEN_RECORDS = {
     "huge-int": (record(0, fb_used_bytes=10**30), "read as missing: fb_used_bytes 1000000000000000000000000000000"),
     "processes-mapping": (record(0, processes={"pid": 1}), 'read as missing: processes {"pid": 1}'),
     "process-not-object": (record(0, processes=["x"]), 'read as missing: process "x"'),
-    "process-uid-list": (record(0, processes=[{"pod_uid": ["u"], "used_bytes": 1}]),
-                         'read as missing: process pod_uid ["u"]'),
-    "process-bytes-text": (record(0, processes=[{"pod_uid": "u", "used_bytes": "big"}]),
-                           'read as missing: process used_bytes "big"'),
+    "process-uid-list": (
+        record(0, processes=[{"pod_uid": ["u"], "used_bytes": 1}]),
+        'read as missing: process pod_uid ["u"]',
+    ),
+    "process-bytes-text": (
+        record(0, processes=[{"pod_uid": "u", "used_bytes": "big"}]),
+        'read as missing: process used_bytes "big"',
+    ),
     "list-for-id": (record(0, uuid=["GPU-0"]), 'uuid ["GPU-0"] is not text; record skipped'),
     "mapping-for-node": (record(0, node={"n": 1}), 'node {"n": 1} is not text; record skipped'),
     "text-for-time": (record(0, ts="2024-01-01"), 'ts "2024-01-01" is not a time in seconds; record skipped'),
     "huge-time": (record(0, ts=1e300), "ts 1e+300 is not a time in seconds; record skipped"),
     "negative-time": (record(0, ts=-1), "ts -1 is not a time in seconds; record skipped"),
     "bool-time": (record(0, ts=True), "ts true is not a time in seconds; record skipped"),
-    "big-int-line": (raw("fb_used_bytes", "9" * 4400),
-                     "not JSON: Exceeds the limit (4300 digits) for integer string conversion"),
+    "big-int-line": (
+        raw("fb_used_bytes", "9" * 4400),
+        "not JSON: Exceeds the limit (4300 digits) for integer string conversion",
+    ),
     "deep-line": ("[" * 200_000 + "]" * 200_000, "not JSON: nested too deep to parse"),
 }
 
@@ -116,8 +133,12 @@ def test_times_that_are_all_equal_or_microseconds_apart_stay_finite(tmp_path):
 def test_problems_are_listed_up_to_ten_per_file_then_counted(tmp_path):
     path, got = aggregate(tmp_path, header(), *[record(i, uuid=[i]) for i in range(25)], *GOOD)
     assert len(got["errors"]) == MAX_PROBLEMS_PER_FILE + 1
-    assert got["errors"][-1] == {"endpoint": str(path), "query": "parse", "level": "warning",
-                                 "message": "15 more lines with problems"}
+    assert got["errors"][-1] == {
+        "endpoint": str(path),
+        "query": "parse",
+        "level": "warning",
+        "message": "15 more lines with problems",
+    }
     assert all(e["level"] == "warning" for e in got["errors"])  # lines left out: the rest is read
     assert got["gpus"]
 
@@ -130,8 +151,13 @@ def test_a_file_with_nothing_usable_is_an_error_naming_it(tmp_path):
 
 
 def test_audit_with_hostile_samples_judges_the_rest_and_names_each_line(tmp_path):
-    path = write(tmp_path / "samples.jsonl", header(interval_s=1e-300), record(0, uuid=[1]),
-                 record(1, util_gpu_pct="lots"), *GOOD)
+    path = write(
+        tmp_path / "samples.jsonl",
+        header(interval_s=1e-300),
+        record(0, uuid=[1]),
+        record(1, util_gpu_pct="lots"),
+        *GOOD,
+    )
     run = gpuaudit("audit", "--snapshot", str(DEMO), "--samples", str(path), "--format", "json", cwd=tmp_path)
     assert run.code == 1, run.stderr  # findings; sample problems are warnings
     report = run.report()

@@ -166,7 +166,10 @@ def table(scores: Mapping[str, RuleScore]) -> str:
         )
         t = totals.setdefault(s.category or "?", RuleScore(category=s.category))
         t.right, t.wrong, t.unreviewed, t.missed = (
-            t.right + s.right, t.wrong + s.wrong, t.unreviewed + s.unreviewed, t.missed + s.missed,
+            t.right + s.right,
+            t.wrong + s.wrong,
+            t.unreviewed + s.unreviewed,
+            t.missed + s.missed,
         )
     lines += [
         "",

@@ -43,9 +43,11 @@ def enable_mig_reason(facts: NodeFacts, peak_mib: float | None = None) -> str:
             "(DCGM_FI_DEV_FB_USED over a window that covers them), and none is measured: no layout is "
             "recommended; MIG is enabled per node by label (nvidia.com/mig.config), never by a manifest"
         )
-    largest = max((gb for p in model.mig if (gb := gpus.mig_profile_memory_gib(p)) is not None), default=0.0) if (
-        model is not None
-    ) else 0.0
+    largest = (
+        max((gb for p in model.mig if (gb := gpus.mig_profile_memory_gib(p)) is not None), default=0.0)
+        if (model is not None)
+        else 0.0
+    )
     whole = model.memory_gib * 1024 if model is not None else None
     half = largest / 2 * 1000**3 / 2**20 if largest else None  # the second-largest layouts hold about half
     if whole is not None and half is not None and peak_mib > half:
