@@ -171,8 +171,8 @@ def test_an_invalid_config_value_is_a_usage_error_naming_it(run_cli, repo, text,
 @pytest.mark.parametrize(
     ("params", "expected"),
     [
-        ("{min_cpu_per_gpu: lots}", "must be a finite number (default 2), not 'lots'"),
-        ("{min_cpu_per_gpu: .nan}", "must be a finite number (default 2), not nan"),
+        ("{min_cpu_per_gpu: lots}", "must be a finite number (default 1), not 'lots'"),
+        ("{min_cpu_per_gpu: .nan}", "must be a finite number (default 1), not nan"),
         ("{min_cpu_per_gpu: [1]}", "must be a finite number"),
         ("{min_cpu_per_gpu: true}", "must be a finite number"),
     ],
