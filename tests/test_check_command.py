@@ -74,7 +74,7 @@ def test_json_output_has_the_documented_keys_and_exit_code_1(run_cli):
 
 
 def test_fail_on_threshold(run_cli, tmp_path):
-    (tmp_path / "job.yaml").write_text(CLEAN.replace('cpu: "4"', 'cpu: 500m'))  # medium finding only
+    (tmp_path / "job.yaml").write_text(CLEAN.replace('cpu: "4"', "cpu: 500m"))  # medium finding only
     assert run_cli("check", "job.yaml").returncode == 0
     assert run_cli("check", "job.yaml", "--fail-on", "medium").returncode == 1
     (tmp_path / "clean.yaml").write_text(CLEAN)
@@ -96,7 +96,7 @@ def test_stdin_and_text_output_grouped_in_diagnostic_order(run_cli):
     proc = run_cli(
         "check",
         "-",
-        stdin=PINNED + "---\n" + CLEAN.replace('cpu: "4"', 'cpu: 500m'),
+        stdin=PINNED + "---\n" + CLEAN.replace('cpu: "4"', "cpu: 500m"),
         env={"NO_COLOR": "1"},
     )
     out = proc.stdout
