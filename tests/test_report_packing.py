@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from msgspec.structs import replace
 
+from gpuaudit.facts.types import Telemetry
 from gpuaudit.gpus import lookup
 from gpuaudit.report.holders import RESIDENT_IDLE, GpuNode, Holder, Inventory, Thresholds
 from gpuaudit.report.packing import NodeSpace, PodDemand, pack_pool, place_on_nodes
@@ -82,15 +83,15 @@ def _holder(
         whole=1,
         mig_profiles=(),
         state=state,
-        telemetry={
-            "coverage": 1.0,
-            "compute_mean": mean,
-            "compute_p95": p95,
-            "fb_used_max_mib": peak_gib * GIB,
-            "fb_used_mean_mib": peak_gib * GIB * 0.8,
-            "fb_total_mib": 80 * GIB,
-            "resident_idle_fraction": resident_idle,
-        },
+        telemetry=Telemetry(
+            coverage=1.0,
+            compute_mean=mean,
+            compute_p95=p95,
+            fb_used_max_mib=peak_gib * GIB,
+            fb_used_mean_mib=peak_gib * GIB * 0.8,
+            fb_total_mib=80 * GIB,
+            resident_idle_fraction=resident_idle,
+        ),
     )
 
 

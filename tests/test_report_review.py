@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 from msgspec.structs import replace
 
+from gpuaudit.facts.types import Telemetry
 from gpuaudit.model import Finding
 from gpuaudit.model.findings import Location, Resource
 from gpuaudit.report import actions, gate, summary
@@ -57,13 +58,13 @@ def _holder(
         whole=1,
         mig_profiles=(),
         state=state,
-        telemetry={
-            "coverage": 1.0,
-            "compute_mean": p95 / 2,
-            "compute_p95": p95,
-            "fb_used_max_mib": peak_gib * GIB,
-            "fb_total_mib": 80 * GIB,
-        }
+        telemetry=Telemetry(
+            coverage=1.0,
+            compute_mean=p95 / 2,
+            compute_p95=p95,
+            fb_used_max_mib=peak_gib * GIB,
+            fb_total_mib=80 * GIB,
+        )
         if telemetry
         else None,
     )
@@ -269,7 +270,7 @@ def _flow(
 
 
 def _with(h: Holder, **values: Any) -> Holder:
-    return replace(h, telemetry={**(h.telemetry or {}), **values})
+    return replace(h, telemetry=replace(h.observed, **values))
 
 
 def test_a_signal_named_with_no_values_leaves_the_gate_unchanged() -> None:
@@ -503,7 +504,7 @@ def test_a_resident_model_moves_to_a_cheaper_gpu_that_holds_it() -> None:
     planned = actions.plan(Inventory(nodes, idle, (), None, None), {}, prices)
     move = next(a for a in planned["all"] if a["workload"]["name"] == "small")
     assert "smaller_gpu" in [move["kind"], *move["alternatives"]]
-    big = tuple(replace(h, telemetry={**(h.telemetry or {}), "fb_used_max_mib": 21 * GIB}) for h in idle)
+    big = tuple(_with(h, fb_used_max_mib=21 * GIB) for h in idle)
     planned = actions.plan(Inventory(nodes, big, (), None, None), {}, prices)
     assert "smaller_gpu" not in [planned["all"][0]["kind"], *planned["all"][0]["alternatives"]]  # 21 GiB x 1.2 > 24
 

@@ -14,7 +14,7 @@ import pytest
 
 from .conftest import ROOT
 
-READER = ROOT / "gpuaudit" / "report" / "holders.py"
+REPORT = ROOT / "gpuaudit" / "report"
 
 
 def _mypy(tmp_path: Path, *files: str) -> subprocess.CompletedProcess[str]:
@@ -45,11 +45,19 @@ def test_the_fact_types_and_their_readers_type_check(tmp_path):
     assert "Success: no issues found" in result.stdout
 
 
-def test_a_renamed_fact_is_caught(tmp_path):
-    source = READER.read_text(encoding="utf-8")
-    assert "facts.pending.pending" in source, "the reader this test edits no longer reads pod.pending.pending"
-    renamed = tmp_path / "holders.py"
-    renamed.write_text(source.replace("facts.pending.pending", "facts.pending.is_pending"), encoding="utf-8")
-    result = _mypy(tmp_path, str(renamed))
+@pytest.mark.parametrize(
+    ("reader", "read", "renamed", "message"),
+    [
+        ("holders.py", "facts.pending.pending", "facts.pending.is_pending", '"Pending" has no attribute "is_pending"'),
+        # the what-if reads a pod's telemetry as the Telemetry type (Holder.observed)
+        ("whatif.py", "t.fb_used_max_mib", "t.fb_used_peak_mib", '"Telemetry" has no attribute "fb_used_peak_mib"'),
+    ],
+)
+def test_a_renamed_fact_is_caught(tmp_path, reader, read, renamed, message):
+    source = (REPORT / reader).read_text(encoding="utf-8")
+    assert read in source, f"the reader this test edits no longer reads {read}"
+    edited = tmp_path / reader
+    edited.write_text(source.replace(read, renamed), encoding="utf-8")
+    result = _mypy(tmp_path, str(edited))
     assert result.returncode == 1, result.stdout + result.stderr
-    assert '"Pending" has no attribute "is_pending"' in result.stdout, result.stdout
+    assert message in result.stdout, result.stdout

@@ -10,7 +10,7 @@ from gpuaudit.engine.per_workload import one_per_workload, suppressed_per_worklo
 from gpuaudit.engine.rules import Rule
 from gpuaudit.facts import Subject
 from gpuaudit.facts import cluster as cluster_facts
-from gpuaudit.facts.types import PodFacts
+from gpuaudit.facts.types import ClusterFacts, PodFacts
 from gpuaudit.model import AuditResult, InputError, Skipped
 from gpuaudit.model.cluster_builder import build_cluster_state
 from gpuaudit.sources.user_config import Config
@@ -59,7 +59,7 @@ def audit_cluster(
             names = str(problem.get("query")).split(" (")[0]  # "field (part 2/7 to ...)"
             unread_telemetry += [f"telemetry query {q}" for q in names.split(",")]
     subjects = list(cluster_facts.subjects(state))
-    totals = next(s.facts for s in subjects if s.target == "cluster")
+    totals = next(s.facts_as(ClusterFacts) for s in subjects if s.target == "cluster")
     evaluation = evaluate(
         rules,
         subjects,
@@ -93,18 +93,13 @@ def audit_cluster(
         state=state,
         subjects=subjects,
         cluster={
-            "partial": [*totals["partial"], *dict.fromkeys(unread_telemetry)],
-            **{
-                key: totals[key]
-                for key in (
-                    "gpu_nodes",
-                    "gpus_total",
-                    "gpus_allocated",
-                    "pending_gpu_pods",
-                    "pending_by_cause",
-                    "kueue_pending",
-                )
-            },
+            "partial": [*totals.partial, *dict.fromkeys(unread_telemetry)],
+            "gpu_nodes": totals.gpu_nodes,
+            "gpus_total": totals.gpus_total,
+            "gpus_allocated": totals.gpus_allocated,
+            "pending_gpu_pods": totals.pending_gpu_pods,
+            "pending_by_cause": totals.pending_by_cause,
+            "kueue_pending": totals.kueue_pending,
         },
     )
 

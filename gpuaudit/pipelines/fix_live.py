@@ -22,7 +22,7 @@ from gpuaudit.facts.context import Site, build_context
 from gpuaudit.facts.model_size import DTYPE_ENV, MODEL_ENV
 from gpuaudit.facts.parallelism import ENV as PARALLELISM_ENV
 from gpuaudit.facts.process import DATALOADER_ENV
-from gpuaudit.facts.types import NodeFacts, PodFacts, as_type
+from gpuaudit.facts.types import NodeFacts, PodFacts
 from gpuaudit.kube.owners import OwnerKey
 from gpuaudit.kube.podspecs import KindLocator, builtin_locators, group_of
 from gpuaudit.kube.shapes import as_map, object_id
@@ -326,7 +326,7 @@ def live_items(
             if (finding.remediation or {}).get("id") == "enable-mig" and subject is not None:
                 if node_peaks is None:
                     node_peaks = _node_peaks(snapshot)
-                problem = enable_mig_reason(as_type(subject.facts, NodeFacts), node_peaks.get(r.name))
+                problem = enable_mig_reason(subject.facts_as(NodeFacts), node_peaks.get(r.name))
             else:
                 problem = (
                     f"{where} is a Node: the kubelet owns it and an overlay does not patch it; the "

@@ -167,10 +167,10 @@ def _consolidate(key: WorkloadKey, pods: Sequence[Holder], prices: Prices) -> di
     if any(abs(h.gpus - per_pod) > 1e-9 for h in pods) or per_pod <= 0:
         return None
     measured = [h for h in pods if h.state != NO_DATA and h.telemetry]
-    p95 = [(h.telemetry or {}).get("compute_p95") for h in measured]
-    if not measured or any(not isinstance(v, (int, float)) for v in p95):
+    p95 = [float(v) for h in measured if isinstance(v := h.observed.compute_p95, (int, float))]
+    if not measured or len(p95) < len(measured):
         return None
-    load = sum(float(v) * h.gpus for v, h in zip(p95, measured, strict=True))  # type: ignore[arg-type]
+    load = sum(v * h.gpus for v, h in zip(p95, measured, strict=True))
     needed = max(math.ceil(load / per_pod - 1e-9), 1 if len(measured) == len(pods) else 0)
     keep = len(pods) - len(measured) + needed
     idle = [h for h in measured if h.state in (IDLE, RESIDENT_IDLE)]
@@ -200,7 +200,7 @@ def _scale_to_zero(key: WorkloadKey, pods: Sequence[Holder], prices: Prices) -> 
         return None
 
     def idle_share(h: Holder) -> float:
-        value = (h.telemetry or {}).get("resident_idle_fraction")
+        value = h.observed.resident_idle_fraction
         return h.gpus * float(value) if isinstance(value, (int, float)) else 0.0
 
     gpus = sum(idle_share(h) for h in resident)
@@ -249,10 +249,10 @@ def _smaller_gpu(
     costs less per hour than the one it holds; single-GPU pods only."""
     if not pods or any(h.whole != 1 or h.mig_profiles for h in pods):
         return None
-    peaks = [(h.telemetry or {}).get("fb_used_max_mib") for h in pods if h.state != NO_DATA]
-    if not peaks or len(peaks) < len(pods) or any(not isinstance(v, (int, float)) for v in peaks):
+    peaks = [float(v) for h in pods if h.state != NO_DATA and isinstance(v := h.observed.fb_used_max_mib, (int, float))]
+    if len(peaks) < len(pods):
         return None  # a replica without telemetry could need more: unknown, no move
-    need = max(float(v) for v in peaks) * HEADROOM  # type: ignore[arg-type]
+    need = max(peaks) * HEADROOM
     now = pods[0].model
     price_now = prices.of(now)
     if price_now is None or any(h.model != now for h in pods):
@@ -307,7 +307,7 @@ def _bundles(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     groups: dict[str, list[Mapping[str, Any]]] = defaultdict(list)
     for row in rows:
         groups[row["team"]].append(row)
-    out = []
+    out: list[dict[str, Any]] = []
     for team, members in groups.items():
         usd = [m["usd_per_month"] for m in members]
         first = members[0]
@@ -325,7 +325,7 @@ def _bundles(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
                 "workloads": len(members),
                 "gpus": _n(sum(m["gpus"] or 0 for m in members)),
                 "gpus_freed": _n(sum(m["gpus"] or 0 for m in members)),
-                "usd_per_month": None if any(u is None for u in usd) else sum(usd),  # type: ignore[arg-type]
+                "usd_per_month": None if any(u is None for u in usd) else sum(usd),
                 "covered_usd_per_month": None
                 if any(u is None for u in usd)
                 else sum(min(m["usd_per_month"], m["idle_usd_per_month"] or 0) for m in members),

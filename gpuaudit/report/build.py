@@ -16,6 +16,7 @@ from typing import Any
 import msgspec
 
 from gpuaudit import __version__
+from gpuaudit.facts.types import ClusterFacts
 from gpuaudit.model import CATEGORIES, AuditResult, ClusterState
 from gpuaudit.report import actions, gate, summary
 from gpuaudit.report.history import RunSummary
@@ -176,7 +177,7 @@ def analyse(
         team_label=settings.team_label,
         pool_label=settings.pool_label,
     )
-    cluster_doc = next((s.facts for s in subjects if s.target == "cluster"), {})
+    cluster_facts = next((s.facts_as(ClusterFacts) for s in subjects if s.target == "cluster"), None)
     cluster = settings.cluster_name or state.source
     partial = partial_input(state)
     unknown = set(partial["unknown"])
@@ -185,7 +186,7 @@ def analyse(
         if key in unknown:
             gpus[key] = None
     coverage = summary.coverage(inventory, state.telemetry, state.collected_at)
-    pending = summary.pending(inventory, cluster_doc)
+    pending = summary.pending(inventory, cluster_facts)
     planned = overlay.get("rules") if overlay is not None and overlay.get("available") else None
     causes = summary.root_causes(result.findings, result.rules, inventory, planned)
     biggest = summary.biggest_causes(causes)
@@ -204,7 +205,7 @@ def analyse(
         signals_measured=gate.signal_coverage(inventory.holders),
         extra_metrics=_extra_metrics(state.telemetry),
         sharing={
-            "nodes": (cluster_doc.get("sharing") or {}).get("active_nodes") or 0,
+            "nodes": cluster_facts.sharing.active_nodes if cluster_facts else 0,
             "pods": shared_pods,
         },
         workloads=len(workloads),

@@ -4,8 +4,11 @@ first week, and the verdict (pure)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
+
+from gpuaudit.facts.types import Number, Telemetry
+from gpuaudit.report.holders import Holder
 
 MIN_COVERAGE = 0.8  # share of allocated GPUs with telemetry for "residency measured"
 MIN_SIGNAL_COVERAGE = 0.5  # share of allocated GPUs an application signal must cover for its step
@@ -13,25 +16,25 @@ STALE_HOURS = 24.0  # telemetry that ends this long before the snapshot describe
 MAX_UNKNOWN_PENDING = 0.1  # share of pending pods without a known cause
 APPLICATION_SIGNALS = ("pcie", "occupancy", "tensor", "nvlink")
 # The per-pod telemetry value each application signal fills.
-SIGNAL_VALUES = {
-    "pcie": "pcie_mean_bps",
-    "occupancy": "occupancy_mean",
-    "tensor": "tensor_active_mean",
-    "nvlink": "nvlink_mean_bps",
+SIGNAL_VALUES: dict[str, Callable[[Telemetry], Number | None]] = {
+    "pcie": lambda t: t.pcie_mean_bps,
+    "occupancy": lambda t: t.occupancy_mean,
+    "tensor": lambda t: t.tensor_active_mean,
+    "nvlink": lambda t: t.nvlink_mean_bps,
 }
 
 
-def signal_coverage(holders: Iterable[Any]) -> dict[str, float]:
+def signal_coverage(holders: Iterable[Holder]) -> dict[str, float]:
     """Allocated GPUs whose pod has a value for each application signal (a
     signal named in the snapshot with every value null covers nothing), and
     for the application's own metrics (``extra``)."""
     covered = dict.fromkeys([*APPLICATION_SIGNALS, "extra"], 0.0)
     for h in holders:
-        t = h.telemetry or {}
+        t = h.observed
         for name in APPLICATION_SIGNALS:
-            if isinstance(t.get(SIGNAL_VALUES[name]), (int, float)):
+            if isinstance(SIGNAL_VALUES[name](t), (int, float)):
                 covered[name] += h.gpus
-        if any(v is not None for v in (t.get("extra") or {}).values()):
+        if any(v is not None for v in t.extra.values()):
             covered["extra"] += h.gpus
     return covered
 

@@ -19,7 +19,7 @@ import msgspec
 from gpuaudit.facts import Subject
 from gpuaudit.facts.capacity import physical_gpus
 from gpuaudit.facts.scheduling import selects_node, untolerated_taints
-from gpuaudit.facts.types import PodFacts
+from gpuaudit.facts.types import PodFacts, Telemetry
 from gpuaudit.kube.labels import HOSTNAME_LABEL
 from gpuaudit.kube.requests import pod_requests
 from gpuaudit.kube.shapes import as_map
@@ -28,6 +28,8 @@ from gpuaudit.model import ClusterState, Node, PodState
 # The states an allocated GPU can be in, as the first screen shows them.
 ACTIVE, RESIDENT_IDLE, IDLE, NO_DATA = "active", "resident_idle", "idle", "no_data"
 STATES = (ACTIVE, RESIDENT_IDLE, IDLE, NO_DATA)
+# What a holder without telemetry observed: every signal None.
+NOTHING_OBSERVED = Telemetry()
 
 
 class Thresholds(msgspec.Struct, frozen=True):
@@ -84,9 +86,14 @@ class Holder(msgspec.Struct, frozen=True):
     whole: int  # whole GPUs of an unshared node (0 for MIG slices and shared replicas)
     mig_profiles: tuple[str, ...]
     state: str
-    telemetry: Mapping[str, Any] | None
+    telemetry: Telemetry | None
     requests: tuple[float, float] = (0.0, 0.0)  # (CPU cores, memory bytes) the scheduler reserves for it
     stuck: str | None = None  # CrashLoopBackOff, ImagePullBackOff, ...: it holds GPUs and does no work
+
+    @property
+    def observed(self) -> Telemetry:
+        """The telemetry, every signal None when there is none."""
+        return self.telemetry or NOTHING_OBSERVED
 
 
 class Waiting(msgspec.Struct, frozen=True):
@@ -150,19 +157,19 @@ def team_of(pod: PodState, team_label: str | None) -> str:
     return pod.namespace
 
 
-def classify(telemetry: Mapping[str, Any] | None, thresholds: Thresholds) -> str:
+def classify(telemetry: Telemetry | None, thresholds: Thresholds) -> str:
     """The state of a pod's GPUs over the telemetry window. Missing or thin
     data is its own state, never idle."""
-    if not telemetry:
+    if telemetry is None:
         return NO_DATA
-    coverage = telemetry.get("coverage")
+    coverage = telemetry.coverage
     if not isinstance(coverage, (int, float)) or coverage < thresholds.min_coverage:
         return NO_DATA
-    compute = telemetry.get("compute_mean")
+    compute = telemetry.compute_mean
     if not isinstance(compute, (int, float)):
         return NO_DATA
-    resident_idle = telemetry.get("resident_idle_fraction")
-    p95 = telemetry.get("compute_p95")
+    resident_idle = telemetry.resident_idle_fraction
+    p95 = telemetry.compute_p95
     if (
         isinstance(resident_idle, (int, float))
         and resident_idle >= thresholds.resident_idle
@@ -272,8 +279,7 @@ def collect(
             share, whole, profiles = physical_gpus(pod, node)
             if share <= 0:
                 continue
-            # Handed on as the document holds it: the review reads its keys (Holder.telemetry).
-            telemetry = subject.facts.get("telemetry")
+            telemetry = facts.telemetry
             holders.append(
                 Holder(
                     namespace=pod.namespace,

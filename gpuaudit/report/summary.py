@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from gpuaudit.facts.types import PodFacts
+from gpuaudit.facts.types import ClusterFacts, Number, PodFacts, Telemetry
 from gpuaudit.kube.timestamps import parse_time
 from gpuaudit.model import CATEGORIES, Finding
 from gpuaudit.report.gate import ANY_MODEL, STALE_HOURS
@@ -163,10 +163,10 @@ def workloads(inventory: Inventory) -> list[dict[str, Any]]:
 # --- activity ----------------------------------------------------------------------
 
 
-def _weighted(holders: Sequence[Holder], value: Callable[[Mapping[str, Any]], Any]) -> float | None:
+def _weighted(holders: Sequence[Holder], value: Callable[[Telemetry], Number | None]) -> float | None:
     total = weight = 0.0
     for h in holders:
-        v = value(h.telemetry or {})
+        v = value(h.observed)
         if isinstance(v, (int, float)):
             total += v * h.gpus
             weight += h.gpus
@@ -175,30 +175,25 @@ def _weighted(holders: Sequence[Holder], value: Callable[[Mapping[str, Any]], An
 
 def _activity_values(holders: Sequence[Holder]) -> dict[str, Any]:
     measured = [h for h in holders if h.state != NO_DATA]
-    used = sum((h.telemetry or {}).get("fb_used_mean_mib") or 0.0 for h in measured)
-    capacity = sum(
-        (h.telemetry or {}).get("fb_total_mib") or 0.0
-        for h in measured
-        if (h.telemetry or {}).get("fb_used_mean_mib") is not None
-    )
-    pcie = [h for h in measured if (h.telemetry or {}).get("pcie_mean_bps") is not None]
-    pcie_gpus = sum(h.gpus for h in pcie)
+    used = sum(h.observed.fb_used_mean_mib or 0.0 for h in measured)
+    capacity = sum(h.observed.fb_total_mib or 0.0 for h in measured if h.observed.fb_used_mean_mib is not None)
+    pcie = [(h, h.observed.pcie_mean_bps) for h in measured]
+    pcie_bps = [bps for _, bps in pcie if bps is not None]
+    pcie_gpus = sum(h.gpus for h, bps in pcie if bps is not None)
 
     def rounded(value: float | None, digits: int = 3) -> float | None:
         return None if value is None else round(value, digits)
 
     return {
         "gpus_measured": r1(sum(h.gpus for h in measured)),
-        "compute_mean": rounded(_weighted(measured, lambda t: t.get("compute_mean"))),
-        "compute_p95": rounded(_weighted(measured, lambda t: t.get("compute_p95"))),
+        "compute_mean": rounded(_weighted(measured, lambda t: t.compute_mean)),
+        "compute_p95": rounded(_weighted(measured, lambda t: t.compute_p95)),
         "vram_used_ratio": rounded(used / capacity) if capacity else None,
         "vram_used_mib": round(used) if measured and capacity else None,
-        "memory_bandwidth": rounded(_weighted(measured, lambda t: t.get("dram_active_mean"))),
-        "pcie_bps_per_gpu": (
-            round(sum((h.telemetry or {})["pcie_mean_bps"] for h in pcie) / pcie_gpus) if pcie_gpus else None
-        ),
-        "tensor_active": rounded(_weighted(measured, lambda t: t.get("tensor_active_mean"))),
-        "occupancy": rounded(_weighted(measured, lambda t: t.get("occupancy_mean"))),
+        "memory_bandwidth": rounded(_weighted(measured, lambda t: t.dram_active_mean)),
+        "pcie_bps_per_gpu": round(sum(pcie_bps) / pcie_gpus) if pcie_gpus else None,
+        "tensor_active": rounded(_weighted(measured, lambda t: t.tensor_active_mean)),
+        "occupancy": rounded(_weighted(measured, lambda t: t.occupancy_mean)),
     }
 
 
@@ -379,7 +374,9 @@ def fragmentation(inventory: Inventory) -> list[dict[str, Any]]:
     return rows
 
 
-def pending(inventory: Inventory, kueue: Mapping[str, Any] | None) -> dict[str, Any]:
+def pending(inventory: Inventory, cluster: ClusterFacts | None) -> dict[str, Any]:
+    """The pods that wait for GPUs, by cause; ``cluster``'s facts count the
+    Kueue workloads that wait in a queue."""
     groups = _group(inventory.waiting, lambda w: w.cause)
     by_cause = []
     for cause in [*PENDING_CAUSES, *sorted(set(groups) - set(PENDING_CAUSES))]:
@@ -411,8 +408,8 @@ def pending(inventory: Inventory, kueue: Mapping[str, Any] | None) -> dict[str, 
         "by_cause": by_cause,
         "hardware_demand": hardware_demand(inventory),
         "fragmentation": fragmentation(inventory),
-        "kueue_workloads": int((kueue or {}).get("kueue_pending") or 0),
-        "kueue_examples": list((kueue or {}).get("kueue_examples") or []),
+        "kueue_workloads": cluster.kueue_pending if cluster else 0,
+        "kueue_examples": list(cluster.kueue_examples) if cluster else [],
     }
 
 

@@ -78,21 +78,21 @@ def _template_peaks(holders: Iterable[Holder]) -> dict[WorkloadKey, float]:
     every replica, so each is sized for the largest."""
     peaks: dict[WorkloadKey, float] = {}
     for h in holders:
-        peak = (h.telemetry or {}).get("fb_used_max_mib")
+        peak = h.observed.fb_used_max_mib
         if isinstance(peak, (int, float)):
             peaks[_workload(h)] = max(peaks.get(_workload(h), 0.0), float(peak))
     return peaks
 
 
 def _needs(h: Holder, settings: WhatIfSettings, peaks: Mapping[WorkloadKey, float]) -> Need | None:
-    t = h.telemetry or {}
-    peak = t.get("fb_used_max_mib")
+    t = h.observed
+    peak = t.fb_used_max_mib
     if isinstance(peak, (int, float)):
         peak = max(float(peak), peaks.get(_workload(h), 0.0))
-    mean = t.get("compute_mean")
+    mean = t.compute_mean
     if not isinstance(peak, (int, float)) or not isinstance(mean, (int, float)):
         return None
-    p95 = t.get("compute_p95")
+    p95 = t.compute_p95
     p95 = p95 if isinstance(p95, (int, float)) else mean
     return Need(
         vram_mib=(peak * (1 + settings.vram_headroom), float(peak)),
@@ -221,7 +221,7 @@ def _time_slicing(
             whole = 0
             for h in members:
                 need = _needs(h, settings, peaks)
-                total = (h.telemetry or {}).get("fb_total_mib") or memory_of.get(h.node)
+                total = h.observed.fb_total_mib or memory_of.get(h.node)
                 if need is None or not total:
                     whole += 1
                     continue
@@ -266,7 +266,7 @@ def _idle_residency(inventory: Inventory) -> dict[str, Any]:
         now = sum(h.gpus for h in members)
 
         def busy(h: Holder) -> float:
-            fraction = (h.telemetry or {}).get("resident_idle_fraction") or 0.0
+            fraction = h.observed.resident_idle_fraction or 0.0
             return h.gpus * max(0.0, 1.0 - float(fraction))
 
         pooled = math.ceil(sum(busy(h) for h in members) - 1e-9)
@@ -341,8 +341,7 @@ def _share_vector(
     if not isinstance(need_mib, (int, float)):
         return "no VRAM telemetry behind the patch (it needs confirmation): not counted"
     p95s = [
-        t.get("compute_p95") if isinstance(t.get("compute_p95"), (int, float)) else t.get("compute_mean")
-        for t in (h.telemetry or {} for h in pods)
+        t.compute_p95 if isinstance(t.compute_p95, (int, float)) else t.compute_mean for t in (h.observed for h in pods)
     ]
     known = [float(v) for v in p95s if isinstance(v, (int, float))]
     if len(known) < len(pods):
@@ -363,7 +362,7 @@ def _share_vector(
             )
         return f"{model}\0mig", (profile[1], profile[2]), (layout.compute_slices, layout.memory_slices)
     memory_of = {n.name: n.memory_mib for n in inventory.nodes}
-    total = (pods[0].telemetry or {}).get("fb_total_mib") or memory_of.get(pods[0].node)
+    total = pods[0].observed.fb_total_mib or memory_of.get(pods[0].node)
     if not total:
         return f"the memory of a {model} is unknown: not counted"
     memory = math.ceil(UNITS * float(need_mib) / float(total) - 1e-9)
@@ -541,8 +540,8 @@ def simulate(
     best = max(scenarios, key=lambda s: (s["freed"]["high"], s["freed"]["low"]))
     window = None
     for h in inventory.holders:
-        if h.telemetry and h.telemetry.get("window_seconds"):
-            window = h.telemetry["window_seconds"]
+        if h.observed.window_seconds:
+            window = h.observed.window_seconds
             break
     reached = achievable(inventory, overlay, settings)
     return {
