@@ -73,10 +73,10 @@ def test_walking_a_tree_renders_each_kustomization_and_skips_the_files_it_used(r
     # kustomize's load restrictor: not rendered, so not judged...
     refused = [e for e in result["errors"] if "outside its folder" in e["message"]]
     assert refused and all(e["level"] == "error" for e in refused)
-    assert not any(name.endswith("vllm/vllm-7b.yaml") for name in files)
+    assert not any(name.endswith("tgi/tgi-2b.yaml") for name in files)
     # ... unless the user asks for its plain resource files to be judged as files.
     warned = report(run_cli("check", str(corpus), "--render-errors", "warn", "-o", "json", env={"PATH": tools_path}))
-    assert any(f["location"]["file"].endswith("vllm/vllm-7b.yaml") for f in warned["findings"])
+    assert any(f["location"]["file"].endswith("tgi/tgi-2b.yaml") for f in warned["findings"])
     assert all(e["level"] == "warning" for e in warned["errors"] if "outside its folder" in e["message"])
     assert any("judged as plain files" in e["message"] for e in warned["errors"])
     remote = [e for e in result["errors"] if "remote base" in e["message"]]

@@ -36,7 +36,7 @@ spec:
   - name: trainer
     image: cuda:12
     resources:
-      requests: {{cpu: "1"}}
+      requests: {{cpu: "500m"}}
       limits: {{nvidia.com/gpu: 1}}
 """
 

@@ -31,7 +31,7 @@ spec:
       - name: c
         image: cuda:12
         resources:
-          requests: {cpu: "1"}
+          requests: {cpu: "500m"}
           limits: {nvidia.com/gpu: 1}
 """
 LIMIT = 2048  # bytes: more than any message, less than any SARIF or overlay
