@@ -165,10 +165,9 @@ def move_to_shared_gpu(ctx: Context, template: PodTemplate) -> Proposal | Declin
     # The patch resizes every replica: size it from the peak over all the
     # owner's pods (this finding's pod is one of them) where the run has it.
     seen = ctx.run.evidence_for(ctx.document)
-    over_pods = seen is not None and bool(seen.telemetry)
-    if over_pods:
-        peak, window, compute = (seen.telemetry.get(k) for k in ("fb_used_max_mib", "window_seconds", "compute_p95"))
-    elif (telemetry := ctx.pod_facts.telemetry) is not None:
+    over_pods = seen is not None and seen.telemetry is not None
+    telemetry = seen.telemetry if seen is not None and seen.telemetry is not None else ctx.pod_facts.telemetry
+    if telemetry is not None:
         peak, window, compute = telemetry.fb_used_max_mib, telemetry.window_seconds, telemetry.compute_p95
     else:
         peak = window = compute = None

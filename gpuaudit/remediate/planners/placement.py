@@ -118,7 +118,7 @@ def _memory_floor(ctx: Context, memory: float | None) -> tuple[float, str] | Dec
     or, when neither is known, the pinned GPU's own memory (``memory``, GiB)."""
     needs: list[tuple[float, str]] = []
     seen = ctx.run.evidence_for(ctx.document)
-    peak = (seen.telemetry if seen is not None else {}).get("fb_used_max_mib")
+    peak = seen.telemetry.fb_used_max_mib if seen is not None and seen.telemetry is not None else None
     if isinstance(peak, (int, float)) and peak > 0:
         headroom = float(ctx.params.get("headroom", 0.2))
         needs.append((peak * (1 + headroom), f"its measured peak of {peak:,.0f} MiB + {headroom:.0%} headroom"))
