@@ -111,9 +111,9 @@ def _rule_section(rule: Mapping[str, Any], cases: list[dict[str, Any]], path: Pa
         ("file", f"`{path.relative_to(ROOT).as_posix()}`"),
     ]
     out += [" | ".join(f"**{k}**: {v}" for k, v in facts), ""]
-    by_purpose = rule.get("severity_by_purpose") or {}
-    if by_purpose:
-        out += [_by_purpose(rule["severity"], by_purpose), ""]
+    for key, what in (("severity_by_purpose", "purpose"), ("severity_by_context", "file context")):
+        if rule.get(key):
+            out += [_capped(rule["severity"], rule[key], key, what), ""]
     out += [*_docs_paragraphs(rule["docs"]), ""]
     params = rule.get("params") or {}
     if params:
@@ -145,17 +145,17 @@ def _rule_section(rule: Mapping[str, Any], cases: list[dict[str, Any]], path: Pa
     return out
 
 
-def _by_purpose(severity: str, by_purpose: Mapping[str, str]) -> str:
-    """One line: which purposes (the `purpose` fact) the rule is silent for,
-    and the most severe it is for others (severity_by_purpose)."""
+def _capped(severity: str, caps: Mapping[str, str], key: str, what: str) -> str:
+    """One line: for which values of a fact (`purpose`, `file_context`) the
+    rule is silent, and the most severe it is for others (``key``)."""
     grouped: dict[str, list[str]] = {}
-    for purpose, value in by_purpose.items():
-        grouped.setdefault(value, []).append(purpose)
+    for value, cap in caps.items():
+        grouped.setdefault(cap, []).append(value)
     parts = [
-        ("silent for " if value == "silent" else f"at most {value} for ") + ", ".join(purposes)
-        for value, purposes in sorted(grouped.items(), key=lambda kv: kv[0] == "silent")
+        ("silent for " if cap == "silent" else f"at most {cap} for ") + ", ".join(values)
+        for cap, values in sorted(grouped.items(), key=lambda kv: kv[0] == "silent")
     ]
-    return f"**by purpose**: {'; '.join(parts)}; {severity} for any other (`severity_by_purpose`)"
+    return f"**by {what}**: {'; '.join(parts)}; {severity} for any other (`{key}`)"
 
 
 def rules_markdown() -> str:

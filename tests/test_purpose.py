@@ -307,3 +307,123 @@ def test_the_purpose_reads_the_env_a_config_map_completes(tmp_path: Path, run_cl
     proc = run_cli("facts", str(manifest), "--target", "workload")
     (doc,) = [d for d in json.loads(proc.stdout) if d["resource"]["kind"] == "Job"]
     assert doc["facts"]["purpose"] == "benchmark", doc["facts"]["purpose_evidence"]
+
+
+def test_severity_by_context_lowers_or_silences_and_simulated_workloads_are_never_judged(tmp_path: Path) -> None:
+    rule = RULE.replace("severity_by_purpose: {benchmark: low, demo: silent, service: critical}", "")
+    rule = rule.replace("severity: high\n", "severity: high\nseverity_by_context: {test: silent, example: low}\n")
+    path = tmp_path / "rule.yaml"
+    path.write_text(rule)
+    loaded = load_rule(path)
+
+    def judge(**facts: str) -> list[str]:
+        subject = Subject("pod", {"gpu": {"requested": True}, "pointer": "", **facts}, Resource("v1", "Pod", "", "p"), None)
+        return [f.severity for f in evaluate([loaded], [subject], inputs={"manifest"}).findings]
+
+    assert judge(file_context="test") == []
+    assert judge(file_context="example") == ["low"]
+    assert judge() == ["high"]
+    assert judge(purpose="simulated") == []  # whatever the rule says
+
+
+def simulated(spec_extra: str, annotations: str = "") -> str:
+    return f"""\
+apiVersion: batch/v1
+kind: Job
+metadata: {{name: sim}}
+spec:
+  template:
+    metadata: {{annotations: {{{annotations}}}}}
+    spec:
+{textwrap.indent(textwrap.dedent(spec_extra), "      ")}
+      containers:
+      - name: c
+        image: busybox
+        resources: {{limits: {{nvidia.com/gpu: 8, cpu: 100m}}}}
+"""
+
+
+@pytest.mark.parametrize(
+    ("manifest", "value"),
+    [
+        (simulated("tolerations: [{key: kwok.x-k8s.io/node, value: fake, effect: NoSchedule}]"), "toleration"),
+        (simulated("nodeSelector: {type: kwok}"), "nodeSelector type=kwok"),
+        (
+            simulated(
+                """\
+                affinity:
+                  nodeAffinity:
+                    requiredDuringSchedulingIgnoredDuringExecution:
+                      nodeSelectorTerms:
+                      - matchExpressions: [{key: type, operator: In, values: [kwok]}]
+                """
+            ),
+            "node affinity",
+        ),
+        (simulated("restartPolicy: Never", "pod-complete.stage.kwok.x-k8s.io/delay: 1m"), "annotation"),
+    ],
+)
+def test_pods_on_simulated_nodes_are_simulated(manifest: str, value: str) -> None:
+    purpose, evidence = purpose_of(manifest)
+    assert purpose == "simulated" and evidence["signal"] == "placement"
+    assert evidence["value"].startswith(value)
+
+
+def test_a_node_affinity_term_that_also_allows_real_nodes_is_not_simulated() -> None:
+    either = simulated(
+        """\
+        affinity:
+          nodeAffinity:
+            requiredDuringSchedulingIgnoredDuringExecution:
+              nodeSelectorTerms:
+              - matchExpressions: [{key: type, operator: In, values: [kwok]}]
+              - matchExpressions: [{key: nvidia.com/gpu.product, operator: In, values: [NVIDIA-H100-80GB-HBM3]}]
+        """
+    )
+    assert purpose_of(either)[0] != "simulated"
+    assert purpose_of(simulated("nodeSelector: {type: gpu}"))[0] != "simulated"
+
+
+def test_file_context_is_read_below_the_folder_named_and_never_above_it() -> None:
+    from gpuaudit.facts.purpose import file_context
+
+    roots = ["/home/me/tests/repo"]
+    assert file_context("/home/me/tests/repo/deploy/app.yaml", roots) is None  # tests/ above the root says nothing
+    assert file_context("/home/me/tests/repo/tests/e2e/server.yaml", roots) == "test"
+    assert file_context("/home/me/tests/repo/pkg/convert/testdata/in.yaml", roots) == "test"
+    assert file_context("/home/me/tests/repo/examples/serve.yaml", roots) == "example"
+    assert file_context("/home/me/tests/repo/docs/versioned_docs/v1/serve.yaml", roots) == "example"
+    assert file_context("/home/me/tests/repo/k8s/serve-demo.yaml", roots) == "example"
+    assert file_context("/home/me/tests/repo/tests.yaml", roots) is None  # a file, not a test folder
+    assert file_context("examples/serve.yaml", []) is None  # a file named on its own
+    # The deepest root that holds the file decides.
+    assert file_context("/r/examples/app/deploy.yaml", ["/r", "/r/examples/app"]) is None
+
+
+def test_examples_and_fixtures_keep_only_the_advice_that_matters_there(tmp_path: Path, run_cli) -> None:
+    server = """\
+        apiVersion: apps/v1
+        kind: Deployment
+        metadata: {name: chat}
+        spec:
+          template:
+            spec:
+              containers:
+              - name: server
+                image: vllm/vllm-openai:v0.10.0
+                args: [--model=Qwen/Qwen2.5-0.5B-Instruct]
+                env: [{name: NVIDIA_VISIBLE_DEVICES, value: "0"}]
+                resources: {limits: {nvidia.com/gpu: 1, cpu: "8"}}
+        """
+    for folder in ("deploy", "examples", "tests/e2e"):
+        (tmp_path / folder).mkdir(parents=True)
+        (tmp_path / folder / "chat.yaml").write_text(textwrap.dedent(server))
+    proc = run_cli("check", str(tmp_path), "--no-kustomize", "-o", "json")
+    rules_by_folder: dict[str, set[str]] = {}
+    for f in json.loads(proc.stdout)["findings"]:
+        folder = str(Path(f["location"]["file"]).parent.relative_to(tmp_path))
+        rules_by_folder.setdefault(folder, set()).add(f["rule"])
+    # Sharing advice and a memory request only where the file is deployed; a
+    # hand-set NVIDIA_VISIBLE_DEVICES breaks every copy, so it is said everywhere.
+    assert {"GPA-AL-001", "GPA-AP-003", "GPA-AL-007"} <= rules_by_folder["deploy"]
+    assert rules_by_folder["examples"] == rules_by_folder["tests/e2e"] == {"GPA-AL-007"}

@@ -49,6 +49,9 @@ SEVERITIES = ("critical", "high", "medium", "low", "info")
 SILENT = "silent"  # severity_by_purpose: the advice does not apply to that purpose
 # The subjects that carry the `purpose` fact (facts/purpose.py).
 PURPOSE_TARGETS = ("workload", "pod", "container")
+# Purposes no rule judges: a workload on simulated nodes (KWOK) runs nothing
+# and holds no real GPU (gpuaudit/data/purposes.yaml `simulated`).
+UNJUDGED_PURPOSES = frozenset({"simulated"})
 # The largest built-in rule is under 5 KiB; a site's rule folder is
 # untrusted input (a repository's config names it).
 MAX_RULE_BYTES = 1024 * 1024
@@ -97,6 +100,9 @@ class Rule(msgspec.Struct, frozen=True, dict=True):  # dict: for its cached_prop
     # `purpose` fact), or "silent" where the advice does not apply; purposes
     # not named get `severity`.
     severity_by_purpose: Mapping[str, str] = msgspec.field(default_factory=dict)
+    # The same for where the manifest's file sits (the `file_context` fact:
+    # test, example); a live object has none.
+    severity_by_context: Mapping[str, str] = msgspec.field(default_factory=dict)
     # The code of its schemas ("match", "violation", "require"), compiled
     # ahead and marshalled (engine/rule_cache.py). It is read, and a schema
     # not in it compiled, only when the rule first meets a subject of its
@@ -149,13 +155,18 @@ class Rule(msgspec.Struct, frozen=True, dict=True):  # dict: for its cached_prop
     def severity_for(self, facts: Mapping[str, Any]) -> str | None:
         """The severity of a finding about a subject with these facts: the
         rule's, lowered to what ``severity_by_purpose`` allows for the
-        subject's purpose; None when the rule is silent for that purpose."""
-        cap = self.severity_by_purpose.get(facts.get("purpose")) if self.severity_by_purpose else None
-        if cap is None:
-            return self.severity
-        if cap == SILENT:
+        subject's purpose and ``severity_by_context`` for where its file
+        sits; None when the rule is silent for either."""
+        if facts.get("purpose") in UNJUDGED_PURPOSES:
             return None
-        return max(self.severity, cap, key=SEVERITIES.index)
+        severity = self.severity
+        for caps, fact in ((self.severity_by_purpose, "purpose"), (self.severity_by_context, "file_context")):
+            cap = caps.get(facts.get(fact)) if caps else None
+            if cap == SILENT:
+                return None
+            if cap is not None:
+                severity = max(severity, cap, key=SEVERITIES.index)
+        return severity
 
     def applies_to(self, facts: Mapping[str, Any]) -> bool:
         if self._matches is None:
@@ -461,15 +472,14 @@ def rule_from_data(
         if problem:
             raise RuleError(source, _nearest_line(lines, "/message"), f"message: {problem}", data["id"])
 
-    by_purpose = data.get("severity_by_purpose") or {}
-    if by_purpose and data["target"] not in PURPOSE_TARGETS:
-        raise RuleError(
-            source,
-            _nearest_line(lines, "/severity_by_purpose"),
-            f"severity_by_purpose needs a subject with a purpose ({', '.join(PURPOSE_TARGETS)}), "
-            f"not {data['target']!r}",
-            data["id"],
-        )
+    for key in ("severity_by_purpose", "severity_by_context"):
+        if data.get(key) and data["target"] not in PURPOSE_TARGETS:
+            raise RuleError(
+                source,
+                _nearest_line(lines, f"/{key}"),
+                f"{key} needs a subject with a purpose ({', '.join(PURPOSE_TARGETS)}), not {data['target']!r}",
+                data["id"],
+            )
     remediation = data.get("remediation")
     return Rule(
         id=data["id"],
@@ -493,7 +503,8 @@ def rule_from_data(
             sorted({name for key in ("match", "violation", "require") for name in _required_telemetry(data.get(key))})
         ),
         opt_in=bool(data.get("opt_in")),
-        severity_by_purpose=dict(by_purpose),
+        severity_by_purpose=dict(data.get("severity_by_purpose") or {}),
+        severity_by_context=dict(data.get("severity_by_context") or {}),
     )
 
 

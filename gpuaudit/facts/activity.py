@@ -140,6 +140,19 @@ def saturates_gpus(c: Container) -> bool:
 
 
 @cache
+def _kv_transfer() -> tuple[str, ...]:
+    return tuple(str(p).lower() for p in data_yaml("gpu_programs.yaml")["kv_transfer"])
+
+
+def moves_kv_cache(c: Container) -> bool:
+    """Whether the container serves one role of a server split into prefill
+    and decode (data/gpu_programs.yaml kv_transfer): its GPUs are owned by
+    design, the KV cache moving between the roles' GPUs."""
+    script = _script(c).lower()
+    return any(flag in script for flag in _kv_transfer())
+
+
+@cache
 def _download_table() -> tuple[Mapping[str, str | None], tuple[str, ...], frozenset[str]]:
     data = data_yaml("gpu_programs.yaml")["download"]
     return (
@@ -177,7 +190,10 @@ def pod_activity(t: PodTemplate, containers: Mapping[str, Mapping[str, Any]]) ->
     idle only when every one of them is; a server when any one is.
     ``containers``: container_activity by container pointer."""
     holders = [c for c in t.containers if c.gpus]
-    saturating = {"saturates_gpus": any(saturates_gpus(c) for c in holders)}
+    saturating = {
+        "saturates_gpus": any(saturates_gpus(c) for c in holders),
+        "kv_transfer": any(moves_kv_cache(c) for c in holders),
+    }
     kinds = [containers[c.pointer] for c in holders]
     if not kinds:
         return {"gpu_command_kind": None, "gpu_command_text": None, **saturating}

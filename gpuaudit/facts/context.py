@@ -84,6 +84,9 @@ class Context(msgspec.Struct, frozen=True):
     # ConfigMaps of the input, (namespace, name) -> data: the env a container
     # takes from them (envFrom, configMapKeyRef; facts/env_sources.py).
     config_maps: Mapping[tuple[str, str], Mapping[str, str]] = msgspec.field(default_factory=dict)
+    # The folders named on the command line: a file's context (examples/,
+    # tests/: facts/purpose.py file_context) is read below them only.
+    roots: tuple[str, ...] = ()
 
 
 def build_context(
@@ -91,9 +94,11 @@ def build_context(
     documents: Iterable[Document],
     workloads: Iterable[Workload],
     bare: Iterable[Document] = (),
+    roots: Sequence[str] = (),
 ) -> Context:
     documents = list(documents)
     return Context(
+        roots=tuple(roots),
         site=site,
         shared_names=_shared_names(site, [*documents, *bare]),
         requested=_requested(workloads),
@@ -123,6 +128,7 @@ def merge_contexts(site: Site, parts: Sequence[Context]) -> Context:
         autoscalers=autoscalers,
         runtimes=tuple(r for part in parts for r in part.runtimes),
         config_maps=config_maps,
+        roots=parts[0].roots if parts else (),
     )
 
 

@@ -22,6 +22,8 @@ import msgspec
 
 from gpuaudit.bundled import data_yaml
 from gpuaudit.facts.activity import command_script, saturates_gpus
+from gpuaudit.facts.scheduling import required_terms
+from gpuaudit.kube.shapes import as_list
 from gpuaudit.model import Container, PodTemplate, Workload
 
 _PATH_PARTS = re.compile(r"/|\\|__")  # folders, and `__` in files copied flat
@@ -71,6 +73,8 @@ class _Tables(msgspec.Struct, frozen=True):
     placeholder_images: _Entry
     demo_contexts: frozenset[str]
     demo_words: frozenset[str]
+    test_contexts: frozenset[str]
+    simulated: Mapping[str, Any]
     names: tuple[_Entry, ...]
     server_images: _Entry
     training: tuple[str, ...]
@@ -114,6 +118,8 @@ def tables() -> _Tables:
         placeholder_images=_entry(data["placeholder_images"], "placeholder"),
         demo_contexts=frozenset(str(s).lower() for s in data["demo_contexts"]),
         demo_words=frozenset(str(s).lower() for s in data["demo_words"]),
+        test_contexts=frozenset(str(s).lower() for s in data["test_contexts"]),
+        simulated=data["simulated"],
         names=_entries(data["names"]),
         server_images=_entry(data["server_images"], "service"),
         training=tuple(str(a).lower() for a in data["training"]["any"]),
@@ -156,6 +162,12 @@ def purpose_facts(
     if not holders:  # GPUs only in an init container or a pod-level claim
         holders = [c for c in containers if c.gpus]
     scripts = {c.pointer: command_script(c) for c in containers}
+
+    # 0: it runs on simulated nodes.
+    gpu_templates = [tpl for tpl in templates if any(c.gpus for c in (*tpl.containers, *tpl.init_containers))]
+    simulated = [_simulated_by(tpl, t.simulated) for tpl in gpu_templates]
+    if simulated and all(simulated):
+        return _decided("simulated", "placement", str(simulated[0]), str(t.simulated["why"]))
 
     # 1: what a container runs (a stress test, a device check alone, then the table); 2: its image.
     for c in holders:
@@ -225,6 +237,38 @@ def purpose_facts(
     return _decided("unknown", "none", "", "nothing in the manifest says")
 
 
+def _simulated_by(tpl: PodTemplate, table: Mapping[str, Any]) -> str | None:
+    """What sends the pod shape to simulated nodes (purposes.yaml
+    `simulated`): a toleration, a node label it asks for, an annotation."""
+    spec = tpl.spec
+    for toleration in as_list(spec.get("tolerations")):
+        if isinstance(toleration, Mapping) and toleration.get("key") in table["toleration_keys"]:
+            return f"toleration {toleration.get('key')}"
+    wanted = {str(k): {str(v) for v in vs} for k, vs in table["node_labels"].items()}
+    selector = spec.get("nodeSelector")
+    if isinstance(selector, Mapping):
+        for key, value in selector.items():
+            if str(value) in wanted.get(str(key), ()):
+                return f"nodeSelector {key}={value}"
+    terms = required_terms(spec)  # ORed: every term must ask for a simulated node
+    asked = [_asks(term, wanted) for term in terms]
+    if asked and all(asked):
+        return str(asked[0])
+    for key in tpl.annotations:
+        if key.split("/", 1)[0].endswith(tuple(table["annotation_domains"])):
+            return f"annotation {key}"
+    return None
+
+
+def _asks(term: Mapping[str, Any], wanted: Mapping[str, set[str]]) -> str | None:
+    for expression in as_list(term.get("matchExpressions")):
+        if isinstance(expression, Mapping) and expression.get("operator") == "In":
+            values = {str(v) for v in as_list(expression.get("values"))}
+            if values and values <= wanted.get(str(expression.get("key")), set()):
+                return f"node affinity {expression.get('key')} In {sorted(values)}"
+    return None
+
+
 def _named(entries: Sequence[_Entry], labelled: Sequence[str], *, idle: bool) -> dict[str, Any] | None:
     """The first entry (of those for idle workloads, or the others) that a
     name or label value says."""
@@ -286,6 +330,34 @@ def _demo_context(file: str, t: _Tables) -> str | None:
         if not t.demo_words.isdisjoint(_NOT_ALNUM.split(low)):
             return segment
     return None
+
+
+def file_context(file: str, roots: Sequence[str]) -> str | None:
+    """Where the file of a manifest sits, read from its path below the
+    folder it was found under (one of ``roots``, the folders named on the
+    command line): ``test`` (a test folder: fixtures, golden files), ``example``
+    (written to show something: examples/, docs/, a tutorial), or None (a
+    file to deploy, or one named on its own). The folders above the root say
+    nothing of the repository (a checkout under ~/tests/), nor does a file
+    the user named."""
+    below = _below(file, roots)
+    if below is None:
+        return None
+    t = tables()
+    folders = _PATH_PARTS.split(below)[:-1]
+    if any(segment.lower() in t.test_contexts for segment in folders):
+        return "test"
+    return "example" if _demo_context(below, t) is not None else None
+
+
+def _below(file: str, roots: Sequence[str]) -> str | None:
+    """``file``'s path below the deepest of ``roots`` that holds it."""
+    best: str | None = None
+    for root in roots:
+        prefix = root.rstrip("/\\") + "/"
+        if file.startswith(prefix) and (best is None or len(prefix) > len(best)):
+            best = prefix
+    return file[len(best) :] if best is not None else None
 
 
 def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:

@@ -40,7 +40,16 @@ TextMap: TypeAlias = Annotated[
     Meta(title="text_map", description="Labels or annotations: name -> value, as text."),
 ]
 Purpose: TypeAlias = Literal[
-    "service", "training", "batch", "benchmark", "smoke-test", "stress-test", "placeholder", "demo", "unknown"
+    "service",
+    "training",
+    "batch",
+    "benchmark",
+    "smoke-test",
+    "stress-test",
+    "placeholder",
+    "demo",
+    "simulated",
+    "unknown",
 ]
 CommandKind: TypeAlias = Literal["idle", "idle_forever", "server", "gpu_test", "download"]
 PendingCause: TypeAlias = Literal["allocation", "placement", "resources", "quota", "dra", "gated", "unknown"]
@@ -94,12 +103,25 @@ class _OfWorkload(_Facts, kw_only=True, frozen=True):
                 "batch, benchmark, smoke-test (a check that the GPUs are there: nvidia-smi, a CUDA sample, NCCL/RCCL "
                 "tests, clinfo, hl-smi), stress-test (gpu-burn, a DCGM diagnostic), placeholder (holds GPUs on "
                 "purpose: the pause image, a name that says so), demo (does no GPU work, in a file or under a name "
-                "written to show something), or unknown. The same for the workload, each of its pod templates and "
+                "written to show something), simulated (its GPU pods go to KWOK's simulated nodes: no rule judges it), "
+                "or unknown. The same for the workload, each of its pod templates and "
                 "containers. Rules say per purpose how much their advice matters (severity_by_purpose)."
             )
         ),
     ]
     purpose_evidence: PurposeEvidence
+    file_context: Annotated[
+        Literal["test", "example"] | None,
+        Meta(
+            description=(
+                "(manifest) Where the manifest's file sits, read from its path below the folder named on the command "
+                "line: test (test fixtures, golden files: tests/, testdata/, e2e/), example (written to show "
+                "something: examples/, samples/, docs/, tutorials), or null (a file to deploy, a file named on its "
+                "own, stdin, a live object). Rules say per context how much their advice matters "
+                "(severity_by_context)."
+            )
+        ),
+    ] = None
     api_version: str = msgspec.field(name="apiVersion")
     kind: str
     name: str
@@ -332,6 +354,17 @@ class PodFacts(_OfWorkload, kw_only=True, frozen=True):
     ]
     gpu_command_text: Annotated[
         str | None, Meta(description=("The idle command as written (shortened to 60 characters), for messages."))
+    ]
+    kv_transfer: Annotated[
+        bool,
+        Meta(
+            description=(
+                "A GPU container serves one role of a model server split into prefill and decode (SGLang "
+                "--disaggregation-mode, vLLM --kv-transfer-config, Dynamo --is-prefill-worker; "
+                "gpuaudit/data/gpu_programs.yaml kv_transfer): the KV cache moves GPU to GPU between the roles, each "
+                "owning its GPUs by design."
+            )
+        ),
     ]
     saturates_gpus: Annotated[
         bool,

@@ -20,7 +20,7 @@ from gpuaudit.facts.gpu_names import unadvertised_shared, unknown_mig_profiles
 from gpuaudit.facts.gpu_pools import never_published, sharing_pool
 from gpuaudit.facts.lifecycle import lifecycle_facts
 from gpuaudit.facts.process import CommandLine, command_lines, container_process_facts, pod_process_facts
-from gpuaudit.facts.purpose import purpose_facts
+from gpuaudit.facts.purpose import file_context, purpose_facts
 from gpuaudit.facts.raw import pod_raw_facts, workload_raw_facts
 from gpuaudit.facts.scaling import scaling_facts
 from gpuaudit.facts.scheduling import required_terms
@@ -43,6 +43,7 @@ def subjects(workload: Workload, context: Context | None = None) -> Iterator[Sub
     effective = [with_config_map_env(workload, t, context.config_maps) for t in workload.templates]
     lines_by_template = [command_lines(workload, t) for t in effective]
     base = {**_identity(workload), **workload_purpose(workload, lines_by_template, templates=effective)}
+    base["file_context"] = file_context(doc.file, context.roots)
     templates = []
     for t, lines in zip(effective, lines_by_template, strict=True):
         templates.append((t, lines, pod_facts(workload, t, base, context, lines)))

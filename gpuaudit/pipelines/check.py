@@ -10,6 +10,7 @@ finding naming them all."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 
@@ -94,16 +95,25 @@ def _baselines(result: AuditResult, baselines: Baselines, say: Callable[[str], N
     return written
 
 
+def input_roots(paths: Sequence[str]) -> tuple[str, ...]:
+    """The folders named on the command line, below which a file's context
+    (examples/, tests/) is read."""
+    return tuple(p for p in paths if p != "-" and os.path.isdir(p))
+
+
 def model_items(
-    items: Sequence[Item], site: Site, locators: Mapping[tuple[str, str], KindLocator]
+    items: Sequence[Item],
+    site: Site,
+    locators: Mapping[tuple[str, str], KindLocator],
+    roots: Sequence[str] = (),
 ) -> tuple[ReadResult, list[Workload], list[InputError], Context]:
     """Read ``items`` and build their workloads and the context they are
     judged in (what the rest of the input says: sharing configs, autoscalers,
-    serving runtimes)."""
+    serving runtimes; ``roots``, the folders named on the command line)."""
     read = ReadResult()
     read_items(items, read)
     workloads, field_errors = build_workloads(read.documents, locators)
-    return read, workloads, field_errors, build_context(site, read.documents, workloads, read.bare)
+    return read, workloads, field_errors, build_context(site, read.documents, workloads, read.bare, roots)
 
 
 def manifest_subjects(
@@ -227,12 +237,13 @@ def check_manifests(
     order = list(dict.fromkeys(name for name, _ in items))
     site = Site.from_config(config.site)
     locators = locators_for(config)
+    roots = input_roots(paths)
 
     def model(shard: Sequence[tuple[str, Item]]) -> tuple[dict[str, tuple], dict[str, Context]]:
         states: dict[str, tuple] = {}
         contexts: dict[str, Context] = {}
         for name, unit_items in _by_unit(shard).items():
-            read, workloads, field_errors, context = model_items(unit_items, site, locators)
+            read, workloads, field_errors, context = model_items(unit_items, site, locators, roots)
             states[name], contexts[name] = (read, workloads, field_errors), context
         return states, contexts
 

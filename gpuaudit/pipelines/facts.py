@@ -16,7 +16,7 @@ from gpuaudit.facts.context import Site
 from gpuaudit.jsontext import indented
 from gpuaudit.model import InputError
 from gpuaudit.model.serving_runtimes import effective_workloads
-from gpuaudit.pipelines.check import manifest_subjects, model_items
+from gpuaudit.pipelines.check import input_roots, manifest_subjects, model_items
 from gpuaudit.pipelines.policy import locators_for
 from gpuaudit.sources.inputs import InputOptions, gather_units
 from gpuaudit.sources.user_config import Config
@@ -41,8 +41,9 @@ def manifest_facts(
     locators = locators_for(config)
     documents: list[dict[str, Any]] = []
     errors: list[InputError] = []
+    roots = input_roots(paths)
     for unit in gather_units(paths, stdin_text, options):
-        read, workloads, field_errors, context = model_items(unit.items, Site.from_config(config.site), locators)
+        read, workloads, field_errors, context = model_items(unit.items, Site.from_config(config.site), locators, roots)
         workloads = effective_workloads(workloads, context.runtimes, locators)  # as the check judges them
         documents += [
             subject_document(s)
