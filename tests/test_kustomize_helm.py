@@ -257,3 +257,107 @@ def test_a_chart_link_out_of_the_chart_is_never_rendered(run_cli, tools_path, tm
     (chart / "tok").write_text("inside")
     rendered = report(run_cli("check", "--helm-chart", "chart", "--format", "json", env={"PATH": tools_path}))
     assert rendered["summary"]["resources"] == 1
+
+
+POD_OF_RELEASE = (
+    "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {{ .Release.Name }}-worker\nspec:\n  nodeName: n1\n"
+    "  containers:\n  - name: c\n    image: x\n    resources: {limits: {nvidia.com/gpu: 1, cpu: 1, memory: 1Gi}}\n"
+)
+
+
+def write_chart(folder: Path, name: str, templates: dict[str, str], values: str = "") -> None:
+    folder.mkdir(parents=True)
+    (folder / "Chart.yaml").write_text(f"apiVersion: v2\nname: {name}\nversion: 0.1.0\n")
+    if values:
+        (folder / "values.yaml").write_text(values)
+    for file, text in templates.items():
+        (folder / file).parent.mkdir(parents=True, exist_ok=True)
+        (folder / file).write_text(text)
+
+
+def pinned_pods(result: dict) -> dict[str, str]:
+    """The pod named by each GPA-PL-001 finding (the pod pinned by nodeName), by its template's chart folder."""
+    return {
+        f["location"]["file"].split("/templates/")[0]: f["resource"]["name"]
+        for f in result["findings"]
+        if f["rule"] == "GPA-PL-001"
+    }
+
+
+def test_a_chart_in_a_folder_whose_name_is_no_release_name_is_rendered(run_cli, tools_path, tmp_path):
+    """helm refuses a release name that is no DNS-1123 label of at most 53
+    characters; folders of real repositories are often named otherwise."""
+    if shutil.which("helm", path=tools_path) is None:
+        pytest.skip("helm is not installed")
+    folders = {
+        "otwld+ollama-helm": "otwld-ollama-helm",
+        "data_preparation": "data-preparation",
+        "RLHF_PPO.": "rlhf-ppo",
+        "x" * 60: "x" * 53,
+        "__": "from-chart-yaml",  # nothing left of the folder's name: the chart's own
+    }
+    for folder in folders:
+        write_chart(tmp_path / "repo" / folder, "From_Chart.yaml", {"templates/pod.yaml": POD_OF_RELEASE})
+    proc = run_cli("check", "repo", "--format", "json", env={"PATH": tools_path})
+    result = report(proc)
+    assert result["errors"] == [] and proc.returncode == 1
+    assert pinned_pods(result) == {f"repo/{folder}": f"{release}-worker" for folder, release in folders.items()}
+    # --helm-chart names the chart the same way.
+    alone = report(run_cli("check", "--helm-chart", "repo/otwld+ollama-helm", "-o", "json", env={"PATH": tools_path}))
+    assert alone["errors"] == []
+    assert pinned_pods(alone) == {"repo/otwld+ollama-helm": "otwld-ollama-helm-worker"}
+
+
+def test_a_chart_that_renders_no_object_says_so_without_failing_the_run(run_cli, tools_path, tmp_path):
+    if shutil.which("helm", path=tools_path) is None:
+        pytest.skip("helm is not installed")
+    # NVIDIA/NeMo-Framework-Launcher's layout: the templates at the chart's root.
+    write_chart(tmp_path / "repo" / "at-root", "at-root", {"training.yaml": POD_OF_RELEASE})
+    write_chart(tmp_path / "repo" / "helpers-only", "helpers-only", {"templates/_helpers.tpl": "{{/* none */}}\n"})
+    write_chart(
+        tmp_path / "repo" / "switched-off",
+        "switched-off",
+        {"templates/pod.yaml": "{{- if .Values.enabled }}\n" + POD_OF_RELEASE + "{{- end }}\n"},
+        values="enabled: false\n",
+    )
+    write_chart(tmp_path / "repo" / "renders", "renders", {"templates/pod.yaml": POD_OF_RELEASE})
+    (tmp_path / "repo" / "empty" / "templates").mkdir(parents=True)
+    (tmp_path / "repo" / "empty" / "Chart.yaml").write_text("apiVersion: v2\nname: empty\nversion: 0.1.0\n")
+    proc = run_cli("check", "repo", "--format", "json", env={"PATH": tools_path})
+    result = report(proc)
+    assert proc.returncode == 1, "warnings and the one finding only: not a partial run"
+    by_file = {e["file"]: e for e in result["errors"]}
+    assert all(e["level"] == "warning" for e in result["errors"])
+    assert by_file.keys() == {"repo/at-root", "repo/helpers-only", "repo/switched-off", "repo/empty"}
+    assert by_file["repo/at-root"]["message"] == (
+        "chart repo/at-root rendered no objects: its templates/ folder is missing; "
+        "1 YAML file(s) at its root, such as training.yaml, are not templates to helm"
+    )
+    assert by_file["repo/empty"]["message"] == "chart repo/empty rendered no objects: its templates/ folder is empty"
+    assert by_file["repo/helpers-only"]["message"].endswith(
+        "its templates/ folder holds only helpers (_*) and NOTES.txt"
+    )
+    assert (
+        by_file["repo/switched-off"]["message"] == "chart repo/switched-off rendered no objects with its default values"
+    )
+    assert pinned_pods(result) == {"repo/renders": "renders-worker"}
+    # Only that chart, with values that switch its pod on: it renders, no warning.
+    (tmp_path / "on.yaml").write_text("enabled: true\n")
+    on = report(
+        run_cli(
+            "check", "--helm-chart", "repo/switched-off", "--values", "on.yaml", "-o", "json", env={"PATH": tools_path}
+        )
+    )
+    assert on["errors"] == [] and pinned_pods(on) == {"repo/switched-off": "switched-off-worker"}
+    (tmp_path / "off.yaml").write_text("enabled: false\n")
+    off = report(
+        run_cli(
+            "check", "--helm-chart", "repo/switched-off", "--values", "off.yaml", "-o", "json", env={"PATH": tools_path}
+        )
+    )
+    assert [e["message"] for e in off["errors"]] == [
+        "chart repo/switched-off rendered no objects with the values of off.yaml"
+    ]
+    # Alone, the empty chart's run is clean: exit 0, the warning printed.
+    alone = run_cli("check", "--helm-chart", "repo/at-root", env={"PATH": tools_path})
+    assert alone.returncode == 0 and "rendered no objects" in alone.stdout + alone.stderr

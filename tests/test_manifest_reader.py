@@ -4,6 +4,7 @@ not stop the rest."""
 from __future__ import annotations
 
 import pytest
+import yaml
 
 from gpuaudit.model.workload_builder import build_workloads
 from gpuaudit.sources.manifests import read_paths
@@ -77,6 +78,65 @@ def test_duplicate_keys_are_reported(tmp_path):
     result = read(tmp_path, "d.yaml", "apiVersion: v1\nkind: Pod\nmetadata: {name: a}\nkind: Pod\n")
     [error] = result.errors
     assert "duplicate key 'kind'" in error.message and error.line == 4
+
+
+# armadaproject/armada's _local/airflow/docker-compose.yaml, cut down: a key
+# beside `<<:` overrides the merged one (YAML 1.1 merge keys).
+COMPOSE_WITH_MERGE_KEYS = """\
+x-common: &common
+  environment: {A: "1"}
+  depends_on: [db]
+services:
+  web:
+    <<: *common
+    environment: {A: "2"}
+"""
+
+
+def test_a_key_beside_a_merge_key_overrides_it_and_is_no_duplicate(tmp_path):
+    result = read(tmp_path, "docker-compose.yaml", COMPOSE_WITH_MERGE_KEYS)
+    assert result.errors == []
+    [doc] = result.bare
+    assert doc.obj == yaml.safe_load(COMPOSE_WITH_MERGE_KEYS)
+    assert doc.obj["services"]["web"] == {"environment": {"A": "2"}, "depends_on": ["db"]}
+
+
+def test_merge_list_precedence_in_a_kubernetes_object(tmp_path):
+    text = (
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: m}\n"
+        "x-a: &a {k: from-a, only-a: 1}\n"
+        "x-b: &b {k: from-b, only-b: 2, z: from-b}\n"
+        "data:\n"
+        "  z: explicit-before\n"
+        "  <<: [*a, *b]\n"
+        "  only-b: explicit-after\n"
+    )
+    result = read(tmp_path, "cm.yaml", text)
+    assert result.errors == []
+    [doc] = result.documents
+    assert doc.obj["data"] == {"k": "from-a", "only-a": 1, "only-b": "explicit-after", "z": "explicit-before"}
+    assert doc.obj == yaml.safe_load(text)  # PyYAML's own merge semantics
+    # Lines: an explicit key's own; the mapping's is its key's, not the `<<:`'s.
+    assert doc.line_of("/data/only-b") == 9 and doc.line_of("/data/z") == 7
+    assert doc.line_of("/data") == 6
+    assert doc.line_of("/data/0") == 6  # no item pointers from the merged list
+
+
+@pytest.mark.parametrize(
+    ("body", "line"),
+    [
+        ("  <<: *a\n  k: 1\n  k: 2\n", 8),  # overriding once is fine; the second explicit k is the duplicate
+        ("  k: 1\n  <<: *a\n  k: 2\n", 8),  # written before the merge, then again
+        ("  <<: *a\n  j: 1\n  j: 2\n", 8),  # a key no merge brought
+    ],
+)
+def test_a_key_written_twice_beside_a_merge_key_is_still_a_duplicate(tmp_path, body, line):
+    text = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: m}\nx-a: &a {k: 0}\ndata:\n" + body
+    result = read(tmp_path, "cm.yaml", text)
+    [error] = result.errors
+    assert error.level == "error" and error.line == line
+    assert error.message.startswith("duplicate key ")
+    assert error.file.endswith("cm.yaml")
 
 
 def test_alias_bomb_is_refused_quickly(tmp_path):

@@ -84,6 +84,20 @@ PYTHON_TAG_PREFIX = "tag:yaml.org,2002:python/"
 _MERGE_TAG = "tag:yaml.org,2002:merge"
 
 
+def _merge_into(value: dict[Any, Any], merged: Any, merged_keys: set[Any]) -> None:
+    """Lays a merge key's mapping (or list of mappings) under ``value``, as
+    YAML 1.1 merge keys say: a key already in ``value`` (written before
+    ``<<:``) wins, and in ``<<: [*a, *b]`` the earlier mapping wins over the
+    later. The keys it adds are recorded in ``merged_keys``: an explicit key
+    after ``<<:`` may still override them."""
+    for part in merged if isinstance(merged, list) else [merged]:
+        if isinstance(part, dict):
+            for k, v in part.items():
+                if k not in value:
+                    value[k] = v
+                    merged_keys.add(k)
+
+
 class LineBuilder:
     """Builds Python values from a composed YAML node, recording the line of
     every mapping value and sequence item, duplicate keys, and the expanded
@@ -126,6 +140,10 @@ class LineBuilder:
         child_depth = depth + 1
         size = 1
         scalar_node = yaml.ScalarNode
+        # Keys a merge (``<<:``) brought in and no explicit key has set yet:
+        # an explicit key beside ``<<:`` overrides such a key (that is what
+        # merge keys are for), so it is no duplicate. None until a merge.
+        merged_keys: set[Any] | None = None
         for key_node, value_node in node.value:
             key_tag = key_node.tag
             if type(key_node) is scalar_node and key_tag == _STR_TAG:  # most keys: plain text
@@ -134,12 +152,11 @@ class LineBuilder:
             else:
                 size += sizes.get(id(key_node), 1)
                 if key_tag == _MERGE_TAG:
-                    merged = self.build(value_node, pointer, child_depth)
+                    merged = self._merge_value(value_node, pointer, child_depth)
                     size += sizes.get(id(value_node), 1)
-                    for part in merged if isinstance(merged, list) else [merged]:
-                        if isinstance(part, dict):
-                            for k, v in part.items():
-                                value.setdefault(k, v)
+                    if merged_keys is None:
+                        merged_keys = set()
+                    _merge_into(value, merged, merged_keys)
                     continue
                 key = self._scalar(key_node) if isinstance(key_node, scalar_node) else None
                 if not isinstance(key, (str, int, float, bool)) and key is not None:
@@ -147,7 +164,10 @@ class LineBuilder:
                 token = str(key)
             key_line = key_node.start_mark.line + 1
             if key in value:
-                self.duplicates.append((str(key), key_line))
+                if merged_keys and key in merged_keys:
+                    merged_keys.discard(key)  # overrides the merged value; a second one is a duplicate
+                else:
+                    self.duplicates.append((str(key), key_line))
             if "~" in token or "/" in token:
                 token = token.replace("~", "~0").replace("/", "~1")
             child = f"{pointer}/{token}"
@@ -160,6 +180,18 @@ class LineBuilder:
                 size += sizes.get(id(value_node), 1)
         self._record_size(node, size)
         return value
+
+    def _merge_value(self, node: yaml.Node, pointer: str, depth: int) -> Any:
+        """A merge key's value (``<<: *a``, ``<<: [*a, *b]``), built with its
+        lines kept aside: its own line and its list's items would otherwise be
+        recorded at this mapping's pointer (``/data``, ``/data/0``), as if the
+        mapping began at ``<<:`` and had keys ``0`` and ``1``."""
+        lines = self.lines
+        self.lines = {}
+        try:
+            return self.build(node, pointer, depth)
+        finally:
+            self.lines = lines
 
     def _sequence(self, node: yaml.SequenceNode, pointer: str, depth: int) -> list[Any]:
         items: list[Any] = []

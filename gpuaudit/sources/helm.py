@@ -15,6 +15,7 @@ rendered into a name) and from there into every output.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -32,6 +33,8 @@ from gpuaudit.sources.render_cache import cached, render_key
 from gpuaudit.sources.tools import first_line, run_tool
 
 _MAX_CHART_YAML = 4 * 1024 * 1024
+_MAX_RELEASE_NAME = 53  # helm refuses a longer release name
+_NOT_IN_RELEASE_NAME = re.compile(r"[^a-z0-9-]+")
 
 
 class HelmError(RuntimeError):
@@ -70,7 +73,7 @@ def render_helm_chart(chart: Path, values: Sequence[Path], *, label: str | None 
             result.errors.append(InputError(str(v), None, f"not rendered: {exc.problem}"))
             return result
     inputs = _chart_files(chart)
-    command = [helm, "template", chart.resolve().name or "release", str(chart)]
+    command = [helm, "template", release_name(chart), str(chart)]
     for v in values:
         command += ["--values", str(v)]
     key = render_key([helm], ["helm", *command[2:]], chart, [*inputs, *values])
@@ -90,7 +93,72 @@ def render_helm_chart(chart: Path, values: Sequence[Path], *, label: str | None 
         for d in part.documents:
             lines = _template_lines(file, d) if single else {}
             result.documents.append(Document(obj=d.obj, file=d.file, line=1, lines=lines))
+    if not result.documents and not result.errors:  # an error read from the output says why already
+        result.errors.append(InputError(name, None, _rendered_nothing(chart, values), level="warning"))
     return result
+
+
+def release_name(chart: Path) -> str:
+    """The release name ``helm template`` is given: the chart's folder name,
+    else its Chart.yaml name, made a name helm accepts (a DNS-1123 label of
+    at most 53 characters: lowercase letters, digits and '-', starting and
+    ending with a letter or digit), else ``release``. Folder names often are
+    not one (``otwld+ollama-helm``, ``rlhf_ppo``), and helm refuses them."""
+    label = _dns_label(chart.resolve().name)
+    if not label:  # a folder named "_" or "+++", or the root: its Chart.yaml's name
+        try:
+            label = _dns_label(_chart_yaml(chart).get("name"))
+        except HelmError:
+            label = ""
+    return label or "release"
+
+
+def _dns_label(text: object) -> str:
+    """``text`` lowercased, each run of other characters one '-', trimmed of
+    '-' at both ends and cut to helm's length; "" when nothing is left."""
+    if not isinstance(text, str):
+        return ""
+    label = _NOT_IN_RELEASE_NAME.sub("-", text.lower()).strip("-")
+    return label[:_MAX_RELEASE_NAME].rstrip("-")
+
+
+def _rendered_nothing(chart: Path, values: Sequence[Path]) -> str:
+    """Why a chart that rendered cleanly gave no object, as far as its folder
+    shows. Helm renders only the files under templates/, and of those not
+    helpers (``_*``) nor NOTES.txt: templates kept anywhere else (a chart
+    with its templates at its root) are never rendered."""
+    templates = chart / "templates"
+    found = _chart_files(templates) if templates.is_dir() else []
+    if any(not f.name.startswith("_") and f.name != "NOTES.txt" for f in found):
+        given = f"the values of {', '.join(str(v) for v in values)}" if values else "its default values"
+        return f"chart {chart} rendered no objects with {given}"
+    if not templates.is_dir():
+        why = "is missing"
+    elif not found:
+        why = "is empty"
+    else:
+        why = "holds only helpers (_*) and NOTES.txt"
+    return f"chart {chart} rendered no objects: its templates/ folder {why}{_root_templates_hint(chart)}"
+
+
+def _root_templates_hint(chart: Path) -> str:
+    """Names YAML files at the chart's root that are none of Helm's own
+    (Chart.yaml, values files, requirements.yaml): likely templates kept in
+    the wrong place."""
+    try:
+        names = sorted(
+            f.name
+            for f in chart.iterdir()
+            if f.suffix in (".yaml", ".yml")
+            and f.name not in ("Chart.yaml", "requirements.yaml")
+            and not f.name.startswith("values")
+            and f.is_file()
+        )
+    except OSError:
+        return ""
+    if not names:
+        return ""
+    return f"; {len(names)} YAML file(s) at its root, such as {names[0]}, are not templates to helm"
 
 
 def _template(chart: Path, command: Sequence[str], values: Sequence[Path]) -> str:

@@ -48,6 +48,17 @@ def alias_bomb(levels: int = 9) -> str:
     return f"apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: lol}}\ndata:\n{body}\n"
 
 
+def merge_key_bomb(levels: int = 9) -> str:
+    """The alias bomb again, each level reached only through a merge key
+    (``<<:``), whose merged keys may be overridden but still count."""
+    lines = ["a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
+    for i in range(1, levels):
+        keys = ", ".join(f"k{k}: *a{i - 1}" for k in range(10))
+        lines.append(f"a{i}: &a{i} {{<<: {{{keys}}}, k0: overridden}}")
+    body = "\n".join("  " + line for line in lines)
+    return f"apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: lol}}\ndata:\n{body}\n"
+
+
 def nested(depth: int) -> str:
     """A ConfigMap whose data nests ``depth`` mappings deep (block style)."""
     body = "".join("  " * (i + 1) + "k:\n" for i in range(depth))
@@ -58,6 +69,7 @@ def nested(depth: int) -> str:
 BROKEN: dict[str, tuple[str | bytes, str, int | None, str]] = {
     "invalid.yaml": ("kind: Pod\n  bad: [\n", "invalid YAML", 2, "error"),
     "bomb.yaml": (alias_bomb(), "alias bomb", 1, "error"),
+    "merge-bomb.yaml": (merge_key_bomb(), "alias bomb", 1, "error"),
     "binary.yaml": (b"\x7fELF\x00\x01\x02", "binary file", None, "error"),
     "latin1.yaml": ("name: caf\xe9\n".encode("latin-1"), "not valid UTF-8", 1, "error"),
     "dup.yaml": ("apiVersion: v1\nkind: Pod\nmetadata: {name: d}\nkind: Pod\n", "duplicate key 'kind'", 4, "error"),
@@ -91,6 +103,10 @@ QUIET = {
     "spec: {template: {spec: {containers: [{name: c}]}}}\n",
     "scalar.yaml": "just a string\n",
     "sequence.yaml": "- 1\n- two\n",
+    # YAML merge keys, a key beside `<<:` overriding a merged one: no duplicate.
+    "docker-compose.yaml": "x-common: &common\n  environment: {A: '1'}\n  depends_on: [db]\n"
+    "x-more: &more {environment: {B: '1'}, ports: ['80']}\n"
+    "services:\n  web:\n    <<: [*common, *more]\n    environment: {A: '2'}\n",
 }
 
 
