@@ -317,7 +317,9 @@ def test_severity_by_context_lowers_or_silences_and_simulated_workloads_are_neve
     loaded = load_rule(path)
 
     def judge(**facts: str) -> list[str]:
-        subject = Subject("pod", {"gpu": {"requested": True}, "pointer": "", **facts}, Resource("v1", "Pod", "", "p"), None)
+        subject = Subject(
+            "pod", {"gpu": {"requested": True}, "pointer": "", **facts}, Resource("v1", "Pod", "", "p"), None
+        )
         return [f.severity for f in evaluate([loaded], [subject], inputs={"manifest"}).findings]
 
     assert judge(file_context="test") == []
