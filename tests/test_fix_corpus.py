@@ -45,8 +45,10 @@ def test_one_overlay_for_every_corpus_manifest_builds_and_verifies(tmp_path, run
     assert proc.returncode == 2, proc.stderr[-2000:]  # input errors (invalid YAML), verify passed
     built, gone, remaining, new, differences = verified(proc.stdout)
     # patches that would lower, strand or break a workload are declined
-    # (coherence), and the rule pack reports less than it did: floors, not counts
-    assert gone >= 25 and built >= 25
+    # (coherence), and the rule pack reports less than it did (cost and
+    # hygiene advice is silent in the upstream docs/ and samples/ folders the
+    # corpus is copied from): floors, not counts
+    assert gone >= 15 and built >= 15
     assert (remaining, new, differences) == (0, 0, 0), proc.stderr[-3000:]
 
 

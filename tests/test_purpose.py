@@ -395,9 +395,14 @@ def test_file_context_is_read_below_the_folder_named_and_never_above_it() -> Non
     assert file_context("/home/me/tests/repo/pkg/convert/testdata/in.yaml", roots) == "test"
     assert file_context("/home/me/tests/repo/examples/serve.yaml", roots) == "example"
     assert file_context("/home/me/tests/repo/docs/versioned_docs/v1/serve.yaml", roots) == "example"
-    assert file_context("/home/me/tests/repo/k8s/serve-demo.yaml", roots) == "example"
+    assert file_context("/home/me/tests/repo/k8s/demo.yaml", roots) == "example"
+    # Whole names only: a word inside one (a repository named *-samples) says nothing.
+    assert file_context("/home/me/tests/repo/k8s/serve-demo.yaml", roots) is None
+    assert file_context("/home/me/tests/repo/kubernetes-engine-samples/serve.yaml", roots) is None
     assert file_context("/home/me/tests/repo/tests.yaml", roots) is None  # a file, not a test folder
-    assert file_context("examples/serve.yaml", []) is None  # a file named on its own
+    # A file named on its own: the user wants it judged as it stands.
+    assert file_context("examples/serve.yaml", []) is None
+    assert file_context("/elsewhere/tests/serve.yaml", []) is None
     # The deepest root that holds the file decides.
     assert file_context("/r/examples/app/deploy.yaml", ["/r", "/r/examples/app"]) is None
 
@@ -429,3 +434,17 @@ def test_examples_and_fixtures_keep_only_the_advice_that_matters_there(tmp_path:
     # hand-set NVIDIA_VISIBLE_DEVICES breaks every copy, so it is said everywhere.
     assert {"GPA-AL-001", "GPA-AP-003", "GPA-AL-007"} <= rules_by_folder["deploy"]
     assert rules_by_folder["examples"] == rules_by_folder["tests/e2e"] == {"GPA-AL-007"}
+    # What is held back is listed, with why, and counted apart from exemptions.
+    held = json.loads(proc.stdout)["suppressed"]
+    assert {(f["rule"], Path(f["location"]["file"]).parent.name) for f in held} == {
+        ("GPA-AL-001", "examples"),
+        ("GPA-AP-003", "examples"),
+        ("GPA-AL-001", "e2e"),
+        ("GPA-AP-003", "e2e"),
+    }
+    assert all(f["reason"].startswith("not said for a file in") for f in held)
+    text = run_cli("check", str(tmp_path), "--no-kustomize").stdout
+    assert "4 not said in example or test folders" in text and "exempted" not in text
+    # A file named on its own is judged as it stands.
+    alone = run_cli("check", str(tmp_path / "examples" / "chat.yaml"), "-o", "json")
+    assert {"GPA-AL-001", "GPA-AP-003"} <= {f["rule"] for f in json.loads(alone.stdout)["findings"]}

@@ -100,8 +100,8 @@ def gitops(root: Path) -> Path:
         "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: chat}\n"
         "spec: {template: {spec: {tolerations: [{key: nvidia.com/gpu, operator: Exists}]}}}\n",
     )
-    write(root / "examples/one/deployment.yaml", DEPLOYMENT.format(name="chat"))
-    write(root / "examples/two/deployment.yaml", DEPLOYMENT.format(name="chat"))
+    write(root / "variants/one/deployment.yaml", DEPLOYMENT.format(name="chat"))
+    write(root / "variants/two/deployment.yaml", DEPLOYMENT.format(name="chat"))
     return root
 
 
@@ -133,10 +133,10 @@ def test_a_gitops_tree_is_its_units(run_cli, env, tmp_path, monkeypatch):
     assert "apps/overlays/dev, apps/overlays/prod" in units
     text = run_cli("check", ".", "--color", "never", env=env, cwd=tree).stdout
     assert "UNITS apps/overlays/dev, apps/overlays/prod\n  ALLOCATION\n" in text
-    assert "\nUNIT apps/overlays/prod\n" in text and "\nUNIT examples/one\n" in text
-    # Each example folder is a unit of its own.
-    examples = {tuple(f["units"]) for f in result["findings"] if f["location"]["file"].startswith("examples/")}
-    assert examples == {("examples/one",), ("examples/two",)}
+    assert "\nUNIT apps/overlays/prod\n" in text and "\nUNIT variants/one\n" in text
+    # Each folder of plain files is a unit of its own.
+    variants = {tuple(f["units"]) for f in result["findings"] if f["location"]["file"].startswith("variants/")}
+    assert variants == {("variants/one",), ("variants/two",)}
 
 
 def test_a_changed_base_rechecks_the_overlays_that_use_it(run_cli, env, tmp_path, monkeypatch):
@@ -146,7 +146,7 @@ def test_a_changed_base_rechecks_the_overlays_that_use_it(run_cli, env, tmp_path
     assert code == 1
     units = {u for f in result["findings"] for u in f.get("units", [])}
     assert units == {"apps/overlays/dev", "apps/overlays/prod"}
-    assert not any(f["location"]["file"].startswith("examples/") for f in result["findings"])
+    assert not any(f["location"]["file"].startswith("variants/") for f in result["findings"])
     # A component's patch stands for the roots that use the component: prod only.
     code, result = check(run_cli, env, "--changed-files", "apps/components/tolerate/tolerate.yaml")
     assert {f["resource"]["name"] for f in result["findings"]} == {"prod-chat"}

@@ -13,6 +13,7 @@ from gpuaudit.engine.rules import Rule
 from gpuaudit.facts import Subject
 from gpuaudit.files import bounded_quotes
 from gpuaudit.model import Exemption, Finding, InputError, Location, Skipped
+from gpuaudit.model.findings import NOT_SAID_HERE
 
 IGNORE_ANNOTATION = "gpuaudit.io/ignore."
 
@@ -43,6 +44,12 @@ class Evaluation(msgspec.Struct):
     # (rule id, subject, what was missing) for telemetry rules that had too little data
     insufficient: list[tuple[str, Subject, str]] = msgspec.field(default_factory=list)
 
+
+# How an exemption by file_context (a rule's severity_by_context) reads.
+_CONTEXTS = {
+    "example": "an examples, docs or tutorial folder (file_context example; name the file to judge it as it stands)",
+    "test": "a test folder (file_context test; name the file to judge it as it stands)",
+}
 
 DEFAULT_MIN_COVERAGE = 0.5
 DEFAULT_MIN_SPAN_HOURS = 1.0
@@ -144,13 +151,21 @@ def evaluate(
                     if not applies:
                         continue
                 severity = rule.severity_for(facts)
-                if severity is None:  # the advice does not apply to what this workload is for
+                # Silent only for where its file sits (an example, a test
+                # fixture): said as exempted, so the user sees what was held back.
+                quiet = rule.severity_for(facts, by_context=False) if severity is None else None
+                if severity is None and quiet is None:  # the advice does not apply to what this workload is for
                     continue
                 if not rule.violated_by(facts):
                     continue
             except Exception as exc:  # the rule's own schema is unusable: a rule defect
                 broken.add(rule.id)
                 result.warnings.append(_rule_problem(rule, "cannot be evaluated", exc))
+                continue
+            if severity is None:
+                context = facts.get("file_context")
+                finding = make_finding(rule, subject, keep_subject=keep_subjects, severity=quiet)
+                result.suppressed.append((finding, f"{NOT_SAID_HERE} {_CONTEXTS.get(context, context)}"))
                 continue
             try:
                 finding = make_finding(rule, subject, keep_subject=keep_subjects, severity=severity)

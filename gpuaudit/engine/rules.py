@@ -49,6 +49,8 @@ SEVERITIES = ("critical", "high", "medium", "low", "info")
 SILENT = "silent"  # severity_by_purpose: the advice does not apply to that purpose
 # The subjects that carry the `purpose` fact (facts/purpose.py).
 PURPOSE_TARGETS = ("workload", "pod", "container")
+# The subjects that carry the `file_context` fact (facts/purpose.py).
+CONTEXT_TARGETS = (*PURPOSE_TARGETS, "claim")
 # Purposes no rule judges: a workload on simulated nodes (KWOK) runs nothing
 # and holds no real GPU (gpuaudit/data/purposes.yaml `simulated`).
 UNJUDGED_PURPOSES = frozenset({"simulated"})
@@ -152,15 +154,19 @@ class Rule(msgspec.Struct, frozen=True, dict=True):  # dict: for its cached_prop
         budget = Budget(self.id, patterns)
         return {key: budget for key, found in keys.items() if found}
 
-    def severity_for(self, facts: Mapping[str, Any]) -> str | None:
+    def severity_for(self, facts: Mapping[str, Any], *, by_context: bool = True) -> str | None:
         """The severity of a finding about a subject with these facts: the
         rule's, lowered to what ``severity_by_purpose`` allows for the
-        subject's purpose and ``severity_by_context`` for where its file
-        sits; None when the rule is silent for either."""
+        subject's purpose and ``severity_by_context`` (unless ``by_context``
+        is False) for where its file sits; None when the rule is silent for
+        either."""
         if facts.get("purpose") in UNJUDGED_PURPOSES:
             return None
         severity = self.severity
-        for caps, fact in ((self.severity_by_purpose, "purpose"), (self.severity_by_context, "file_context")):
+        capped = [(self.severity_by_purpose, "purpose")]
+        if by_context:
+            capped.append((self.severity_by_context, "file_context"))
+        for caps, fact in capped:
             cap = caps.get(facts.get(fact)) if caps else None
             if cap == SILENT:
                 return None
@@ -472,12 +478,15 @@ def rule_from_data(
         if problem:
             raise RuleError(source, _nearest_line(lines, "/message"), f"message: {problem}", data["id"])
 
-    for key in ("severity_by_purpose", "severity_by_context"):
-        if data.get(key) and data["target"] not in PURPOSE_TARGETS:
+    for key, targets, what in (
+        ("severity_by_purpose", PURPOSE_TARGETS, "a purpose"),
+        ("severity_by_context", CONTEXT_TARGETS, "a file context"),
+    ):
+        if data.get(key) and data["target"] not in targets:
             raise RuleError(
                 source,
                 _nearest_line(lines, f"/{key}"),
-                f"{key} needs a subject with a purpose ({', '.join(PURPOSE_TARGETS)}), not {data['target']!r}",
+                f"{key} needs a subject with {what} ({', '.join(targets)}), not {data['target']!r}",
                 data["id"],
             )
     remediation = data.get("remediation")

@@ -4,13 +4,15 @@ selectors that pin one device or one GPU product (gpu-domain.md §5)."""
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from gpuaudit.facts import Subject
+from gpuaudit.facts.purpose import file_context
 from gpuaudit.kube import pointers
 from gpuaudit.kube.shapes import as_list
 from gpuaudit.model import Document, Resource
+from gpuaudit.model.workload_builder import is_live_dump
 
 CLAIM_KINDS = ("ResourceClaim", "ResourceClaimTemplate")
 # An attribute that names one device, compared for equality.
@@ -21,8 +23,14 @@ _DEVICE_PIN = re.compile(
 _PRODUCT_PIN = re.compile(r"""(?:\.|\[\s*['"])productName(?:['"]\s*\])?\s*==\s*""")
 
 
-def subjects(doc: Document) -> Iterator[Subject]:
+def subjects(doc: Document, roots: Sequence[str] = ()) -> Iterator[Subject]:
+    """The claim of ``doc``; ``roots``: the folders named on the command line
+    (its file_context)."""
     if doc.kind not in CLAIM_KINDS or not doc.api_version.startswith("resource.k8s.io/"):
+        return
+    if is_live_dump(doc.obj) and _meta(doc.obj).get("ownerReferences"):
+        # `kubectl get -o yaml` of a claim a controller made from a template
+        # for a pod: nobody applies it, and its template is judged already.
         return
     base = "/spec/spec" if doc.kind == "ResourceClaimTemplate" else "/spec"
     spec = pointers.get(doc.obj, base)
@@ -38,6 +46,7 @@ def subjects(doc: Document) -> Iterator[Subject]:
         "pointer": pins[0]["pointer"] if pins else base,
         "requests": len(requests),
         "selector_pins": pins,
+        "file_context": file_context(doc.file, roots),
     }
     yield Subject("claim", facts, Resource(doc.api_version, doc.kind, doc.namespace, doc.name), doc)
 
@@ -67,3 +76,8 @@ def _pins(request: Any, pointer: str) -> Iterator[dict[str, Any]]:
                     "expression": " ".join(expression.split()),
                     "pointer": f"{where}/selectors/{j}/cel/expression",
                 }
+
+
+def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    meta = obj.get("metadata")
+    return meta if isinstance(meta, Mapping) else {}

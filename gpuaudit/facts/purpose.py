@@ -335,19 +335,22 @@ def _demo_context(file: str, t: _Tables) -> str | None:
 def file_context(file: str, roots: Sequence[str]) -> str | None:
     """Where the file of a manifest sits, read from its path below the
     folder it was found under (one of ``roots``, the folders named on the
-    command line): ``test`` (a test folder: fixtures, golden files), ``example``
-    (written to show something: examples/, docs/, a tutorial), or None (a
-    file to deploy, or one named on its own). The folders above the root say
-    nothing of the repository (a checkout under ~/tests/), nor does a file
-    the user named."""
+    command line): ``test`` (a test folder: fixtures, golden files),
+    ``example`` (written to show something: examples/, docs/, a tutorial),
+    or None (a file to deploy). The folders above the root say nothing of
+    the repository (a checkout under ~/tests/); a file the user names on its
+    own is one they want judged as it stands."""
     below = _below(file, roots)
     if below is None:
         return None
     t = tables()
-    folders = _PATH_PARTS.split(below)[:-1]
-    if any(segment.lower() in t.test_contexts for segment in folders):
+    segments = [segment.lower() for segment in _PATH_PARTS.split(below)]
+    if any(segment in t.test_contexts for segment in segments[:-1]):
         return "test"
-    return "example" if _demo_context(below, t) is not None else None
+    # Whole folder names and the file's stem only, never a word inside one:
+    # a repository named kubernetes-engine-samples holds services to deploy.
+    stem = segments[-1].rsplit(".", 1)[0]
+    return "example" if any(s in t.demo_contexts for s in (*segments[:-1], stem)) else None
 
 
 def _below(file: str, roots: Sequence[str]) -> str | None:

@@ -690,6 +690,11 @@ class ClaimFacts(_Facts, kw_only=True, frozen=True):
     reserved: Annotated[bool | None, Meta(description="A pod uses it (status.reservedFor)."), ABSENT] = None
     devices: Annotated[list[str] | None, ABSENT] = None
     age_hours: Number | None = None
+    file_context: Annotated[
+        Literal["test", "example"] | None,
+        Meta(description="(manifest) Where the claim's file sits, as for a workload (severity_by_context)."),
+        ABSENT,
+    ] = None
 
 
 class ClusterSharing(_Facts, kw_only=True, frozen=True):

@@ -8,6 +8,7 @@ from collections import Counter
 from typing import Any
 
 from gpuaudit.model import CATEGORIES, SEVERITIES, AuditResult, Finding
+from gpuaudit.model.findings import NOT_SAID_HERE
 from gpuaudit.safetext import one_line
 
 _COLOURS = {"critical": "1;31", "high": "31", "medium": "33", "low": "36", "info": "2"}
@@ -160,10 +161,15 @@ def render(
         )
     counts = Counter(f.severity for f in result.findings)
     summary = ", ".join(f"{counts[s]} {s}" for s in SEVERITIES if counts[s]) or "none"
+    # Held back for where their files sit (examples, tests): counted apart
+    # from what the user exempted, so neither hides in the other.
+    not_said = sum(1 for _, reason in result.suppressed if reason.startswith(NOT_SAID_HERE))
+    exempted = len(result.suppressed) - not_said
     lines.append(
         f"{result.resources} objects, {result.gpu_workloads} GPU workloads, "
         f"{len(result.findings)} findings ({summary})"
-        + (f", {len(result.suppressed)} exempted" if result.suppressed else "")
+        + (f", {exempted} exempted" if exempted else "")
+        + (f", {not_said} not said in example or test folders (see JSON 'suppressed')" if not_said else "")
         + (f", {len(result.skipped)} rules skipped" if result.skipped else "")
         + (f", {len(result.errors)} input problems" if result.errors else "")
     )

@@ -97,7 +97,7 @@ def _baselines(result: AuditResult, baselines: Baselines, say: Callable[[str], N
 
 def input_roots(paths: Sequence[str]) -> tuple[str, ...]:
     """The folders named on the command line, below which a file's context
-    (examples/, tests/) is read."""
+    (examples/, tests/) is read; a file named on its own has none."""
     return tuple(p for p in paths if p != "-" and os.path.isdir(p))
 
 
@@ -140,7 +140,7 @@ def subject_groups(
         (s for workload in workloads for s in workload_facts.subjects(workload, context)),
         (s for doc in documents for s in config_facts.subjects(doc, context)),
         (s for doc in bare for s in config_facts.subjects(doc, context)),
-        (s for doc in documents for s in claim_facts.subjects(doc)),
+        (s for doc in documents for s in claim_facts.subjects(doc, context.roots if context else ())),
     )
 
 
