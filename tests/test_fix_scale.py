@@ -457,7 +457,7 @@ def _container(image: str, command: tuple[str, ...] = (), args: tuple[str, ...] 
 
 
 def test_servers_that_reserve_gpu_memory_and_stress_tests_are_recognised():
-    from gpuaudit.remediate.reservations import memory_reservation, nim_model, stress_test
+    from gpuaudit.facts.reservations import memory_reservation, nim_model, stress_test
 
     vllm = memory_reservation(
         _container("vllm/vllm-openai:v0.10.0", args=("--model", "m", "--gpu-memory-utilization=0.6"))

@@ -196,6 +196,10 @@ class GpuProduct(_Facts, kw_only=True, frozen=True):
     by: Literal["nodeSelector", "affinity"]
     model: Annotated[str | None, Meta(description="Catalogue model, e.g. H100-80GB.")]
     memory_gib: Number | None
+    mig_capable: Annotated[
+        bool | None,
+        Meta(description="Every product it allows offers MIG (gpuaudit/data/gpus.yaml); null when one is unknown."),
+    ] = None
     pointer: str
 
 
@@ -354,6 +358,18 @@ class PodFacts(_OfWorkload, kw_only=True, frozen=True):
     ]
     gpu_command_text: Annotated[
         str | None, Meta(description=("The idle command as written (shortened to 60 characters), for messages."))
+    ]
+    engine_reserves: Annotated[
+        Number | None,
+        Meta(
+            description=(
+                "The share of its GPU's memory an LLM serving engine in a GPU container reserves at start for its KV "
+                "cache, as stated (--gpu-memory-utilization, --mem-fraction-static, --cuda-memory-fraction, "
+                "NIM_GPU_MEMORY_UTILIZATION) or by the engine's default (vLLM 0.9, SGLang 0.8, TGI 1.0, NIM 0.9; "
+                "gpuaudit/facts/reservations.py); null when no such engine runs. Above half, a time-sliced or MPS "
+                "GPU (memory not isolated) leaves a second tenant out of memory: only a MIG slice can hold it."
+            )
+        ),
     ]
     kv_transfer: Annotated[
         bool,

@@ -22,6 +22,7 @@ from gpuaudit.facts.lifecycle import lifecycle_facts
 from gpuaudit.facts.process import CommandLine, command_lines, container_process_facts, pod_process_facts
 from gpuaudit.facts.purpose import file_context, purpose_facts
 from gpuaudit.facts.raw import pod_raw_facts, workload_raw_facts
+from gpuaudit.facts.reservations import ENGINE_OF_KIND, memory_reservation
 from gpuaudit.facts.scaling import scaling_facts
 from gpuaudit.facts.scheduling import required_terms
 from gpuaudit.facts.shared_memory import shared_memory_facts
@@ -208,6 +209,9 @@ def pod_facts(
     placement = placement_facts(t)
     placement.update(_site_placement(t, placement, gpu, context))
     activity = pod_activity(t, {c.pointer: lines[c.pointer].activity for c in t.containers})
+    runtime = ENGINE_OF_KIND.get(w.kind, "")
+    reserved = [r.fraction for c in t.containers if c.gpus and (r := memory_reservation(c, runtime)) is not None]
+    activity["engine_reserves"] = max(reserved) if reserved else None
     if activity["gpu_command_kind"] == "idle" and base["long_running"]:
         # A Deployment restarts a command that ends: `sleep 6000` there never stops.
         activity["gpu_command_kind"] = "idle_forever"
@@ -350,6 +354,7 @@ def _product_pin(
                 "by": "nodeSelector",
                 "model": model.model if model else None,
                 "memory_gib": model.memory_gib if model else None,
+                "mig_capable": model.mig_capable if model else None,
                 "pointer": f"{pointer}/nodeSelector/{label.replace('/', '~1')}",
                 "never_published": never_published(label, [value]),
             }
@@ -370,6 +375,8 @@ def _product_pin(
                     "by": "affinity",
                     "model": known[0].model if len(known) == 1 else None,
                     "memory_gib": min(m.memory_gib for m in known) if known else None,
+                    # Every product it allows must offer MIG for a MIG slice to be the advice.
+                    "mig_capable": all(m.mig_capable for m in known) if len(known) == len(models) else None,
                     "never_published": never_published(str(expr["key"]), values),
                     "pointer": f"{pointer}/affinity/nodeAffinity/"
                     f"requiredDuringSchedulingIgnoredDuringExecution/nodeSelectorTerms/{i}",

@@ -5,10 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 from gpuaudit import gpus
+from gpuaudit.facts import reservations
 from gpuaudit.kube import pointers
 from gpuaudit.kube.podspecs import group_of
 from gpuaudit.model import Container, PodTemplate
-from gpuaudit.remediate import reservations, sizing
+from gpuaudit.remediate import sizing
 from gpuaudit.remediate.planners.common import (
     NVIDIA_GPU,
     Confidence,

@@ -7,11 +7,11 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from gpuaudit import gpus
+from gpuaudit.facts import reservations
 from gpuaudit.facts.model_size import heuristic, parameters_b
 from gpuaudit.kube import pointers
 from gpuaudit.kube.labels import HOSTNAME_LABEL
 from gpuaudit.model import PodTemplate
-from gpuaudit.remediate import reservations
 from gpuaudit.remediate.planners.common import Context, Declined, Proposal, identity
 
 # --- placement -----------------------------------------------------------------------

@@ -55,10 +55,16 @@ def _flag_value(words: Sequence[str], names: Sequence[str]) -> str | None:
     return None
 
 
+# Kinds whose pods always run one engine, whatever their container says:
+# KServe's LLMInferenceService runs vLLM (llm-d's image).
+ENGINE_OF_KIND = {"LLMInferenceService": "vllm"}
+
+
 def memory_reservation(container: Container, runtime: str = "") -> Reservation | None:
     """The server's reservation, when the container runs one that reserves
     GPU memory up front. ``runtime``: a serving runtime's name (KServe), which
-    names NIM where the image may not."""
+    names NIM where the image may not, or the engine its kind always runs
+    (ENGINE_OF_KIND)."""
     words = _words(container)
     haystack = " ".join([container.image, runtime, *words]).lower()
     for engine, marks, flags, default in _ENGINES:
