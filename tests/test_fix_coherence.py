@@ -512,7 +512,18 @@ def test_on_gke_a_vllm_server_is_not_time_shared(tmp_path, kubectl):
     from gpuaudit.cli.main import main
 
     out = tmp_path / "overlay"
-    args = ["fix", str(HERE / "deployment.yaml"), "--config", str(HERE / "gke.gpuaudit.yaml")]
+    # On an H100 (a GPU that offers MIG) GPA-AL-001 advises a share; GKE's
+    # time-sharing is no MIG slice, so the move is declined.
+    deployment = tmp_path / "deployment.yaml"
+    deployment.write_text(
+        (HERE / "deployment.yaml")
+        .read_text()
+        .replace(
+            "    spec:\n      containers:",
+            "    spec:\n      nodeSelector: {nvidia.com/gpu.product: NVIDIA-H100-80GB-HBM3}\n      containers:",
+        )
+    )
+    args = ["fix", str(deployment), "--config", str(HERE / "gke.gpuaudit.yaml")]
     result = CliRunner().invoke(main, [*args, "--out", str(out), "--rules", "GPA-AL-001"])
     assert result.exit_code == 0, result.output
     assert not (out / "patches").exists()

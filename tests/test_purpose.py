@@ -415,6 +415,7 @@ def test_examples_and_fixtures_keep_only_the_advice_that_matters_there(tmp_path:
         spec:
           template:
             spec:
+              nodeSelector: {nvidia.com/gpu.product: NVIDIA-H100-80GB-HBM3}
               containers:
               - name: server
                 image: vllm/vllm-openai:v0.10.0

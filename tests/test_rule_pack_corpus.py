@@ -46,8 +46,12 @@ def test_the_whole_corpus_runs_without_a_traceback(corpus_run):
     assert proc.returncode == 2  # the corpus holds invalid YAML and placeholders
     report = json.loads((out / "json").read_text())
     categories = {f["category"] for f in report["findings"]}
-    # Memory rules judge telemetry, or are opt-in (GPA-ME-002): none speak on manifests.
-    assert categories == {"allocation", "placement", "application", "sharing"}
+    held = {f["category"] for f in report["suppressed"] if f["reason"].startswith("not said for a file in")}
+    # Memory rules judge telemetry, or are opt-in (GPA-ME-002): none speak on
+    # manifests. The corpus's node pins all sit in upstream docs/ and samples/
+    # folders: held back there (file_context), listed with why.
+    assert categories | held == {"allocation", "placement", "application", "sharing"}
+    assert "placement" in held
     # Only the package that pulls a URL cannot be built offline: found before kustomize runs.
     assert not [e for e in report["errors"] if "kustomize build failed" in e["message"]]
     remote = [e for e in report["errors"] if "remote base" in e["message"] and "not rendered" in e["message"]]

@@ -78,7 +78,13 @@ def subjects(state: ClusterState) -> Iterator[Subject]:
         )
     for doc in state.configs:
         for subject in config_facts.subjects(doc):
-            yield Subject(subject.target, subject.facts, subject.resource, None, scope="cluster")
+            # In a cluster the policy is judged as written: the nodes' own MIG
+            # is GPA-SH-102's, and the time-slicing config it lacks still helps
+            # the nodes without MIG.
+            facts = subject.facts
+            if "mig_by_node_label" in facts:
+                facts = {**facts, "mig_by_node_label": False}
+            yield Subject(subject.target, facts, subject.resource, None, scope="cluster")
     yield Subject(
         "cluster",
         cluster_facts(state, gpu_nodes, gpu_pods, pending_causes),

@@ -609,6 +609,17 @@ class ConfigFacts(_Facts, kw_only=True, frozen=True):
     configures_sharing: Annotated[
         bool | None, Meta(description="Time-slicing, MPS or a MIG layout is configured."), ABSENT
     ] = None
+    mig_by_node_label: Annotated[
+        bool | None,
+        Meta(
+            description=(
+                "(cluster-policy) The MIG manager is on without a layout of its own, so a node's nvidia.com/mig.config "
+                "label may ask for one: in manifests true (no node is seen); in a cluster false (the policy is judged "
+                "as written; the nodes' MIG is GPA-SH-102's)."
+            )
+        ),
+        ABSENT,
+    ] = None
     rename_conflicts: Annotated[
         list[RenameConflict] | None,
         Meta(
@@ -709,7 +720,6 @@ class ClaimFacts(_Facts, kw_only=True, frozen=True):
     file_context: Annotated[
         Literal["test", "example"] | None,
         Meta(description="(manifest) Where the claim's file sits, as for a workload (severity_by_context)."),
-        ABSENT,
     ] = None
 
 
