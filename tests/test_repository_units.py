@@ -279,3 +279,220 @@ def test_this_repository_deploy_folder_checks_without_input_errors(run_cli, env)
     proc = run_cli("check", str(ROOT / "deploy"), "-o", "json", env=env)
     assert proc.returncode in (0, 1), proc.stdout + proc.stderr
     assert not [e for e in json.loads(proc.stdout)["errors"] if e["level"] == "error"]
+
+
+# --- files beside a kustomization that it does not read ----------------------
+
+GPU_PATCH = """\
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: {name}
+spec:
+  template:
+    spec:
+      nodeSelector:
+        kubernetes.io/hostname: gpu-node-7
+      containers:
+      - name: main
+        resources:
+          limits:
+            nvidia.com/gpu: 2
+"""
+
+
+def beside(root: Path) -> Path:
+    """A kustomization that lists a.yaml and reads files in every other way
+    kustomize reads them, a GPU Deployment beside it that it does not list
+    (applied with `kubectl apply -f`), and a folder of examples below it
+    with no kustomization of its own."""
+    write(root / ".git" / "HEAD", "ref: refs/heads/main\n")
+    app = root / "deploy/istio"
+    write(
+        app / "kustomization.yaml",
+        "resources: [a.yaml]\n"
+        "patches:\n- path: pin.yaml\n"
+        "transformers: [tolerate-transformer.yaml]\n"
+        "configMapGenerator:\n- name: job-template\n  files: [template.yaml]\n",
+    )
+    write(app / "a.yaml", DEPLOYMENT.format(name="a"))
+    write(app / "pin.yaml", GPU_PATCH.format(name="a"))  # a patch: judged alone it would be a GPU Deployment
+    write(
+        app / "tolerate-transformer.yaml",
+        "apiVersion: builtin\nkind: PatchTransformer\nmetadata: {name: tolerate}\n"
+        "path: patches/tolerate.yaml\ntarget: {kind: Deployment}\n",
+    )
+    write(app / "patches/tolerate.yaml", GPU_PATCH.format(name="a").replace("gpu-node-7", "gpu-node-8"))
+    write(app / "template.yaml", DEPLOYMENT.format(name="templated"))  # data of a ConfigMap, not an object
+    write(app / "patches/unused-json6902.yaml", "- op: replace\n  path: /spec/replicas\n  value: 2\n")
+    pinned = DEPLOYMENT.format(name="vllama3").replace("    spec:\n", "    spec:\n      nodeName: gpu-node-1\n")
+    write(app / "vLlama3.yaml", pinned)  # not listed: applied on its own
+    write(app / "kserve/inference-examples/phi.yaml", DEPLOYMENT.format(name="phi"))
+    return root
+
+
+def test_a_manifest_a_kustomization_does_not_read_is_judged_as_a_plain_file(run_cli, env, tmp_path, monkeypatch):
+    tree = beside(tmp_path / "repo")
+    monkeypatch.chdir(tree)
+    code, result = check(run_cli, env, ".")
+    assert code == 1 and not result["errors"], result["errors"]
+    by_name = {}
+    for f in result["findings"]:
+        by_name.setdefault(f["resource"]["name"], set()).add((f["location"]["file"], tuple(f["units"])))
+    # Beside the kustomization: a unit of its own, named apart from the kustomize unit of the folder.
+    assert by_name["vllama3"] == {("deploy/istio/vLlama3.yaml", ("deploy/istio [plain files]",))}
+    assert by_name["phi"] == {
+        ("deploy/istio/kserve/inference-examples/phi.yaml", ("deploy/istio/kserve/inference-examples",))
+    }
+    # What the kustomization reads, however it reads it, is judged only as what it renders.
+    assert {units for findings in by_name.values() for _, units in findings} == {
+        ("deploy/istio",),
+        ("deploy/istio [plain files]",),
+        ("deploy/istio/kserve/inference-examples",),
+    }
+    assert set(by_name) == {"a", "vllama3", "phi"}
+    # The transformer's patch was read: it set the pin the rendered Deployment has.
+    [pin] = [f for f in result["findings"] if f["rule"] == "GPA-PL-001" and f["resource"]["name"] == "a"]
+    assert "gpu-node-8" in pin["message"]
+    # Reading the files plainly finds the same for the two the kustomization does not read.
+    _, plain = check(run_cli, env, ".", "--no-kustomize")
+    for name in ("vllama3", "phi"):
+        rendered = {(f["rule"], f["severity"]) for f in result["findings"] if f["resource"]["name"] == name}
+        assert rendered == {(f["rule"], f["severity"]) for f in plain["findings"] if f["resource"]["name"] == name}
+    assert ("GPA-PL-001", "high") in {
+        (f["rule"], f["severity"]) for f in plain["findings"] if f["resource"]["name"] == "vllama3"
+    }
+
+
+def test_a_changed_file_beside_a_kustomization_is_judged_on_its_own(run_cli, env, tmp_path, monkeypatch):
+    tree = beside(tmp_path / "repo")
+    monkeypatch.chdir(tree)
+    _, result = check(run_cli, env, "--changed-files", "deploy/istio/vLlama3.yaml")
+    assert {f["resource"]["name"] for f in result["findings"]} == {"vllama3"}
+    # A patch it reads stands for the kustomization; one it does not read yet, too (never judged alone).
+    for patch in ("deploy/istio/pin.yaml", "deploy/istio/patches/unused-json6902.yaml"):
+        _, result = check(run_cli, env, "--changed-files", patch)
+        assert {f["resource"]["name"] for f in result["findings"]} == {"a"}, patch
+        assert {f["location"]["file"] for f in result["findings"]} <= {"deploy/istio/a.yaml", "deploy/istio/pin.yaml"}
+
+
+def test_a_kustomization_reads_patches_plugins_generator_inputs_schemas_and_values(tmp_path):
+    from gpuaudit.sources.units import discover, read_kustomization
+
+    app = tmp_path / "app"
+    names = [
+        "a.yaml", "sm.yaml", "json6902.yaml", "replace.yaml", "crd.yaml", "schema.json", "values.yaml",
+        "more-values.yaml", "env.yaml", "cm.yaml", "plugin.yaml", "plugin-patch.yaml", "plugin-values.yaml",
+        "inline-patch.yaml", "config.yaml",
+    ]  # fmt: skip
+    for name in names:
+        write(app / name, DEPLOYMENT.format(name=name.split(".")[0]))
+    write(
+        app / "plugin.yaml",
+        "apiVersion: builtin\nkind: PatchTransformer\nmetadata: {name: p}\npath: plugin-patch.yaml\n---\n"
+        "apiVersion: builtin\nkind: HelmChartInflationGenerator\nmetadata: {name: h}\nvaluesFile: plugin-values.yaml\n",
+    )
+    write(
+        app / "kustomization.yaml",
+        """\
+resources: [a.yaml]
+patchesStrategicMerge: [sm.yaml]
+patchesJson6902: [{path: json6902.yaml, target: {kind: Deployment, name: a}}]
+replacements: [{path: replace.yaml}]
+crds: [crd.yaml]
+openapi: {path: schema.json}
+helmCharts: [{name: c, valuesFile: values.yaml, additionalValuesFiles: [more-values.yaml]}]
+configMapGenerator: [{name: g, envs: [env.yaml], files: [key=cm.yaml]}]
+transformers:
+- plugin.yaml
+- |-
+  apiVersion: builtin
+  kind: PatchTransformer
+  metadata: {name: inline}
+  path: inline-patch.yaml
+configurations: [config.yaml]
+""",
+    )
+    k = read_kustomization(app / "kustomization.yaml")
+    assert sorted(p.name for p in k.files) == sorted(names)
+    assert k.problem is not None and "helmCharts" in k.problem  # not "it reads '<the inline config>'"
+    assert [p.name for p in k.resources] == ["a.yaml"]
+    # All of them hold objects, and none is a plain file.
+    assert not [u for u in discover(tmp_path, str(tmp_path)).units if u.kind == "files"]
+    # A kustomization that cannot be read may read any file of its folder: none is a plain file.
+    (app / "kustomization.yaml").write_text("resources: [a.yaml\n")
+    assert not [u for u in discover(tmp_path, str(tmp_path)).units if u.kind == "files"]
+
+
+# --- alternatives in one folder of plain files -------------------------------
+
+SERVER = """\
+apiVersion: v1
+kind: ConfigMap
+metadata: {{name: runtime}}
+data: {{MODEL: {model}}}
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {{name: llm}}
+spec:
+  selector: {{matchLabels: {{app: llm}}}}
+  template:
+    metadata: {{labels: {{app: llm}}}}
+    spec:
+      containers:
+      - name: server
+        image: {image}
+        command: [sh, -c, "{serve} $MODEL --port 8000"]
+        envFrom:
+        - configMapRef: {{name: runtime}}
+        resources:
+          requests: {{cpu: "8", memory: 32Gi}}
+          limits: {{nvidia.com/gpu: 1, memory: 32Gi}}
+"""
+
+
+def alternatives(folder: Path) -> None:
+    """Two servers a user picks between: each file a ConfigMap and a
+    Deployment of the same names, and a Service both share."""
+    write(
+        folder / "sglang.yaml",
+        SERVER.format(
+            model="Qwen/Qwen2.5-1.5B-Instruct",
+            image="lmsysorg/sglang:v0.4.0",
+            serve="python3 -m sglang.launch_server --model-path",
+        ),
+    )
+    write(
+        folder / "vllm.yaml",
+        SERVER.format(model="Qwen/Qwen2.5-32B-Instruct", image="vllm/vllm-openai:v0.8.5", serve="vllm serve"),
+    )
+    write(
+        folder / "service.yaml", "apiVersion: v1\nkind: Service\nmetadata: {name: llm}\nspec: {selector: {app: llm}}\n"
+    )
+
+
+def test_alternatives_in_one_folder_are_each_judged_in_their_own_context(run_cli, env, tmp_path, monkeypatch):
+    alternatives(tmp_path / "examples")
+    monkeypatch.chdir(tmp_path)
+    _, result = check(run_cli, env, "examples")
+    # Not "defined again": they are variants, not one apply.
+    assert not result["errors"], result["errors"]
+    # The small model of the sglang variant is read from its own ConfigMap,
+    # not from the vllm file's (the last read, which a folder-wide context kept).
+    [sharing] = [f for f in result["findings"] if f["rule"] == "GPA-AL-001"]
+    assert sharing["location"]["file"] == "examples/sglang.yaml"
+    assert sharing["evidence"]["model.name"] == "Qwen/Qwen2.5-1.5B-Instruct"
+    assert sharing["units"] == ["examples/sglang.yaml"]
+    facts = json.loads(run_cli("facts", "examples", "--target", "pod", env=env, cwd=tmp_path).stdout)
+    models = {d["location"]["file"]: d["facts"]["model"]["name"] for d in facts}
+    assert models == {
+        "examples/sglang.yaml": "Qwen/Qwen2.5-1.5B-Instruct",
+        "examples/vllm.yaml": "Qwen/Qwen2.5-32B-Instruct",
+    }
+    # Said to be applied at once (--plain-files tree), the clash is true: a warning per object.
+    _, tree = check(run_cli, env, "examples", "--plain-files", "tree")
+    assert sorted(e["message"].split(" is ")[0] for e in tree["errors"]) == [
+        "apps/v1 Deployment llm",
+        "v1 ConfigMap runtime",
+    ]

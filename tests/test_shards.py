@@ -315,3 +315,52 @@ def test_an_error_in_this_process_still_reaps_the_workers(two_cpus):
         shards.run_sharded(list(range(1000)), 2, first, broken_combine, second)
     assert two_cpus
     assert_reaped(two_cpus)
+
+
+SERVER = """apiVersion: v1
+kind: ConfigMap
+metadata: {{name: runtime}}
+data: {{MODEL: {model}}}
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {{name: llm}}
+spec:
+  template:
+    spec:
+      containers:
+      - name: server
+        image: vllm/vllm-openai:v0.8.5
+        command: [sh, -c, "vllm serve $MODEL"]
+        envFrom: [{{configMapRef: {{name: runtime}}}}]
+        resources:
+          requests: {{cpu: "8", memory: 32Gi}}
+          limits: {{nvidia.com/gpu: 1, memory: 32Gi}}
+"""
+
+
+def test_alternatives_of_a_folder_in_two_shards_are_judged_as_in_one_process(tmp_path, two_cpus):
+    """The first and the last file of one folder define the same ConfigMap
+    and Deployment differently: alternatives, each judged with its own
+    ConfigMap though a worker read the other."""
+    folder = tmp_path / "examples"
+    folder.mkdir()
+    (folder / "0000-small.yaml").write_text(SERVER.format(model="Qwen/Qwen2.5-1.5B-Instruct"))
+    for i in range(1, 200):
+        (folder / f"{i:04d}.yaml").write_text(POD.format(i=i, gpus=1))
+    (folder / "9999-large.yaml").write_text(SERVER.format(model="Qwen/Qwen2.5-32B-Instruct"))
+    rules, _ = load_policy(CONFIG, include=ALL_AND_SCALE_TO_ZERO)
+
+    def run(keep_subjects: bool) -> AuditResult:
+        return check_manifests([str(folder)], CONFIG, rules, options=InputOptions(), keep_subjects=keep_subjects)
+
+    expected = run(True)
+    parallel = run(False)
+    assert len(two_cpus) == 1
+    assert as_data(parallel) == as_data(expected)
+    [small] = [f for f in expected.findings if f.rule == "GPA-AL-001" and f.resource.name == "llm"]
+    assert small.location.file.endswith("0000-small.yaml") and small.units == (small.location.file,)
+    assert not [e for e in expected.errors if "defined again" in e.message]
+    # The pods the alternatives share are judged once, under the folder's name.
+    pods = [f for f in expected.findings if f.resource.name.startswith("pod-")]
+    assert pods and {f.units for f in pods} == {(str(folder),)}

@@ -6,12 +6,22 @@ Each unit is judged in its own context: duplicates and cross-object facts
 (a Service and its Deployment, a device-plugin config and the pods that use
 it) never join objects of two units. A finding the same in several units
 (a base used by several roots, a template in several chart variants) is one
-finding naming them all."""
+finding naming them all.
+
+Files side by side in a folder of plain files that define the same object
+differently (`vllm.yaml` and `sglang.yaml` both a Deployment `llm`,
+`mig-config-h100.yaml` and `mig-config-rtx6000.yaml` both one ConfigMap)
+are alternatives a user picks between, not one `kubectl apply`: each is
+judged as a variant of the folder, with the folder's other files and
+without the other alternatives, so one alternative's ConfigMap never feeds
+another's Deployment."""
 
 from __future__ import annotations
 
+import hashlib
 import os
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
+from itertools import chain
 from pathlib import Path
 
 import msgspec
@@ -116,6 +126,50 @@ def model_items(
     return read, workloads, field_errors, build_context(site, read.documents, workloads, read.bare, roots)
 
 
+class Part(msgspec.Struct):
+    """Some of a unit's input, modelled: what subject_groups judges."""
+
+    documents: list[Document] = msgspec.field(default_factory=list)
+    workloads: list[Workload] = msgspec.field(default_factory=list)
+    bare: list[Document] = msgspec.field(default_factory=list)
+
+
+def by_file(read: ReadResult, workloads: Sequence[Workload]) -> dict[str, Part]:
+    """A unit's input, file by file, in the order read."""
+    out: dict[str, Part] = {}
+    for doc in read.documents:
+        out.setdefault(doc.file, Part()).documents.append(doc)
+    for workload in workloads:
+        out.setdefault(workload.document.file, Part()).workloads.append(workload)
+    for doc in read.bare:
+        out.setdefault(doc.file, Part()).bare.append(doc)
+    return out
+
+
+def split_alternatives(parts: Mapping[str, Part], chosen: Collection[str]) -> tuple[Part, dict[str, Part]]:
+    """``parts`` (by file) as what the files not ``chosen`` hold together, and each chosen file's own."""
+    rest = Part()
+    for file, part in parts.items():
+        if file not in chosen:
+            rest.documents += part.documents
+            rest.workloads += part.workloads
+            rest.bare += part.bare
+    return rest, {file: parts.get(file, Part()) for file in chosen}
+
+
+def variant_contexts(
+    site: Site, contexts: Mapping[str, Context], chosen: Sequence[str]
+) -> tuple[Context, dict[str, Context]]:
+    """From the context of each file of a folder: the whole folder's (what
+    its other files are judged in, as before) and each alternative's: the
+    folder's other files and that alternative, none of the others."""
+    rest = [c for file, c in contexts.items() if file not in chosen]
+    whole = merge_contexts(site, list(contexts.values()))
+    return whole, {
+        file: merge_contexts(site, [*rest, *([contexts[file]] if file in contexts else [])]) for file in chosen
+    }
+
+
 def manifest_subjects(
     documents: Sequence[Document],
     workloads: Sequence[Workload],
@@ -165,6 +219,10 @@ def _work(unit_item: tuple[str, Item]) -> float:
     return _BYTES_PER_ITEM * len(item.documents)
 
 
+# (API group, kind, namespace, name, apiVersion, file, line, content digest) of a named object.
+Identity = tuple[str, str, str, str, str, str, int, bytes]
+
+
 class _JudgedUnit(msgspec.Struct):
     """What one shard of a manifest audit sends back for one unit: small, picklable."""
 
@@ -173,44 +231,79 @@ class _JudgedUnit(msgspec.Struct):
     evaluations: list[Evaluation]  # one per subject group
     resources: int
     gpu_workloads: int
-    identities: list[tuple[str, str, str, str, str, str, int]]  # see _identities
+    identities: list[Identity]  # see object_identities
+    # A folder's alternatives, each judged in its own context: one per subject group, or none
+    alternatives: list[Evaluation] = msgspec.field(default_factory=list)
 
 
-def _identities(documents: Sequence[Document]) -> list[tuple[str, str, str, str, str, str, int]]:
-    """(API group, kind, namespace, name, apiVersion, file, line) of each named object
-    (``generateName`` makes a new object each time: left out)."""
+def object_identities(documents: Sequence[Document]) -> list[Identity]:
+    """The identity of each named object (``generateName`` makes a new
+    object each time: left out), with a digest of its content: the same
+    object defined twice alike is no conflict."""
     out = []
     for doc in documents:
         meta = doc.obj.get("metadata")
         name = meta.get("name") if isinstance(meta, Mapping) else None
         if isinstance(name, str) and name:
-            out.append((group_of(doc.api_version), doc.kind, doc.namespace, name, doc.api_version, doc.file, doc.line))
+            place = (group_of(doc.api_version), doc.kind, doc.namespace, name, doc.api_version, doc.file, doc.line)
+            out.append((*place, _digest(doc.obj)))
     return out
 
 
-def duplicate_objects(identities: Iterable[tuple[str, str, str, str, str, str, int]]) -> list[InputError]:
-    """A warning for each object defined again in one unit (what one
-    `kubectl apply` sends): a cluster keeps one of them, whichever is applied
-    last, so the audit of the others may not hold. The same name in other
-    units is the usual one-folder-per-environment layout, not a mistake."""
-    first: dict[tuple[str, str, str, str], tuple[str, int]] = {}
+def _digest(obj: Mapping[str, object]) -> bytes:
+    try:
+        data = msgspec.json.encode(obj, order="sorted")
+    except (TypeError, ValueError):  # keys of mixed types cannot be sorted: compared as written
+        data = repr(obj).encode()
+    return hashlib.blake2b(data, digest_size=16).digest()
+
+
+def duplicate_objects(identities: Iterable[Identity], *, across_files: bool = True) -> list[InputError]:
+    """A warning for each object defined again, differently, in one unit
+    (what one `kubectl apply` sends): a cluster keeps one of them, whichever
+    is applied last, so the audit of the others may not hold. The same
+    object defined alike twice is no conflict; the same name in other units
+    is the usual one-folder-per-environment layout, not a mistake.
+    ``across_files`` False (a folder of plain files): only a file that
+    defines an object twice; files that define it differently are
+    alternatives, each judged as a variant (``alternatives``)."""
+    first: dict[tuple[str, ...], tuple[str, int, bytes]] = {}
     warnings = []
-    for group, kind, namespace, name, api_version, file, line in identities:
-        place = (group, kind, namespace, name)
+    for group, kind, namespace, name, api_version, file, line, digest in identities:
+        place = (group, kind, namespace, name) if across_files else (group, kind, namespace, name, file)
         if place not in first:
-            first[place] = (file, line)
+            first[place] = (file, line, digest)
+            continue
+        first_file, first_line, first_digest = first[place]
+        if digest == first_digest:
             continue
         label = f"{api_version} {kind} {namespace + '/' if namespace else ''}{name}"
         warnings.append(
             InputError(
                 file,
                 line,
-                f"{label} is defined again (first at {first[place][0]}:{first[place][1]}); "
+                f"{label} is defined again (first at {first_file}:{first_line}); "
                 "the cluster keeps one: the last applied",
                 "warning",
             )
         )
     return warnings
+
+
+def alternatives(identities: Iterable[Identity]) -> list[str]:
+    """The files of a folder that define an object another file of it
+    defines differently, in the order read: the folder's alternatives."""
+    read: dict[str, None] = {}
+    seen: dict[tuple[str, str, str, str], dict[bytes, set[str]]] = {}
+    for group, kind, namespace, name, _, file, _, digest in identities:
+        read[file] = None
+        seen.setdefault((group, kind, namespace, name), {}).setdefault(digest, set()).add(file)
+    found: set[str] = set()
+    for versions in seen.values():
+        files = set().union(*versions.values())
+        if len(versions) > 1 and len(files) > 1:
+            found |= files
+    return [f for f in read if f in found]
 
 
 def check_manifests(
@@ -235,54 +328,112 @@ def check_manifests(
     # Nothing to read still judges once: the rules skipped are reported.
     items = [(unit.name, item) for unit in units for item in unit.items] or [("", ReadResult())]
     order = list(dict.fromkeys(name for name, _ in items))
+    # Folders of plain files: their files may be alternatives (this module's docstring).
+    may_vary = {unit.name for unit in units if unit.alternatives}
     site = Site.from_config(config.site)
     locators = locators_for(config)
     roots = input_roots(paths)
 
-    def model(shard: Sequence[tuple[str, Item]]) -> tuple[dict[str, tuple], dict[str, Context]]:
+    def model(shard: Sequence[tuple[str, Item]]) -> tuple[dict[str, tuple], tuple]:
+        """Each unit's reading (kept here) and what the parent needs: its
+        context, and for a folder of plain files each file's context and objects."""
         states: dict[str, tuple] = {}
         contexts: dict[str, Context] = {}
+        per_file: dict[str, tuple[list[Identity], dict[str, Context]]] = {}
         for name, unit_items in _by_unit(shard).items():
-            read, workloads, field_errors, context = model_items(unit_items, site, locators, roots)
-            states[name], contexts[name] = (read, workloads, field_errors), context
-        return states, contexts
+            read = ReadResult()
+            read_items(unit_items, read)
+            workloads, field_errors = build_workloads(read.documents, locators)
+            identities = object_identities(read.documents)
+            states[name] = (read, workloads, field_errors, identities)
+            if name in may_vary:  # its context is its files' contexts merged
+                files = {
+                    file: build_context(site, part.documents, part.workloads, part.bare, roots)
+                    for file, part in by_file(read, workloads).items()
+                }
+                per_file[name] = (identities, files)
+                contexts[name] = merge_contexts(site, list(files.values()))
+            else:
+                contexts[name] = build_context(site, read.documents, workloads, read.bare, roots)
+        return states, (contexts, per_file)
 
-    def combine_contexts(parts: list[dict[str, Context]]) -> dict[str, Context]:
+    varied: dict[str, list[str]] = {}  # unit -> its alternatives: found once every shard is read
+
+    def combine_parts(parts: list[tuple]) -> tuple[dict[str, Context], dict[str, dict[str, Context]]]:
+        """The context of each unit, and of each alternative of a folder that holds some."""
         per_unit: dict[str, list[Context]] = {}
-        for part in parts:
-            for name, context in part.items():
+        identities: dict[str, list[Identity]] = {}
+        files: dict[str, dict[str, Context]] = {}
+        for contexts, per_file in parts:
+            for name, context in contexts.items():
                 per_unit.setdefault(name, []).append(context)
-        return {name: merge_contexts(site, contexts) for name, contexts in per_unit.items()}
+            for name, (found, file_contexts) in per_file.items():
+                identities.setdefault(name, []).extend(found)
+                files.setdefault(name, {}).update(file_contexts)
+        merged = {name: merge_contexts(site, contexts) for name, contexts in per_unit.items()}
+        alternative: dict[str, dict[str, Context]] = {}
+        for name, found in identities.items():
+            chosen = alternatives(found)
+            if chosen:
+                varied[name] = chosen
+                merged[name], alternative[name] = variant_contexts(site, files[name], chosen)
+        return merged, alternative
 
-    def judge(states: dict[str, tuple], contexts: dict[str, Context]) -> dict[str, _JudgedUnit]:
-        return {name: judge_unit(state, contexts[name]) for name, state in states.items()}
+    def judge(
+        states: dict[str, tuple], shared: tuple[dict[str, Context], dict[str, dict[str, Context]]]
+    ) -> dict[str, _JudgedUnit]:
+        contexts, alternative = shared
+        out: dict[str, _JudgedUnit] = {}
+        for name, (read, workloads, field_errors, identities) in states.items():
+            rest = Part(read.documents, workloads, read.bare)
+            own: dict[str, Part] = {}
+            if name in alternative:  # each alternative in its own context (and named by its file, below)
+                rest, own = split_alternatives(by_file(read, workloads), alternative[name])
+            gpu_workloads = sum(1 for w in workloads if w.requests_gpus)
+            out[name] = _JudgedUnit(
+                read.errors,
+                field_errors,
+                judge_parts([(rest, contexts[name])]),
+                len(read.documents),
+                gpu_workloads,
+                identities,
+                judge_parts([(own[file], alternative[name][file]) for file in own]) if own else [],
+            )
+        return out
 
-    def judge_unit(modelled: tuple, context: Context) -> _JudgedUnit:
-        read, workloads, field_errors = modelled
+    def judge_parts(parts: Sequence[tuple[Part, Context]]) -> list[Evaluation]:
+        """Each part's subjects in its context, all in one evaluation per subject group."""
+        inputs = {"manifest", *site_inputs(config.site)}
         # The runtime may sit in another shard than its InferenceService: the
         # merged context has them all.
-        workloads = effective_workloads(workloads, context.runtimes, locators)
-        inputs = {"manifest", *site_inputs(config.site)}
-        evaluations = [
-            evaluate(rules, group, inputs=inputs, exemptions=config.exemptions, keep_subjects=keep_subjects)
-            for group in subject_groups(read.documents, workloads, context, read.bare)
+        groups = [
+            subject_groups(part.documents, effective_workloads(part.workloads, c.runtimes, locators), c, part.bare)
+            for part, c in parts
         ]
-        gpu_workloads = sum(1 for w in workloads if w.requests_gpus)
-        return _JudgedUnit(
-            read.errors, field_errors, evaluations, len(read.documents), gpu_workloads, _identities(read.documents)
-        )
+        return [
+            evaluate(
+                rules,
+                chain.from_iterable(each[g] for each in groups),
+                inputs=inputs,
+                exemptions=config.exemptions,
+                keep_subjects=keep_subjects,
+            )
+            for g in range(len(groups[0]))
+        ]
 
     processes = 1 if keep_subjects else workers_for(len(items), _MIN_FILES_PER_PROCESS)
-    shards = run_sharded(items, processes, model, combine_contexts, judge, _work)
+    shards = run_sharded(items, processes, model, combine_parts, judge, _work)
     judged = [[shard[name] for shard in shards if name in shard] for name in order]
     groups = range(len(next((j[0].evaluations for j in judged if j), [])))
-    named = len([name for name in order if name]) > 1  # one unit (a file, stdin): nothing to name
+    # One unit (a file, stdin): nothing to name. A folder's alternatives are named by their files.
+    named = len([name for name in order if name]) > 1 or bool(varied)
     evaluation = combine(
         [
-            _in_unit(part.evaluations[g], name if named else None)
+            _in_unit(evaluations[g], name if named else None, varied.get(name, ()))
             for g in groups
             for name, parts in zip(order, judged, strict=True)
-            for part in parts
+            for evaluations in [*(part.evaluations for part in parts), *(part.alternatives for part in parts)]
+            if evaluations
         ]
     )
     return AuditResult(
@@ -292,7 +443,13 @@ def check_manifests(
         errors=[
             *(e for parts in judged for part in parts for e in part.read_errors),
             *(e for parts in judged for part in parts for e in part.field_errors),
-            *(w for parts in judged for w in duplicate_objects(i for part in parts for i in part.identities)),
+            *(
+                w
+                for name, parts in zip(order, judged, strict=True)
+                for w in duplicate_objects(
+                    (i for part in parts for i in part.identities), across_files=name not in may_vary
+                )
+            ),
             *evaluation.warnings,
         ],
         rules=list(rules),
@@ -308,11 +465,16 @@ def _by_unit(shard: Sequence[tuple[str, Item]]) -> dict[str, list[Item]]:
     return out
 
 
-def _in_unit(evaluation: Evaluation, unit: str | None) -> Evaluation:
+def _in_unit(evaluation: Evaluation, unit: str | None, alternatives: Collection[str] = ()) -> Evaluation:
+    """The findings named by their unit: an alternative's by its file."""
     if not unit:
         return evaluation
     return msgspec.structs.replace(
-        evaluation, findings=[msgspec.structs.replace(f, units=(unit,)) for f in evaluation.findings]
+        evaluation,
+        findings=[
+            msgspec.structs.replace(f, units=(f.location.file if f.location.file in alternatives else unit,))
+            for f in evaluation.findings
+        ],
     )
 
 

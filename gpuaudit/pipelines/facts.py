@@ -12,11 +12,22 @@ import msgspec
 import yaml
 
 from gpuaudit.facts import Subject
-from gpuaudit.facts.context import Site
+from gpuaudit.facts.context import Context, Site, build_context
 from gpuaudit.jsontext import indented
+from gpuaudit.kube.podspecs import KindLocator
 from gpuaudit.model import InputError
 from gpuaudit.model.serving_runtimes import effective_workloads
-from gpuaudit.pipelines.check import input_roots, manifest_subjects, model_items
+from gpuaudit.pipelines.check import (
+    Part,
+    input_roots,
+    alternatives,
+    by_file,
+    manifest_subjects,
+    model_items,
+    object_identities,
+    split_alternatives,
+    variant_contexts,
+)
 from gpuaudit.pipelines.policy import locators_for
 from gpuaudit.sources.inputs import InputOptions, gather_units
 from gpuaudit.sources.user_config import Config
@@ -39,19 +50,37 @@ def manifest_facts(
     the order the check judges them, each unit in its own context, as plain
     JSON-shaped documents."""
     locators = locators_for(config)
+    site = Site.from_config(config.site)
     documents: list[dict[str, Any]] = []
     errors: list[InputError] = []
     roots = input_roots(paths)
     for unit in gather_units(paths, stdin_text, options):
-        read, workloads, field_errors, context = model_items(unit.items, Site.from_config(config.site), locators, roots)
-        workloads = effective_workloads(workloads, context.runtimes, locators)  # as the check judges them
-        documents += [
-            subject_document(s)
-            for s in manifest_subjects(read.documents, workloads, context, read.bare)
-            if not targets or s.target in targets
-        ]
+        read, workloads, field_errors, context = model_items(unit.items, site, locators, roots)
         errors += [*read.errors, *field_errors]
+        chosen = alternatives(object_identities(read.documents)) if unit.alternatives else []
+        if not chosen:
+            documents += _subject_documents(Part(read.documents, workloads, read.bare), context, locators, targets)
+            continue
+        # A folder of alternatives: each in its own context, as the check judges it.
+        files = by_file(read, workloads)
+        contexts = {f: build_context(site, p.documents, p.workloads, p.bare, roots) for f, p in files.items()}
+        whole, each = variant_contexts(site, contexts, chosen)
+        rest, variants = split_alternatives(files, chosen)
+        documents += _subject_documents(rest, whole, locators, targets)
+        for file, part in variants.items():
+            documents += _subject_documents(part, each[file], locators, targets)
     return FactsResult(documents, errors)
+
+
+def _subject_documents(
+    part: Part, context: Context, locators: Mapping[tuple[str, str], KindLocator], targets: Collection[str]
+) -> list[dict[str, Any]]:
+    workloads = effective_workloads(part.workloads, context.runtimes, locators)  # as the check judges them
+    return [
+        subject_document(s)
+        for s in manifest_subjects(part.documents, workloads, context, part.bare)
+        if not targets or s.target in targets
+    ]
 
 
 def subject_document(subject: Subject) -> dict[str, Any]:

@@ -92,6 +92,9 @@ class UnitInput(msgspec.Struct):
 
     name: str
     items: list[Item]
+    # A folder of plain files: files in it that define one object differently
+    # are alternatives, judged each as a variant of it (pipelines/check.py).
+    alternatives: bool = False
 
 
 def gather_units(
@@ -135,7 +138,7 @@ def gather_units(
     if problems.errors:
         units.insert(0, UnitInput("", [problems]))
     if known:
-        units = [UnitInput(u.name, [_known(item, known) for item in u.items]) for u in units]
+        units = [msgspec.structs.replace(u, items=[_known(item, known) for item in u.items]) for u in units]
     return units
 
 
@@ -157,7 +160,9 @@ def read_items(items: Sequence[Item], result: ReadResult) -> None:
 def _plain(file: Path, shown: str, options: InputOptions) -> list[UnitInput]:
     """A file named on the command line: a files unit of its own folder (or itself)."""
     [unit] = plain_units([Path(os.path.abspath(file))], shown, Path.cwd(), options.plain_files)
-    return [UnitInput(shown if options.plain_files == "file" else unit.name, [file])]
+    if options.plain_files == "file":
+        return [UnitInput(shown, [file])]
+    return [UnitInput(unit.name, [file], alternatives=options.plain_files == "folder")]
 
 
 def _discover(root: Path, shown: str, options: InputOptions) -> Repository:
@@ -206,7 +211,8 @@ def _render_all(units: Sequence[Unit], options: InputOptions) -> list[UnitInput]
     out: list[UnitInput] = []
     for unit in units:
         if unit.kind == "files":  # each file named in the style the user named the tree
-            out.append(UnitInput(unit.name, [Path(display(f, unit.name)) for f in unit.files]))
+            files: list[Item] = [Path(display(f, unit.name)) for f in unit.files]
+            out.append(UnitInput(unit.name, files, alternatives=options.plain_files == "folder"))
         elif unit.problem is not None:
             out.append(_unrendered(unit, InputError(unit.name, None, unit.problem), options))
         elif not rendered[unit.name].documents and any(e.level == "error" for e in rendered[unit.name].errors):

@@ -9,7 +9,12 @@ apply` or `helm install` would send.
   uses as a resource, base or component. Bases are judged through the roots
   that use them; a component (``kind: Component``) is never built alone;
 - the remaining manifests, one unit per folder (``plain_files: folder``),
-  per file, or one unit for the whole tree.
+  per file, or one unit for the whole tree. A file in a kustomization's
+  folder (or below it) that no kustomization reads, directly or through the
+  plugin configs it names, and that holds Kubernetes objects is one of them
+  (a manifest applied with `kubectl apply -f` beside the kustomization);
+  one that holds none is a fragment (a patch nothing names yet), never
+  judged alone.
 
 What a unit reads is found here without running kustomize: kustomization
 files are small YAML, and the map from a file to the units that use it is
@@ -34,7 +39,8 @@ import yaml
 
 from gpuaudit.files import FileReadError, read_text
 from gpuaudit.kube.yaml_lines import YamlLimitError, load_yaml_with_lines
-from gpuaudit.sources.manifests import MANIFEST_SUFFIXES, SKIP_DIRS
+from gpuaudit.sources.manifests import MANIFEST_SUFFIXES, SKIP_DIRS, ReadResult, read_file
+from gpuaudit.sources.manifests import read_text as read_manifest_text
 
 KUSTOMIZATION_FILES = ("kustomization.yaml", "kustomization.yml", "Kustomization")
 PlainFiles = Literal["folder", "file", "tree"]
@@ -78,6 +84,7 @@ class Kustomization(msgspec.Struct):
     resources: list[Path]  # of those, the resource files (objects, not fragments)
     remote: list[str]  # remote resources it names
     problem: str | None = None  # unreadable, or it names something missing
+    unreadable: bool = False  # what it reads is unknown: every file in its folder and below may be its fragment
 
 
 class Repository(msgspec.Struct):
@@ -123,8 +130,6 @@ def discover(
     used = {f for k in kustomizations.values() for f in k.folders}
     consumed = {k.file for k in kustomizations.values()}
     consumed |= {f for k in kustomizations.values() for f in k.files}
-    # A kustomization's folder, and its subfolders, hold its fragments: never plain objects.
-    consumed |= {p for p in plain if _package_of(p, kustomizations, root) is not None}
     units: list[Unit] = []
     values = {Path(os.path.realpath(c)): v for c, v in (chart_values or {}).items()}
     for chart in charts:
@@ -146,9 +151,34 @@ def discover(
                 unit, problem=f"{unit.problem}; what it uses that renders is judged on its own: {names}"
             )
         units += [unit, *parts]
-    rest = [p for p in plain if p not in consumed]
-    units += plain_units(rest, shown, root, plain_files)
+    rest = [p for p in plain if p not in consumed and _is_plain(p, kustomizations, root)]
+    for unit in plain_units(rest, shown, root, plain_files):
+        if plain_files != "file" and unit.root in kustomizations:
+            # beside a kustomization (the kustomize unit may bear the folder's name): not what it renders
+            unit = msgspec.structs.replace(unit, name=f"{unit.name} [plain files]")
+        units.append(unit)
     return Repository(root, units, templates)
+
+
+def _is_plain(file: Path, kustomizations: Mapping[Path, Kustomization], top: Path) -> bool:
+    """Whether ``file``, which no kustomization names, is a plain manifest:
+    outside every kustomization's folder, always; inside one, when it holds
+    Kubernetes objects (a patch or a config that nothing names yet is a
+    fragment, never judged alone), unless a kustomization above it could
+    not be read (then what it reads is unknown)."""
+    packages = list(_packages_of(file, kustomizations, top))
+    if not packages:
+        return True
+    if any(kustomizations[p].unreadable for p in packages):
+        return False
+    return holds_objects(file)
+
+
+def holds_objects(file: Path) -> bool:
+    """Whether ``file`` holds at least one Kubernetes object (apiVersion and kind)."""
+    read = ReadResult()
+    read_file(file, read)
+    return bool(read.documents)
 
 
 def chart_units(chart: Path, shown: str, extra: Sequence[Sequence[Path]] = ()) -> list[Unit]:
@@ -270,28 +300,34 @@ def kustomization_in(directory: Path) -> Path | None:
 
 
 def read_kustomization(file: Path) -> Kustomization:
-    """What a kustomization file names, resolved against its folder. Never
-    raises: a file that cannot be read says so in ``problem``."""
+    """What a kustomization file names, resolved against its folder: every
+    file kustomize reads to build it (resources, patches, generator inputs,
+    replacements, CRDs, OpenAPI schemas, Helm values files, the plugin
+    configs it names and the files they name). Never raises: a file that
+    cannot be read says so in ``problem``."""
     folder = file.parent
     k = Kustomization(folder, file, False, [], [], [], [])
     try:
         data, _ = load_yaml_with_lines(read_text(file, limit=_MAX_KUSTOMIZATION_BYTES, what="kustomization"))
     except (FileReadError, YamlLimitError, yaml.YAMLError, RecursionError) as exc:
         k.problem = f"cannot read it: {str(exc).splitlines()[0][:200]}"
+        k.unreadable = True
         return k
     if not isinstance(data, dict):
         k.problem = "not a kustomization (no mapping at the top level)"
+        k.unreadable = True
         return k
     k.component = data.get("kind") == "Component"
     missing: list[str] = []
 
-    def local(entry: Any, *, resource: bool = False, folder_ok: bool = True) -> None:
-        if not isinstance(entry, str) or not entry.strip():
-            return
+    def local(entry: Any, *, resource: bool = False, folder_ok: bool = True, required: bool = True) -> Path | None:
+        """The file ``entry`` names, recorded; None for a folder, a remote or a missing one."""
+        if not isinstance(entry, str) or not entry.strip() or "\n" in entry.strip():
+            return None  # an inline patch or plugin config
         entry = entry.strip()
         if re.match(_REMOTE, entry) and not (folder / entry).exists():
             k.remote.append(entry)
-            return
+            return None
         path = Path(os.path.normpath(folder / entry))
         if path.is_dir() and folder_ok:
             k.folders.append(path)
@@ -299,8 +335,10 @@ def read_kustomization(file: Path) -> Kustomization:
             k.files.append(path)
             if resource:
                 k.resources.append(path)
-        elif not path.exists():
+            return path
+        elif not path.exists() and required:
             missing.append(entry)
+        return None
 
     for entry in _strings(data.get("resources")) + _strings(data.get("bases")):
         local(entry, resource=True)
@@ -316,15 +354,26 @@ def read_kustomization(file: Path) -> Kustomization:
                 local(entry["path"], folder_ok=False)
     for key in ("configMapGenerator", "secretGenerator"):
         for generator in _as_list(data.get(key)):
-            if not isinstance(generator, dict):
-                continue
-            for entry in _strings(generator.get("files")):
-                local(entry.split("=", 1)[-1], folder_ok=False)  # key=path
-            for entry in [*_strings(generator.get("envs")), *_strings([generator.get("env")])]:
-                local(entry, folder_ok=False)
-    for key in ("generators", "transformers", "validators", "configurations"):
+            if isinstance(generator, dict):
+                for entry in _generator_inputs(generator):
+                    local(entry, folder_ok=False)
+    openapi = data.get("openapi")
+    if isinstance(openapi, dict):
+        local(openapi.get("path"), folder_ok=False)
+    for key in ("helmCharts", "helmChartInflationGenerator"):
+        for chart in _as_list(data.get(key)):
+            if isinstance(chart, dict):
+                for entry in _values_files(chart):
+                    local(entry, folder_ok=False)
+    for key in ("generators", "transformers", "validators"):
         for entry in _strings(data.get(key)):
-            local(entry)
+            # A builtin plugin's config names files too (a PatchTransformer's
+            # patch), relative to this kustomization; an inline config is text.
+            config = entry if "\n" in entry else local(entry)
+            for named in _plugin_inputs(config):
+                local(named, folder_ok=False, required=False)  # a plugin's own field may be no path
+    for entry in _strings(data.get("configurations")):
+        local(entry)
     if data.get("helmCharts"):
         k.problem = "it inflates Helm charts (helmCharts:), which needs `--enable-helm` and the charts' repositories"
     elif missing:
@@ -332,6 +381,44 @@ def read_kustomization(file: Path) -> Kustomization:
             f" and {len(missing) - 1} more" if len(missing) > 1 else ""
         )
     return k
+
+
+def _generator_inputs(generator: Mapping[str, Any]) -> list[str]:
+    """The files a ConfigMap or Secret generator reads (``files`` entries may be ``key=path``)."""
+    files = [entry.split("=", 1)[-1] for entry in _strings(generator.get("files"))]
+    return [*files, *_strings(generator.get("envs")), *_strings([generator.get("env")])]
+
+
+def _values_files(chart: Mapping[str, Any]) -> list[str]:
+    """The values files a ``helmCharts`` (or the older ``helmChartInflationGenerator``) entry reads."""
+    return [
+        *_strings([chart.get("valuesFile"), chart.get("values")]),
+        *_strings(chart.get("additionalValuesFiles")),
+    ]
+
+
+def _plugin_inputs(config: Path | str | None) -> list[str]:
+    """The files the plugin configs in ``config`` (a file, or inline text)
+    name, as kustomize's builtin plugins name them: a patch (``path``,
+    ``paths``), a generator's inputs, values files, replacements."""
+    if config is None:
+        return []
+    read = ReadResult()
+    if isinstance(config, Path):
+        try:
+            text = read_text(config, limit=_MAX_KUSTOMIZATION_BYTES, what="plugin config")
+        except FileReadError:
+            return []  # kustomize says why when it builds
+        read_manifest_text(text, str(config), read)
+    else:
+        read_manifest_text(config, "inline plugin config", read)
+    out: list[str] = []
+    for doc in [*read.documents, *read.bare]:
+        obj = doc.obj
+        out += _strings([obj.get("path")]) + _strings(obj.get("paths"))
+        out += _generator_inputs(obj) + _values_files(obj)
+        out += [r["path"] for r in _as_list(obj.get("replacements")) if isinstance(r, dict) and "path" in r]
+    return out
 
 
 def units_for_changed(repository: Repository, changed: Iterable[Path]) -> tuple[list[Unit], list[Path]]:
@@ -344,7 +431,9 @@ def units_for_changed(repository: Repository, changed: Iterable[Path]) -> tuple[
     alone: list[Path] = []
     for file in files:
         package = _package_of(file, None, repository.root)
-        hits = [u for u in repository.units if _reads(u, file, package)]
+        # A plain file beside a kustomization is its plain unit's, not the kustomization's.
+        hits = [u for u in repository.units if u.kind == "files" and file in u.files]
+        hits = hits or [u for u in repository.units if _reads(u, file, package)]
         if not hits:
             alone.append(file)
         touched += [u for u in hits if u not in touched]
@@ -355,20 +444,26 @@ def _reads(unit: Unit, file: Path, package: Path | None) -> bool:
     if unit.kind == "helm":
         return any(file == r or file.is_relative_to(r) for r in unit.reads)
     if unit.kind == "kustomize":
-        # a file in a kustomization's folder it does not name yet (a new patch) belongs to it too
+        # a file in a kustomization's folder it does not name yet (a new patch), and holding no
+        # object (else it is a plain file's), belongs to it too
         return file in unit.reads or (package is not None and any(r.parent == package for r in unit.reads))
     return file in unit.files
 
 
 def _package_of(file: Path, kustomizations: Mapping[Path, Kustomization] | None, top: Path) -> Path | None:
     """The folder of the nearest kustomization at or above ``file``'s folder, up to ``top``."""
+    return next(_packages_of(file, kustomizations, top), None)
+
+
+def _packages_of(file: Path, kustomizations: Mapping[Path, Kustomization] | None, top: Path) -> Iterator[Path]:
+    """The folders of the kustomizations at or above ``file``'s folder, up to ``top``, nearest first."""
     folder = file.parent
     while True:
         known = folder in kustomizations if kustomizations is not None else kustomization_in(folder) is not None
         if known:
-            return folder
+            yield folder
         if folder == top or folder.parent == folder or not folder.is_relative_to(top):
-            return None
+            return
         folder = folder.parent
 
 

@@ -258,19 +258,21 @@ def test_a_python_tag_is_an_error_naming_its_line(run_cli, tmp_path):
     assert pin["resource"]["name"] == "p"
 
 
-def test_the_same_object_in_two_files_is_a_warning_naming_both(run_cli, tmp_path):
+def test_an_object_defined_again_differently_in_one_file_is_a_warning_naming_both(run_cli, tmp_path):
     (tmp_path / "a.yaml").write_text(PINNED)
-    (tmp_path / "b.yaml").write_text("# the same pod\n" + PINNED)
+    (tmp_path / "b.yaml").write_text("# the same pod\n" + PINNED)  # alike: applying both changes nothing
     (tmp_path / "c.yaml").write_text(PINNED.replace("namespace: ml", "namespace: other"))  # another object
-    code, report = check(run_cli, "a.yaml", "b.yaml", "c.yaml")
+    twice = PINNED.replace("name: pinned", "name: twice")
+    (tmp_path / "d.yaml").write_text(twice + "---\n" + twice.replace("gpu-node-1", "gpu-node-2"))
+    code, report = check(run_cli, "a.yaml", "b.yaml", "c.yaml", "d.yaml")
 
     assert code == 1  # a warning: the findings decide the exit code
     assert messages(report) == [
         (
-            "b.yaml",
-            2,
+            "d.yaml",
+            12,  # the second document, after PINNED's ten lines and `---`
             "warning",
-            "v1 Pod ml/pinned is defined again (first at a.yaml:1); the cluster keeps one: the last applied",
+            "v1 Pod ml/twice is defined again (first at d.yaml:1); the cluster keeps one: the last applied",
         )
     ]
-    assert len([f for f in report["findings"] if f["rule"] == "GPA-PL-001"]) == 3  # each still judged
+    assert len([f for f in report["findings"] if f["rule"] == "GPA-PL-001"]) == 5  # each still judged
