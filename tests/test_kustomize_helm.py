@@ -61,7 +61,6 @@ def test_a_kustomize_overlay_is_audited_as_rendered_and_points_at_its_base(run_c
 def test_walking_a_tree_renders_each_kustomization_and_skips_the_files_it_used(run_cli, tools_path):
     corpus = shared_or_skip("corpus", "kustomize")
     result = report(run_cli("check", str(corpus), "--format", "json", env={"PATH": tools_path}))
-    files = {f["location"]["file"] for f in result["findings"]}
     # A patch is judged only as part of what it renders to, and a finding
     # points at it only where it sets the value: this one adds the GPU
     # container's resources without memory.
@@ -73,17 +72,18 @@ def test_walking_a_tree_renders_each_kustomization_and_skips_the_files_it_used(r
     # kustomize's load restrictor: not rendered, so not judged...
     refused = [e for e in result["errors"] if "outside its folder" in e["message"]]
     assert refused and all(e["level"] == "error" for e in refused)
-    assert not any(name.endswith("tgi/tgi-2b.yaml") for name in files)
     # ... unless the user asks for its plain resource files to be judged as files.
     warned = report(run_cli("check", str(corpus), "--render-errors", "warn", "-o", "json", env={"PATH": tools_path}))
-    assert any(f["location"]["file"].endswith("tgi/tgi-2b.yaml") for f in warned["findings"])
+    assert warned["summary"]["gpu_workloads"] > result["summary"]["gpu_workloads"]
     assert all(e["level"] == "warning" for e in warned["errors"] if "outside its folder" in e["message"])
     assert any("judged as plain files" in e["message"] for e in warned["errors"])
     remote = [e for e in result["errors"] if "remote base" in e["message"]]
     assert len(remote) == 1 and "kueue" in remote[0]["file"]  # pulls a URL: never fetched by default
     assert remote[0]["level"] == "error"
+    # The operator's sample ClusterPolicy leaves MIG to each node's label,
+    # which manifests do not show: nothing said of its sharing (GPA-SH-001).
     rendered = [f for f in result["findings"] if "NVIDIA__gpu-operator__config" in f["location"]["file"]]
-    assert {f["rule"] for f in rendered} == {"GPA-SH-001"}
+    assert rendered == []
 
 
 def test_without_kubectl_or_kustomize_it_says_so_and_reads_the_files_when_asked(run_cli, tmp_path):

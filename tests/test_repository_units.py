@@ -31,6 +31,7 @@ spec:
   template:
     metadata: {{labels: {{app: {name}}}}}
     spec:
+      nodeSelector: {{nvidia.com/gpu.product: NVIDIA-H100-80GB-HBM3}}  # MIG: a share is the advice (GPA-AL-001)
       containers:
       - name: main
         image: vllm/vllm-openai:v0.6.0
@@ -440,6 +441,7 @@ spec:
   template:
     metadata: {{labels: {{app: llm}}}}
     spec:
+      nodeSelector: {{nvidia.com/gpu.product: NVIDIA-H100-80GB-HBM3}}
       containers:
       - name: server
         image: {image}

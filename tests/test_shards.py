@@ -328,6 +328,7 @@ metadata: {{name: llm}}
 spec:
   template:
     spec:
+      nodeSelector: {{nvidia.com/gpu.product: NVIDIA-H100-80GB-HBM3}}
       containers:
       - name: server
         image: vllm/vllm-openai:v0.8.5

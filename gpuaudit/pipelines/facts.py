@@ -19,9 +19,9 @@ from gpuaudit.model import InputError
 from gpuaudit.model.serving_runtimes import effective_workloads
 from gpuaudit.pipelines.check import (
     Part,
-    input_roots,
     alternatives,
     by_file,
+    input_roots,
     manifest_subjects,
     model_items,
     object_identities,
