@@ -361,3 +361,166 @@ def test_a_chart_that_renders_no_object_says_so_without_failing_the_run(run_cli,
     # Alone, the empty chart's run is clean: exit 0, the warning printed.
     alone = run_cli("check", "--helm-chart", "repo/at-root", env={"PATH": tools_path})
     assert alone.returncode == 0 and "rendered no objects" in alone.stdout + alone.stderr
+
+
+def helm_or_skip(tools_path: str) -> None:
+    if shutil.which("helm", path=tools_path) is None:
+        pytest.skip("helm is not installed")
+
+
+def files_under(folder: Path) -> list[str]:
+    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*"))
+
+
+LIBRARY_POD = (
+    '{{- define "commonlib.pod" -}}\n'
+    + POD_OF_RELEASE.replace("{{ .Release.Name }}-worker", "{{ .Release.Name }}-{{ .Chart.Name }}")
+    + "{{- end -}}\n"
+)
+
+
+def test_a_library_chart_is_no_unit_and_a_local_dependency_is_rendered_in_a_copy(run_cli, tools_path, tmp_path):
+    """helm installs no library chart (`type: library`): a tree that holds
+    one is not a render error. A chart that depends on it by `file://` is
+    rendered with it, from a copy: the user's folder is never written."""
+    helm_or_skip(tools_path)
+    repo = tmp_path / "repo"
+    (repo / ".git").mkdir(parents=True)
+    write_chart(repo / "libs/commonlib", "commonlib", {"templates/_pod.tpl": LIBRARY_POD})
+    (repo / "libs/commonlib/Chart.yaml").write_text("apiVersion: v2\nname: commonlib\ntype: library\nversion: 0.1.0\n")
+    write_chart(repo / "libs/gpu-sub", "gpu-sub", {"templates/pod.yaml": POD_OF_RELEASE.replace("worker", "sub")})
+    write_chart(repo / "apps/train", "train", {"templates/pod.yaml": '{{ include "commonlib.pod" . }}\n'})
+    (repo / "apps/train/Chart.yaml").write_text(
+        "apiVersion: v2\nname: train\nversion: 0.1.0\ndependencies:\n"
+        '- {name: commonlib, version: 0.1.0, repository: "file://../../libs/commonlib"}\n'
+        '- {name: gpu-sub, alias: extra, version: 0.1.0, repository: "file://../../libs/gpu-sub"}\n'
+    )
+    before = files_under(repo)
+    proc = run_cli("check", "repo", "--format", "json", env={"PATH": tools_path, "GPUAUDIT_NO_CACHE": "1"})
+    result = report(proc)
+    assert result["errors"] == [] and proc.returncode == 1
+    pins = sorted(
+        (f["resource"]["name"], f["location"]["file"], f["units"])
+        for f in result["findings"]
+        if f["rule"] == "GPA-PL-001"
+    )
+    assert pins == [
+        # gpu-sub is a chart of its own too: the same finding in both units is one;
+        # its template is named where it lies, not in the copy
+        ("train-sub", "repo/libs/gpu-sub/templates/pod.yaml", ["repo/apps/train", "repo/libs/gpu-sub"]),
+        ("train-train", "repo/apps/train/templates/pod.yaml", ["repo/apps/train"]),
+    ]
+    assert files_under(repo) == before, "no charts/ folder, no Chart.lock written in the user's tree"
+    # Named on its own, a library chart is what the user asked for: helm's reason, whole.
+    named = report(run_cli("check", "--helm-chart", "repo/libs/commonlib", "-o", "json", env={"PATH": tools_path}))
+    [error] = named["errors"]
+    assert error["level"] == "error" and error["message"].endswith("library charts are not installable")
+
+
+def test_a_local_dependency_that_cannot_be_copied_in_says_why(run_cli, tools_path, tmp_path):
+    helm_or_skip(tools_path)
+    repo = tmp_path / "repo"
+    (repo / ".git").mkdir(parents=True)
+    write_chart(tmp_path / "elsewhere/common", "common", {"templates/pod.yaml": POD_OF_RELEASE})
+    write_chart(repo / "app", "app", {"templates/pod.yaml": POD_OF_RELEASE})
+    (repo / "app/Chart.yaml").write_text(
+        "apiVersion: v2\nname: app\nversion: 0.1.0\ndependencies:\n"
+        '- {name: common, version: 0.1.0, repository: "file://../../elsewhere/common"}\n'
+        '- {name: gone, version: 0.1.0, repository: "file://../gone"}\n'
+    )
+    result = report(run_cli("check", "repo", "--format", "json", env={"PATH": tools_path}))
+    [error] = result["errors"]
+    assert error["level"] == "error" and error["file"] == "repo/app"
+    assert (
+        f"its local dependency common (file://../../elsewhere/common) is not vendored in charts/, "
+        f"and that folder leads outside {repo.resolve()}"
+    ) in error["message"]
+    assert (
+        "its local dependency gone (file://../gone) is not vendored in charts/, and that folder does not exist"
+        in (error["message"])
+    )
+    assert "helm dependency build" not in error["message"]  # nothing to fetch from a repository
+
+
+def test_a_copied_chart_reads_what_its_links_lead_to_in_the_repository(run_cli, tools_path, tmp_path):
+    """A link deep in a repository that climbs to the repository's root, copied
+    as it is into a temporary folder, would climb from there to the runner's
+    root: the copy must read what the link leads to where it lies."""
+    helm_or_skip(tools_path)
+    repo = tmp_path / "repo"
+    (repo / ".git").mkdir(parents=True)
+    (repo / "etc").mkdir()
+    (repo / "etc/hostname").write_text("from-the-repository\n")
+    deep = repo / "a/b/c/d/e/f/g/h/i/j"
+    write_chart(deep / "chart", "chart", {"templates/pod.yaml": POD_OF_RELEASE})
+    (deep / "chart/templates/pod.yaml").write_text(
+        POD_OF_RELEASE.replace("{{ .Release.Name }}-worker", '{{ .Files.Get "tok" | trim | quote }}')
+    )
+    (deep / "chart/tok").symlink_to("../" * 11 + "etc/hostname")
+    write_chart(deep / "lib", "lib", {"templates/_x.tpl": "{{/* x */}}\n"})
+    (deep / "lib/Chart.yaml").write_text("apiVersion: v2\nname: lib\ntype: library\nversion: 0.1.0\n")
+    (deep / "chart/Chart.yaml").write_text(
+        'apiVersion: v2\nname: chart\nversion: 0.1.0\ndependencies:\n- {name: lib, version: 0.1.0, repository: "file://../lib"}\n'
+    )
+    result = report(run_cli("check", "repo/a", "--format", "json", env={"PATH": tools_path, "GPUAUDIT_NO_CACHE": "1"}))
+    assert result["errors"] == []
+    assert {f["resource"]["name"] for f in result["findings"]} == {"from-the-repository"}
+
+
+def test_a_chart_rendered_from_a_copy_never_writes_through_its_links(run_cli, tools_path, tmp_path):
+    """The copy's Chart.yaml is rewritten and its charts/ filled: where they
+    are links into the repository, the links are replaced, never followed."""
+    helm_or_skip(tools_path)
+    repo = tmp_path / "repo"
+    (repo / ".git").mkdir(parents=True)
+    write_chart(repo / "lib", "lib", {"templates/pod.yaml": POD_OF_RELEASE.replace("worker", "lib")})
+    (repo / "shared/vendored").mkdir(parents=True)
+    (repo / "shared/Chart.yaml").write_text(
+        "apiVersion: v2\nname: app\nversion: 0.1.0\ndependencies:\n"
+        '- {name: lib, version: 0.1.0, repository: "file://../lib"}\n'
+        "- {name: monitoring, version: 1.0.0, repository: https://203.0.113.9/charts, condition: monitoring.enabled}\n"
+    )
+    write_chart(repo / "app", "app", {"templates/pod.yaml": POD_OF_RELEASE}, values="monitoring: {enabled: false}\n")
+    (repo / "app/Chart.yaml").unlink()
+    (repo / "app/Chart.yaml").symlink_to("../shared/Chart.yaml")
+    (repo / "app/charts").symlink_to("../shared/vendored")
+    before = {f: (repo / f).read_bytes() for f in files_under(repo) if (repo / f).is_file()}
+    result = report(run_cli("check", "repo/app", "-o", "json", env={"PATH": tools_path, "GPUAUDIT_NO_CACHE": "1"}))
+    assert result["errors"] == []
+    assert {f["resource"]["name"] for f in result["findings"]} == {"app-worker", "app-lib"}
+    assert {f: (repo / f).read_bytes() for f in files_under(repo) if (repo / f).is_file()} == before
+
+
+NIL_TEMPLATE = (
+    "apiVersion: batch/v1\nkind: Job\nmetadata:\n  name: train\nspec:\n  template:\n    spec:\n"
+    "      containers:\n      - name: c\n        resources:\n          limits:\n"
+    "            nvidia.com/gpu: {{ .Values.workload.gpus }}\n"
+)
+
+
+def test_a_helm_error_keeps_its_cause_on_one_line(run_cli, tools_path, tmp_path):
+    helm_or_skip(tools_path)
+    write_chart(tmp_path / "repo/x", "x", {"templates/workload-job.yaml": NIL_TEMPLATE})
+    result = report(run_cli("check", "repo", "--format", "json", env={"PATH": tools_path}))
+    by_file = {e["file"]: e["message"] for e in result["errors"]}
+    nil = by_file["repo/x"]
+    assert "x/templates/workload-job.yaml:12:" in nil
+    assert "at <.Values.workload.gpus>: nil pointer evaluating interface {}.gpus" in nil
+    assert "\n" not in nil and "--debug" not in nil
+
+
+def test_a_tools_error_is_one_bounded_line_without_terminal_controls():
+    from gpuaudit.sources.tools import MESSAGE_CHARS, error_message
+
+    stderr = (
+        "walk.go:75: found symbolic link in path: /x resolves to /y\n"
+        'Error: template: x/templates/a.yaml:3:9: executing "x/templates/a.yaml"\n'
+        "  at <.Values.a>:\x1b]0;owned\x07 nil pointer \x1b[2J\u202eevaluating\n\n"
+        "Use --debug flag to render out invalid YAML\n"
+    )
+    assert error_message(stderr) == (
+        'template: x/templates/a.yaml:3:9: executing "x/templates/a.yaml" at <.Values.a>: nil pointer evaluating'
+    )
+    long = error_message("Error: " + "word " * 500)
+    assert len(long) == MESSAGE_CHARS and long.endswith("\u2026")
+    assert error_message("no such chart\n") == "no such chart"

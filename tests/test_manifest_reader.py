@@ -3,11 +3,14 @@ not stop the rest."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 import yaml
 
 from gpuaudit.model.workload_builder import build_workloads
-from gpuaudit.sources.manifests import read_paths
+from gpuaudit.sources.manifests import names_kubernetes_keys, read_paths
 
 
 def read(tmp_path, name, text):
@@ -153,9 +156,108 @@ def test_alias_bomb_is_refused_quickly(tmp_path):
 def test_binary_and_non_utf8_files_are_errors(tmp_path):
     (tmp_path / "bin.yaml").write_bytes(b"\x00\x01\x02apiVersion")
     (tmp_path / "latin1.yaml").write_bytes("name: caf\xe9\n".encode("latin-1"))
-    result = read_paths([str(tmp_path)])
-    messages = sorted(e.message for e in result.errors)
-    assert messages == ["binary file, not a manifest", "not valid UTF-8 text"]
+    (tmp_path / "latin1-pod.yaml").write_bytes(
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: caf\xe9}\n".encode("latin-1")
+    )
+    named = read_paths([str(tmp_path / n) for n in ("bin.yaml", "latin1.yaml", "latin1-pod.yaml")])
+    assert [(e.message, e.level) for e in named.errors] == [
+        ("binary file, not a manifest", "error"),
+        ("not valid UTF-8 text", "error"),
+        ("not valid UTF-8 text", "error"),
+    ]
+    # Found by walking the folder: only the one that names a kind stays an error.
+    walked = {Path(e.file).name: e for e in read_paths([str(tmp_path)]).errors}
+    assert (walked["latin1-pod.yaml"].message, walked["latin1-pod.yaml"].level) == ("not valid UTF-8 text", "error")
+    assert walked["bin.yaml"].level == walked["latin1.yaml"].level == "warning"
+    assert walked["bin.yaml"].message.startswith("not read: binary file, not a manifest; it names no apiVersion")
+
+
+NOT_MANIFESTS = {
+    # TypeScript's config: JSON with comments
+    "web/tsconfig.json": '{\n  // strict mode\n  "compilerOptions": {"strict": true}\n}\n',
+    # a DLLogger log: one JSON object per line, after a prefix
+    "results/dllogger.json": 'DLLL {"timestamp": "1", "type": "LOG", "data": {"loss": 1.5}}\nDLLL {"timestamp": "2"}\n',
+    # MkDocs: Python tags in a YAML that does read
+    "mkdocs.yml": "site_name: x\nmarkdown_extensions:\n- pymdownx.emoji:\n"
+    "    emoji_index: !!python/name:material.extensions.emoji.twemoji\n",
+    # a broken mapping with no Kubernetes key at all
+    "proposals/runs.json": '{"runs": [{"id": 1, "gpus": 8]}\n',
+}
+
+
+def test_a_walked_file_that_does_not_parse_and_names_no_kind_is_a_warning(tmp_path):
+    for name, text in NOT_MANIFESTS.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    # Files that look like manifests keep their errors, with their lines.
+    (tmp_path / "k8s").mkdir()
+    (tmp_path / "k8s/pod.yaml").write_text("apiVersion: v1\nkind: Pod\nmetadata:\n  labels: {a: b\n")
+    (tmp_path / "k8s/pod.json").write_text('{"kind":"Pod","apiVersion":"v1","metadata":{"name":"p",}\n')
+    walked = read_paths([str(tmp_path)])
+    by_file = {}
+    for e in walked.errors:
+        by_file.setdefault(str(Path(e.file).relative_to(tmp_path)), []).append(e)
+    assert {f: [e.level for e in es] for f, es in by_file.items()} == {
+        "mkdocs.yml": ["warning"],
+        "web/tsconfig.json": ["warning"],
+        "results/dllogger.json": ["warning"],
+        "proposals/runs.json": ["warning"],
+        "k8s/pod.json": ["error"],
+        "k8s/pod.yaml": ["error"],
+    }
+    [tsconfig] = by_file["web/tsconfig.json"]
+    assert tsconfig.line == 3
+    assert tsconfig.message == (
+        "not read: invalid YAML: did not find expected ',' or '}'; "
+        "it names no apiVersion or kind, so it is likely not a Kubernetes manifest"
+    )
+    [mkdocs] = by_file["mkdocs.yml"]  # it was read (as plain data): no "not read"
+    assert mkdocs.message.startswith("YAML tag !!python/name:") and mkdocs.message.endswith("not a Kubernetes manifest")
+    [pod] = by_file["k8s/pod.yaml"]
+    assert pod.line == 5 and pod.message.startswith("invalid YAML")
+    # Named on the command line, each is an error as it was.
+    named = read_paths([str(tmp_path / name) for name in NOT_MANIFESTS])
+    assert len(named.errors) == len(NOT_MANIFESTS)
+    assert all(e.level == "error" and "Kubernetes manifest" not in e.message for e in named.errors)
+
+
+@pytest.mark.parametrize(
+    "text, names",
+    [
+        ("apiVersion: v1\n", True),
+        ("  - kind: Pod\n", True),
+        ('  "kind": "Pod",\n', True),
+        ('[{"x":1},{"apiVersion":"v1"}]', True),
+        ("{apiVersion: v1, kind: Pod}", True),
+        ("'kind' : Pod\n", True),
+        ("# kind: Pod\n", False),
+        ("kinds: [a]\nsubkind: b\n", False),
+        ("description: the kind: of thing\n", False),
+        ("name: kind\n", False),
+    ],
+)
+def test_a_kubernetes_key_is_seen_by_its_text(text, names):
+    assert names_kubernetes_keys(text.encode()) is names
+
+
+def test_found_files_through_the_command_line(run_cli, tmp_path):
+    """The run's exit code: warnings leave it to the findings; a named file
+    that does not read is still an input error (2)."""
+    for name, text in NOT_MANIFESTS.items():
+        (tmp_path / "repo" / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "repo" / name).write_text(text)
+    (tmp_path / "repo/pod.yaml").write_text(
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec:\n  nodeName: n1\n"
+        "  containers:\n  - name: c\n    image: x\n    resources: {limits: {nvidia.com/gpu: 1, cpu: 1, memory: 1Gi}}\n"
+    )
+    proc = run_cli("check", "repo", "-o", "json")
+    result = json.loads(proc.stdout)
+    assert proc.returncode == 1, "findings only: the walked files' problems are warnings"
+    assert {e["level"] for e in result["errors"]} == {"warning"} and len(result["errors"]) == len(NOT_MANIFESTS)
+    assert "GPA-PL-001" in {f["rule"] for f in result["findings"]}
+    named = run_cli("check", "repo/web/tsconfig.json", "-o", "json")
+    [error] = json.loads(named.stdout)["errors"]
+    assert named.returncode == 2 and error["level"] == "error"
 
 
 def test_directory_symlink_loop_is_visited_once(tmp_path):

@@ -498,3 +498,70 @@ def test_alternatives_in_one_folder_are_each_judged_in_their_own_context(run_cli
         "apps/v1 Deployment llm",
         "v1 ConfigMap runtime",
     ]
+
+
+LIBRARY = {
+    "lib/commonlib/Chart.yaml": "apiVersion: v2\nname: commonlib\ntype: library\nversion: 0.1.0\n",
+    "lib/commonlib/templates/_pod.tpl": """\
+{{- define "commonlib.deployment" -}}
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: {{ .Release.Name }}-server
+spec:
+  template:
+    spec:
+      nodeSelector:
+        kubernetes.io/hostname: gpu-node-3
+      containers:
+      - name: server
+        image: vllm/vllm-openai:v0.6.0
+        resources:
+          limits:
+            nvidia.com/gpu: 1
+{{- end -}}
+""",
+    "apps/serve/Chart.yaml": "apiVersion: v2\nname: serve\nversion: 0.1.0\n"
+    'dependencies:\n- name: commonlib\n  version: 0.1.0\n  repository: "file://../../lib/commonlib"\n',
+    "apps/serve/templates/deployment.yaml": '{{ include "commonlib.deployment" . }}\n',
+}
+
+
+def test_a_changed_file_of_a_library_chart_rechecks_the_charts_that_use_it(run_cli, env, tmp_path, monkeypatch):
+    write(tmp_path / ".git/HEAD", "ref: refs/heads/main\n")
+    for name, text in LIBRARY.items():
+        write(tmp_path / name, text)
+    write(tmp_path / "lib/unused/Chart.yaml", "apiVersion: v2\nname: unused\ntype: library\nversion: 0.1.0\n")
+    write(tmp_path / "lib/unused/values.yaml", "x: {{ not a value\n")
+    monkeypatch.chdir(tmp_path)
+    code, result = check(run_cli, env, "--changed-files", "lib/commonlib/templates/_pod.tpl")
+    assert result["errors"] == [] and code == 1
+    [pin] = [f for f in result["findings"] if f["rule"] == "GPA-PL-001"]
+    assert pin["resource"]["name"] == "serve-server"
+    assert pin["location"]["file"] == "apps/serve/templates/deployment.yaml"
+    # A library chart no chart here uses: nothing renders it, nothing to judge.
+    code, result = check(run_cli, env, "--changed-files", "lib/unused/values.yaml", "lib/unused/Chart.yaml")
+    assert (code, result["errors"], result["findings"]) == (0, [], [])
+
+
+def test_changed_files_that_are_no_manifests_do_not_block_a_commit(run_cli, env, tmp_path, monkeypatch):
+    """pre-commit hands over every changed YAML and JSON file: one that does
+    not read and names no apiVersion or kind (a tsconfig.json with comments)
+    is a warning; a broken manifest still fails the commit."""
+    write(tmp_path / ".git/HEAD", "ref: refs/heads/main\n")
+    write(tmp_path / "web/tsconfig.json", '{\n  // strict\n  "compilerOptions": {}\n}\n')
+    write(tmp_path / ".github/dependabot.yml", "version: 2\nupdates: [\n")
+    write(tmp_path / "deploy/app.yaml", DEPLOYMENT.format(name="app"))
+    monkeypatch.chdir(tmp_path)
+    code, result = check(
+        run_cli, env, "--changed-files", "web/tsconfig.json", ".github/dependabot.yml", "deploy/app.yaml"
+    )
+    assert {e["file"]: e["level"] for e in result["errors"]} == {
+        "web/tsconfig.json": "warning",
+        ".github/dependabot.yml": "warning",
+    }
+    assert code in (0, 1)
+    write(tmp_path / "deploy/app.yaml", DEPLOYMENT.format(name="app") + "  broken: [\n")
+    code, result = check(run_cli, env, "--changed-files", "web/tsconfig.json", "deploy/app.yaml")
+    assert code == 2
+    assert [e["file"] for e in result["errors"] if e["level"] == "error"] == ["deploy/app.yaml"]

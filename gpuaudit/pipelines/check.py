@@ -41,7 +41,7 @@ from gpuaudit.model.serving_runtimes import effective_workloads
 from gpuaudit.model.workload_builder import build_workloads
 from gpuaudit.pipelines.policy import PolicyOptions, locators_for
 from gpuaudit.pipelines.shards import run_sharded, workers_for
-from gpuaudit.sources.inputs import InputOptions, Item, ManifestOptions, gather_units, read_items
+from gpuaudit.sources.inputs import FoundFile, InputOptions, Item, ManifestOptions, gather_units, read_items
 from gpuaudit.sources.manifests import ReadResult
 from gpuaudit.sources.user_config import Config
 
@@ -211,9 +211,9 @@ def _work(unit_item: tuple[str, Item]) -> float:
     between processes: reading, modelling and judging grow with its bytes,
     and each file and object costs some more."""
     item = unit_item[1]
-    if isinstance(item, Path):
+    if isinstance(item, (Path, FoundFile)):
         try:
-            return _BYTES_PER_ITEM + item.stat().st_size
+            return _BYTES_PER_ITEM + (item if isinstance(item, Path) else item.path).stat().st_size
         except OSError:
             return _BYTES_PER_ITEM
     return _BYTES_PER_ITEM * len(item.documents)

@@ -10,6 +10,12 @@ outside it, or a values file that leads outside the folders it may be read
 from (``files.confined``), is refused before helm runs, since helm would
 read what the link points at into an object (``.Files.Get``, a value
 rendered into a name) and from there into every output.
+
+A dependency Chart.yaml names that ``charts/`` does not hold is never
+fetched, and the user's folder is never written (no ``helm dependency
+build`` in it). A local one (``repository: file://../common``) whose folder
+lies in the repository is copied into ``charts/`` of a temporary copy of the
+chart, which is rendered instead; its templates are named where they lie.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import yaml
 
 from gpuaudit import files
@@ -30,11 +37,12 @@ from gpuaudit.kube.yaml_lines import YamlLimitError, load_yaml_with_lines
 from gpuaudit.model import Document, InputError
 from gpuaudit.sources.manifests import ReadResult, read_text
 from gpuaudit.sources.render_cache import cached, render_key
-from gpuaudit.sources.tools import first_line, run_tool
+from gpuaudit.sources.tools import error_message, run_tool
 
 _MAX_CHART_YAML = 4 * 1024 * 1024
 _MAX_RELEASE_NAME = 53  # helm refuses a longer release name
 _NOT_IN_RELEASE_NAME = re.compile(r"[^a-z0-9-]+")
+_CHART_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,252}")
 
 
 class HelmError(RuntimeError):
@@ -72,19 +80,37 @@ def render_helm_chart(chart: Path, values: Sequence[Path], *, label: str | None 
         except OutsideRootError as exc:
             result.errors.append(InputError(str(v), None, f"not rendered: {exc.problem}"))
             return result
-    inputs = _chart_files(chart)
+    try:
+        local = _local_dependencies(chart, roots)
+    except HelmError as exc:
+        result.errors.append(InputError(name, None, f"not rendered: {exc}"))
+        return result
+    for dependency in local.found.values():
+        outside = _links_outside(dependency.folder, roots)
+        if outside:  # the same refusal as a link in the chart's own folder
+            result.errors.append(
+                InputError(
+                    str(outside),
+                    None,
+                    f"not rendered: this link in {dependency.shown}, a local dependency of chart {chart}, "
+                    f"leads outside {' or '.join(str(r) for r in roots)} (to {os.path.realpath(outside)}); "
+                    "helm would read that file",
+                )
+            )
+            return result
+    inputs = _chart_files(chart) + [f for d in local.found.values() for f in _chart_files(d.folder)]
     command = [helm, "template", release_name(chart), str(chart)]
     for v in values:
         command += ["--values", str(v)]
     key = render_key([helm], ["helm", *command[2:]], chart, [*inputs, *values])
     try:
-        text = cached(key, lambda: _template(chart, command, values))
+        text = cached(key, lambda: _template(chart, command, values, local))
     except HelmError as exc:
         result.errors.append(InputError(name, None, f"not rendered: {exc}"))
         return result
     result.files += 1
     for source, block in _helm_documents(text):
-        file = chart / source.split("/", 1)[1] if "/" in source else chart
+        file = _source_file(chart, source, local)
         part = ReadResult()
         read_text(block, str(file), part)
         result.errors.extend(part.errors)
@@ -161,31 +187,152 @@ def _root_templates_hint(chart: Path) -> str:
     return f"; {len(names)} YAML file(s) at its root, such as {names[0]}, are not templates to helm"
 
 
-def _template(chart: Path, command: Sequence[str], values: Sequence[Path]) -> str:
+def _source_file(chart: Path, source: str, local: LocalDependencies) -> Path:
+    """The file a `# Source:` comment names (``<chart>/templates/x.yaml``,
+    ``<chart>/charts/<dependency>/templates/y.yaml``), in the style the
+    chart was named in; a local dependency's file where it lies, not where
+    the copy put it."""
+    if "/" not in source:
+        return chart
+    inside = source.split("/", 1)[1]
+    parts = inside.split("/", 2)
+    if len(parts) == 3 and parts[0] == "charts":
+        # helm names a subchart's templates by its alias, when it has one
+        for d in local.missing:
+            if d["name"] in local.found and parts[1] in (d["name"], d.get("alias")):
+                return local.found[d["name"]].shown / parts[2]
+    return chart / inside
+
+
+class LocalDependency(msgspec.Struct, frozen=True):
+    folder: Path  # resolved: what is copied
+    shown: Path  # the chart's folder joined with the path Chart.yaml gives: how files are named
+
+
+class LocalDependencies(msgspec.Struct, frozen=True):
+    """The dependencies ``charts/`` does not hold: those that are local
+    (``file://``) charts in the repository, by name; why each other local
+    one is not (outside the repository, no chart there), by name; and every
+    missing one, as Chart.yaml gives it."""
+
+    found: dict[str, LocalDependency]
+    refused: dict[str, str]
+    missing: list[dict[str, Any]]
+
+
+def _local_dependencies(chart: Path, roots: Sequence[Path]) -> LocalDependencies:
+    """The dependencies of ``chart`` that ``charts/`` does not hold, sorted
+    into what can be copied in from the repository and what cannot. Helm
+    reads ``file://PATH`` relative to the chart's folder (an absolute PATH
+    as it is); such a folder must lie within ``roots`` (the repository),
+    as any file a repository names (``files.confined``)."""
+    found: dict[str, LocalDependency] = {}
+    refused: dict[str, str] = {}
+    missing = _missing_dependencies(chart)
+    for dependency in missing:
+        repository, name = dependency.get("repository"), dependency["name"]
+        if not isinstance(repository, str) or not repository.startswith("file://"):
+            continue
+        if not _CHART_NAME.fullmatch(name):  # it names the folder it is copied to: never a path
+            refused[name] = "its name is no chart name (it would name the folder it is copied to)"
+            continue
+        written = repository.removeprefix("file://")
+        shown = Path(written) if os.path.isabs(written) else Path(os.path.normpath(chart / written))
+        try:
+            folder = confined(shown, roots, what="chart dependency")
+        except OutsideRootError:
+            refused[name] = f"that folder leads outside {' or '.join(str(r) for r in roots)}"
+            continue
+        if not (folder / "Chart.yaml").is_file():
+            refused[name] = "that folder " + ("holds no Chart.yaml" if folder.is_dir() else "does not exist")
+            continue
+        found[name] = LocalDependency(folder, shown)
+    return LocalDependencies(found, refused, missing)
+
+
+def _template(chart: Path, command: Sequence[str], values: Sequence[Path], local: LocalDependencies) -> str:
     """`helm template`'s output. A dependency that Chart.yaml names and
     ``charts/`` does not hold stops helm even when its condition switches it
-    off; such a chart is rendered from a copy without those dependencies.
-    One that is switched on cannot be rendered offline: HelmError says so."""
-    missing = _missing_dependencies(chart)
-    if missing:
-        enabled = [d["name"] for d in missing if _enabled(d, chart, values)]
-        if enabled:
-            raise HelmError(
-                f"its dependencies ({', '.join(enabled[:5])}{', ...' if len(enabled) > 5 else ''}) are not in "
-                "charts/: `helm dependency build` fetches them from their repositories, which a check does not do"
-            )
-        import tempfile  # only for such a chart
+    off. Such a chart is rendered from a temporary copy: its local
+    dependencies in the repository copied into its ``charts/``, the others
+    switched off left out of its Chart.yaml. One that is switched on and
+    cannot be copied in cannot be rendered offline: HelmError says why."""
+    if not local.missing:
+        return _run_helm(command)
+    absent = [d for d in local.missing if d["name"] not in local.found]
+    enabled = [d for d in absent if _enabled(d, chart, values)]
+    if enabled:
+        raise HelmError(_not_vendored(enabled, local))
+    import tempfile  # only for such a chart
 
-        with tempfile.TemporaryDirectory(prefix="gpuaudit-chart-") as tmp:
-            copy = Path(tmp) / chart.resolve().name
-            shutil.copytree(chart, copy, symlinks=True)
-            (copy / "Chart.lock").unlink(missing_ok=True)
-            data = _chart_yaml(copy)
-            data["dependencies"] = [d for d in data.get("dependencies") or () if d not in missing]
-            (copy / "Chart.yaml").write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
-            text = _run_helm([*command[:3], str(copy), *command[4:]])
-        return text.replace(f"# Source: {copy.name}/", f"# Source: {chart.resolve().name}/")
-    return _run_helm(command)
+    with tempfile.TemporaryDirectory(prefix="gpuaudit-chart-") as tmp:
+        copy = Path(tmp) / chart.resolve().name
+        try:
+            _prepared_copy(chart, copy, absent, local)
+        except OSError as exc:
+            raise HelmError(f"the chart could not be copied to render it: {exc}") from None
+        text = _run_helm([*command[:3], str(copy), *command[4:]])
+    return text.replace(f"# Source: {copy.name}/", f"# Source: {chart.resolve().name}/")
+
+
+def _prepared_copy(chart: Path, copy: Path, absent: Sequence[Mapping[str, Any]], local: LocalDependencies) -> None:
+    """``chart`` copied to ``copy``, without the dependencies ``absent`` and
+    with its local ones in ``charts/``. What is written in the copy is never
+    written through a link (Chart.yaml, ``charts/`` may be links into the
+    repository): the link is replaced first."""
+    _copy_chart(chart, copy)
+    (copy / "Chart.lock").unlink(missing_ok=True)
+    if absent:
+        data = _chart_yaml(copy)
+        data["dependencies"] = [d for d in data.get("dependencies") or () if d not in absent]
+        (copy / "Chart.yaml").unlink()
+        (copy / "Chart.yaml").write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+    if not local.found:
+        return
+    charts = copy / "charts"
+    if charts.is_symlink():  # a real folder of the copy's own, holding what the link held
+        target = Path(os.path.realpath(charts))
+        charts.unlink()
+        if target.is_dir():
+            _copy_chart(target, charts)
+    charts.mkdir(exist_ok=True)
+    for name, dependency in local.found.items():
+        if os.path.lexists(charts / name):  # a file or a dangling link of that name: not the chart
+            (charts / name).unlink()
+        _copy_chart(dependency.folder, charts / name)
+
+
+def _not_vendored(enabled: Sequence[Mapping[str, Any]], local: LocalDependencies) -> str:
+    """Why the dependencies ``enabled`` (switched on, not in charts/) stop the render."""
+    remote = [d["name"] for d in enabled if d["name"] not in local.refused]
+    why = []
+    if remote:
+        why.append(
+            f"its dependencies ({', '.join(remote[:5])}{', ...' if len(remote) > 5 else ''}) are not in charts/: "
+            "`helm dependency build` fetches them from their repositories, which a check does not do"
+        )
+    for d in [d for d in enabled if d["name"] in local.refused][:3]:
+        why.append(
+            f"its local dependency {d['name']} ({d['repository']}) is not vendored in charts/, "
+            f"and {local.refused[d['name']]}"
+        )
+    return "; ".join(why)
+
+
+def _copy_chart(source: Path, target: Path) -> None:
+    """``source`` copied to ``target``, each link in it made absolute to what
+    it resolves to from ``source``. A relative link copied as it is would
+    resolve from the copy's place: one that climbs to the repository's root
+    from a deep chart climbs from a temporary folder to the runner's root
+    (``../../../../etc/x``), past the check that confined it."""
+    shutil.copytree(source, target, symlinks=True)
+    for dirpath, dirnames, filenames in os.walk(target):
+        for name in [*dirnames, *filenames]:
+            path = Path(dirpath, name)
+            if path.is_symlink():
+                resolved = os.path.realpath(source / path.relative_to(target))
+                path.unlink()
+                path.symlink_to(resolved)
 
 
 def _run_helm(command: Sequence[str]) -> str:
@@ -194,7 +341,7 @@ def _run_helm(command: Sequence[str]) -> str:
     except OSError as exc:  # TimeoutError included
         raise HelmError(f"helm template failed: {exc}") from None
     if proc.returncode != 0:
-        raise HelmError(f"helm template failed: {first_line(proc.stderr) or f'exit status {proc.returncode}'}")
+        raise HelmError(f"helm template failed: {error_message(proc.stderr) or f'exit status {proc.returncode}'}")
     return proc.stdout
 
 

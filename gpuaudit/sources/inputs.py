@@ -22,8 +22,18 @@ from gpuaudit.sources.manifests import MANIFEST_SUFFIXES, ReadResult, read_file,
 from gpuaudit.sources.units import PlainFiles, Repository, Unit, discover, display, plain_units, units_for_changed
 from gpuaudit.sources.user_config import Config, ConfigError
 
-# One thing to audit: a file still to read, or what was read already.
-Item = Path | ReadResult
+
+class FoundFile(msgspec.Struct, frozen=True):
+    """A file to read that the user did not name: found by walking a folder
+    they named, or picked by pre-commit's file-type filter (--changed-files).
+    One that does not read and names no apiVersion or kind is a warning,
+    not an error (manifests.read_file)."""
+
+    path: Path
+
+
+# One thing to audit: a file still to read (named, or found), or what was read already.
+Item = Path | FoundFile | ReadResult
 
 # sources/kustomize.py and sources/helm.py (and subprocess, shutil and
 # tempfile) are imported only when a unit is rendered: pre-commit's plain
@@ -143,6 +153,8 @@ def gather_units(
 
 
 def _known(item: Item, known: Mapping[str, ReadResult]) -> Item:
+    if isinstance(item, FoundFile):
+        return known.get(str(item.path), item)
     return known.get(str(item), item) if isinstance(item, Path) else item
 
 
@@ -150,6 +162,8 @@ def read_items(items: Sequence[Item], result: ReadResult) -> None:
     for item in items:
         if isinstance(item, Path):
             read_file(item, result)
+        elif isinstance(item, FoundFile):
+            read_file(item.path, result, found=True)
         else:
             result.documents.extend(item.documents)
             result.errors.extend(item.errors)
@@ -157,12 +171,14 @@ def read_items(items: Sequence[Item], result: ReadResult) -> None:
             result.files += item.files
 
 
-def _plain(file: Path, shown: str, options: InputOptions) -> list[UnitInput]:
-    """A file named on the command line: a files unit of its own folder (or itself)."""
+def _plain(file: Path, shown: str, options: InputOptions, *, named: bool = True) -> list[UnitInput]:
+    """A file named on the command line (``named``; else one pre-commit
+    picked): a files unit of its own folder (or itself)."""
     [unit] = plain_units([Path(os.path.abspath(file))], shown, Path.cwd(), options.plain_files)
+    item: Item = file if named else FoundFile(file)
     if options.plain_files == "file":
-        return [UnitInput(shown, [file])]
-    return [UnitInput(unit.name, [file], alternatives=options.plain_files == "folder")]
+        return [UnitInput(shown, [item])]
+    return [UnitInput(unit.name, [item], alternatives=options.plain_files == "folder")]
 
 
 def _discover(root: Path, shown: str, options: InputOptions) -> Repository:
@@ -190,9 +206,13 @@ def _changed(files: Sequence[Path], options: InputOptions) -> list[UnitInput]:
     ]
     out = _render_all(touched, options)
     templates = {t.resolve() for t in repository.templates}
+    libraries = [Path(os.path.realpath(c)) for c in repository.libraries]
     for file in alone:
+        if any(file.resolve().is_relative_to(c) for c in libraries):
+            continue  # a library chart's file no chart here depends on: nothing renders it
         if file.name.endswith(MANIFEST_SUFFIXES) and file.resolve() not in templates:
-            out += _plain(file, os.path.relpath(file), options)  # a manifest no unit reads (hidden folders)
+            shown = os.path.relpath(file)  # a manifest no unit reads (hidden folders)
+            out += _plain(Path(shown), shown, options, named=False)
     return out
 
 
@@ -211,7 +231,7 @@ def _render_all(units: Sequence[Unit], options: InputOptions) -> list[UnitInput]
     out: list[UnitInput] = []
     for unit in units:
         if unit.kind == "files":  # each file named in the style the user named the tree
-            files: list[Item] = [Path(display(f, unit.name)) for f in unit.files]
+            files: list[Item] = [FoundFile(Path(display(f, unit.name))) for f in unit.files]
             out.append(UnitInput(unit.name, files, alternatives=options.plain_files == "folder"))
         elif unit.problem is not None:
             out.append(_unrendered(unit, InputError(unit.name, None, unit.problem), options))

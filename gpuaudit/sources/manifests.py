@@ -52,6 +52,19 @@ def _helm_action(text: str) -> re.Match[str] | None:
     return None
 
 
+# A Kubernetes object names its apiVersion and kind as keys: in YAML at the
+# start of a line (or of a list item), in JSON (or flow YAML) after '{' or
+# ','. A file that names neither is likely no manifest at all. Bytes: the
+# look needs no decoding, so a file that does not decode is looked at too.
+_KUBERNETES_KEY = re.compile(rb"""(?m)(?:^[ \t]*(?:-[ \t]+)?|[{,][ \t\r\n]*)["']?(?:apiVersion|kind)["']?[ \t]*:""")
+
+
+def names_kubernetes_keys(raw: bytes) -> bool:
+    """Whether ``raw`` names an ``apiVersion`` or ``kind`` key anywhere: a
+    cheap textual look, no parsing."""
+    return _KUBERNETES_KEY.search(raw) is not None
+
+
 class ReadResult(msgspec.Struct):
     documents: list[Document] = msgspec.field(default_factory=list)
     errors: list[InputError] = msgspec.field(default_factory=list)
@@ -77,7 +90,7 @@ def read_paths(paths: Iterable[str], stdin_text: str | None = None) -> ReadResul
         p = Path(path)
         if p.is_dir():
             for file in iter_manifest_files(p):
-                read_file(file, result)
+                read_file(file, result, found=True)
         elif p.exists():
             read_file(p, result)
         else:
@@ -97,7 +110,7 @@ def read_each(paths: Iterable[str]) -> list[tuple[str, ReadResult]]:
             name = str(file)
             if name not in read:
                 read[name] = ReadResult()
-                read_file(file, read[name])
+                read_file(file, read[name], found=p.is_dir())
             out.append((name, read[name]))
     return out
 
@@ -118,7 +131,14 @@ def iter_manifest_files(root: Path) -> Iterator[Path]:
                 yield Path(dirpath, name)
 
 
-def read_file(path: Path, result: ReadResult) -> None:
+def read_file(path: Path, result: ReadResult, *, found: bool = False) -> None:
+    """Read the manifests of the file ``path`` into ``result``. ``found``:
+    the file was found by walking a folder, not named by the user. Such a
+    file that does not read and names no apiVersion or kind is likely no
+    manifest at all (a tsconfig.json with comments, a log of JSON lines, an
+    mkdocs.yml with Python tags): its problems are warnings, so they do not
+    make the audit of the rest exit 2. A file the user named, or one that
+    looks like a manifest, keeps its errors."""
     name = str(path)
     result.files += 1
     try:  # regular files only (a FIFO would block the run forever), bounded
@@ -126,7 +146,28 @@ def read_file(path: Path, result: ReadResult) -> None:
     except FileReadError as exc:
         result.errors.append(InputError(name, exc.line, exc.problem))
         return
-    _read_bytes(raw, name, result)
+    if not found:
+        _read_bytes(raw, name, result)
+        return
+    part = ReadResult()
+    _read_bytes(raw, name, part)
+    if any(e.level == "error" for e in part.errors) and not names_kubernetes_keys(raw):
+        read = bool(part.documents or part.bare)  # else the problem stopped the read: nothing came of the file
+        part.errors = [_likely_no_manifest(e, read) for e in part.errors]
+    result.documents += part.documents
+    result.errors += part.errors
+    result.bare += part.bare
+
+
+def _likely_no_manifest(error: InputError, read: bool) -> InputError:
+    if error.level != "error":
+        return error
+    problem = error.message if read else f"not read: {error.message}"
+    return msgspec.structs.replace(
+        error,
+        message=f"{problem}; it names no apiVersion or kind, so it is likely not a Kubernetes manifest",
+        level="warning",
+    )
 
 
 def _read_bytes(raw: bytes, name: str, result: ReadResult) -> None:

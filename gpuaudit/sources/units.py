@@ -4,7 +4,10 @@ apply` or `helm install` would send.
 - a Helm chart (a folder with ``Chart.yaml``): one unit with its
   ``values.yaml``, one more per ``ci/*-values.yaml`` (chart-testing's
   convention) and per values list the config names; its ``charts/``
-  subcharts belong to it;
+  subcharts belong to it, and it reads its local dependencies
+  (``repository: file://../common``) too. A library chart (``type:
+  library``) is no unit: helm installs none, and it renders no object by
+  design; the charts that depend on it render it;
 - a kustomize root: a kustomization that no other kustomization in the tree
   uses as a resource, base or component. Bases are judged through the roots
   that use them; a component (``kind: Component``) is never built alone;
@@ -46,6 +49,7 @@ KUSTOMIZATION_FILES = ("kustomization.yaml", "kustomization.yml", "Kustomization
 PlainFiles = Literal["folder", "file", "tree"]
 UnitKind = Literal["kustomize", "helm", "files"]
 _MAX_KUSTOMIZATION_BYTES = 1024 * 1024
+_MAX_CHART_BYTES = 4 * 1024 * 1024
 
 # A remote kustomize resource: a URL, an scp-like git address, or a path that
 # starts with a host name (github.com/org/repo//dir?ref=v1). Compiled by re on
@@ -93,6 +97,7 @@ class Repository(msgspec.Struct):
     root: Path
     units: list[Unit]
     templates: list[Path]  # other tools' templates, skipped
+    libraries: list[Path] = msgspec.field(default_factory=list)  # library charts: no unit of their own
 
 
 def discover(
@@ -132,8 +137,13 @@ def discover(
     consumed |= {f for k in kustomizations.values() for f in k.files}
     units: list[Unit] = []
     values = {Path(os.path.realpath(c)): v for c, v in (chart_values or {}).items()}
+    libraries: list[Path] = []
     for chart in charts:
-        units += chart_units(chart, shown, values.get(Path(os.path.realpath(chart)), ()))
+        library, dependencies = read_chart_yaml(chart)
+        if library:
+            libraries.append(chart)
+            continue
+        units += chart_units(chart, shown, values.get(Path(os.path.realpath(chart)), ()), dependencies)
     done: set[Path] = set()
     for folder in sorted(kustomizations):
         k = kustomizations[folder]
@@ -157,7 +167,7 @@ def discover(
             # beside a kustomization (the kustomize unit may bear the folder's name): not what it renders
             unit = msgspec.structs.replace(unit, name=f"{unit.name} [plain files]")
         units.append(unit)
-    return Repository(root, units, templates)
+    return Repository(root, units, templates, libraries)
 
 
 def _is_plain(file: Path, kustomizations: Mapping[Path, Kustomization], top: Path) -> bool:
@@ -181,20 +191,45 @@ def holds_objects(file: Path) -> bool:
     return bool(read.documents)
 
 
-def chart_units(chart: Path, shown: str, extra: Sequence[Sequence[Path]] = ()) -> list[Unit]:
+def chart_units(
+    chart: Path, shown: str, extra: Sequence[Sequence[Path]] = (), dependencies: Sequence[Path] = ()
+) -> list[Unit]:
     """The variants of a chart: its defaults, each ci/*-values.yaml, each
     list of values files the config names. Whether one renders offline
-    depends on its values (a dependency switched off): sources/helm.py says."""
+    depends on its values (a dependency switched off): sources/helm.py says.
+    ``dependencies``: the folders of its local dependencies, which each
+    variant reads too."""
     name = display(chart, shown)
-    units = [Unit(name, "helm", chart, reads=(chart,))]
+    reads = (chart, *dependencies)
+    units = [Unit(name, "helm", chart, reads=reads)]
     ci = chart / "ci"
     if ci.is_dir():
         for values in sorted(ci.glob("*-values.yaml")):
-            units.append(Unit(f"{name} [{values.relative_to(chart)}]", "helm", chart, values=(values,), reads=(chart,)))
+            units.append(Unit(f"{name} [{values.relative_to(chart)}]", "helm", chart, values=(values,), reads=reads))
     for values_list in extra:
         label = f"{name} [{', '.join(display(v, shown) for v in values_list)}]"
-        units.append(Unit(label, "helm", chart, values=tuple(values_list), reads=(chart, *values_list)))
+        units.append(Unit(label, "helm", chart, values=tuple(values_list), reads=(*reads, *values_list)))
     return units
+
+
+def read_chart_yaml(chart: Path) -> tuple[bool, list[Path]]:
+    """Whether the chart in ``chart`` (an absolute folder) is a library chart,
+    and the folders of its local dependencies (``repository: file://PATH``,
+    PATH relative to the chart or absolute, as helm reads it). A Chart.yaml
+    that cannot be read: an application chart with none (helm says what is
+    wrong when it renders it)."""
+    try:
+        data, _ = load_yaml_with_lines(read_text(chart / "Chart.yaml", limit=_MAX_CHART_BYTES, what="Chart.yaml"))
+    except (FileReadError, YamlLimitError, yaml.YAMLError, RecursionError):
+        return False, []
+    if not isinstance(data, dict):
+        return False, []
+    folders = []
+    for dependency in _as_list(data.get("dependencies")):
+        repository = dependency.get("repository") if isinstance(dependency, dict) else None
+        if isinstance(repository, str) and repository.startswith("file://"):
+            folders.append(Path(os.path.normpath(chart / repository.removeprefix("file://"))))
+    return data.get("type") == "library", folders
 
 
 def plain_units(files: Sequence[Path], shown: str, top: Path, mode: PlainFiles) -> list[Unit]:

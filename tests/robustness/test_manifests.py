@@ -65,13 +65,16 @@ def nested(depth: int) -> str:
     return f"apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: deep}}\ndata:\n{body}"
 
 
-# file -> (content, what its error says, its line or None, level)
+# file -> (content, what its error says, its line or None, level). A file
+# found by walking that does not read and names no apiVersion or kind is
+# likely no manifest: a warning (binary.yaml, latin1.yaml, deep-flow.yaml),
+# an error when named (test_a_named_broken_file_stays_an_error).
 BROKEN: dict[str, tuple[str | bytes, str, int | None, str]] = {
     "invalid.yaml": ("kind: Pod\n  bad: [\n", "invalid YAML", 2, "error"),
     "bomb.yaml": (alias_bomb(), "alias bomb", 1, "error"),
     "merge-bomb.yaml": (merge_key_bomb(), "alias bomb", 1, "error"),
-    "binary.yaml": (b"\x7fELF\x00\x01\x02", "binary file", None, "error"),
-    "latin1.yaml": ("name: caf\xe9\n".encode("latin-1"), "not valid UTF-8", 1, "error"),
+    "binary.yaml": (b"\x7fELF\x00\x01\x02", "binary file", None, "warning"),
+    "latin1.yaml": ("name: caf\xe9\n".encode("latin-1"), "not valid UTF-8", 1, "warning"),
     "dup.yaml": ("apiVersion: v1\nkind: Pod\nmetadata: {name: d}\nkind: Pod\n", "duplicate key 'kind'", 4, "error"),
     "helm.yaml": (
         "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {{ .Values.name }}\n",
@@ -88,7 +91,7 @@ BROKEN: dict[str, tuple[str | bytes, str, int | None, str]] = {
     "null-gpus.yaml": (POD_WITH.format(name="nul", gpus="null", cpu=4), "None is not a GPU count", 8, "error"),
     "negative.yaml": (POD_WITH.format(name="neg", gpus=-2, cpu=4), "-2 is negative", 8, "error"),
     "overflow.yaml": (POD_WITH.format(name="big", gpus='"1e400"', cpu=4), "out of range", 8, "error"),
-    "deep-flow.yaml": ("[" * 100_000 + "\n", "nesting", 1, "error"),
+    "deep-flow.yaml": ("[" * 100_000 + "\n", "nesting", 1, "warning"),
     "deep-block.yaml": (nested(MAX_DEPTH + 50), f"deeper than {MAX_DEPTH}", 1, "error"),
     "deep-libyaml.yaml": (nested(1500), "nesting", None, "error"),
 }
@@ -168,6 +171,15 @@ def test_every_kind_of_broken_file_is_named_and_the_rest_is_still_audited(run_cl
     assert [f["location"]["line"] for f in pins if f["location"]["file"].endswith("list.json")]
     # The placeholder pod is still a GPU workload whose count is unknown, not zero.
     assert report["summary"]["gpu_workloads"] >= 5
+
+
+def test_a_named_broken_file_stays_an_error(run_cli, tmp_path):
+    names = ["binary.yaml", "deep-flow.yaml", "latin1.yaml"]  # warnings when found by walking
+    write(tmp_path, {n: BROKEN[n][0] for n in names})
+    proc = run_cli("check", *names, "--format", "json")
+    report = report_of(proc)
+    assert proc.returncode == 2
+    assert sorted(Path(e["file"]).name for e in report["errors"] if e["level"] == "error") == names
 
 
 def _limited(max_bytes: int):
