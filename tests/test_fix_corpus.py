@@ -76,4 +76,6 @@ def test_every_kustomize_package_that_builds_offline_gets_a_verified_overlay(tmp
         assert (remaining, new, differences) == (0, 0, 0), package
         checked += 1
         fixed += gone
-    assert checked >= 10 and fixed >= 5 and lifted >= 1, (checked, fixed, lifted)
+    # (the operator's sample ClusterPolicy switches its MIG manager on: no
+    # sharing advice in manifests, so one package fewer gets an overlay)
+    assert checked >= 10 and fixed >= 4 and lifted >= 1, (checked, fixed, lifted)

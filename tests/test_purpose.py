@@ -403,6 +403,11 @@ def test_file_context_is_read_below_the_folder_named_and_never_above_it() -> Non
     # A file named on its own: the user wants it judged as it stands.
     assert file_context("examples/serve.yaml", []) is None
     assert file_context("/elsewhere/tests/serve.yaml", []) is None
+    # `check .` names what it finds by their path below it.
+    assert file_context("deploy/examples/app.yaml", ["."]) == "example"
+    assert file_context("./tests/e2e/app.yaml", ["."]) == "test"
+    assert file_context("../other/examples/app.yaml", ["."]) is None
+    assert file_context("repo/examples/app.yaml", ["repo/"]) == "example"
     # The deepest root that holds the file decides.
     assert file_context("/r/examples/app/deploy.yaml", ["/r", "/r/examples/app"]) is None
 

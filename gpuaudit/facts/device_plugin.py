@@ -153,10 +153,11 @@ def cluster_policy_facts(obj: Mapping[str, Any]) -> dict[str, Any]:
         "mig_strategy": str(mig.get("strategy")) if mig.get("strategy") else None,
         "mig_default_config": str(mig_default) if mig_default else None,
         "configures_sharing": bool(config_name) or mig_layout,
-        # The MIG manager on without a layout of its own partitions the nodes
-        # whose nvidia.com/mig.config label asks for one: in manifests, where
-        # no node is seen, whether any does is unknown (cluster.py: false).
-        "mig_by_node_label": bool(manager.get("enabled") is not False and not mig_layout),
+        # The MIG manager switched on without a layout of its own partitions
+        # the nodes whose nvidia.com/mig.config label asks for one: in
+        # manifests, where no node is seen, whether any does is unknown
+        # (cluster.py: false).
+        "mig_by_node_label": manager.get("enabled") is True and not mig_layout,
     }
 
 

@@ -354,13 +354,21 @@ def file_context(file: str, roots: Sequence[str]) -> str | None:
 
 
 def _below(file: str, roots: Sequence[str]) -> str | None:
-    """``file``'s path below the deepest of ``roots`` that holds it."""
+    """``file``'s path below the deepest of ``roots`` that holds it, both as
+    given (`check .` names what it finds `deploy/app.yaml`, `check repo`
+    `repo/deploy/app.yaml`)."""
+    path = posixpath.normpath(file) if file else ""
     best: str | None = None
     for root in roots:
-        prefix = root.rstrip("/\\") + "/"
-        if file.startswith(prefix) and (best is None or len(prefix) > len(best)):
+        top = posixpath.normpath(root)
+        if top == ".":  # the working directory: every relative path that stays inside it
+            prefix, inside = "", bool(path) and not posixpath.isabs(path) and not path.startswith(("../", ".."))
+        else:
+            prefix = top.rstrip("/") + "/"
+            inside = path.startswith(prefix)
+        if inside and (best is None or len(prefix) > len(best)):
             best = prefix
-    return file[len(best) :] if best is not None else None
+    return path[len(best) :] if best is not None else None
 
 
 def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:

@@ -613,7 +613,8 @@ class ConfigFacts(_Facts, kw_only=True, frozen=True):
         bool | None,
         Meta(
             description=(
-                "(cluster-policy) The MIG manager is on without a layout of its own, so a node's nvidia.com/mig.config "
+                "(cluster-policy) The MIG manager is switched on (enabled: true) without a layout of its own, so a "
+                "node's nvidia.com/mig.config "
                 "label may ask for one: in manifests true (no node is seen); in a cluster false (the policy is judged "
                 "as written; the nodes' MIG is GPA-SH-102's)."
             )
