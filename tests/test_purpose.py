@@ -198,11 +198,12 @@ docs: Says how a rule's findings follow the workload's purpose.
 """
 
 
-def _judge(rule_text: str, tmp_path: Path, purpose: str | None) -> list[str]:
+def _judge(rule_text: str, tmp_path: Path, purpose: str | None = None, **more: str) -> list[str]:
+    """The severities ``rule_text`` gives a GPU pod with these facts."""
     path = tmp_path / "rule.yaml"
     path.write_text(rule_text)
     rule = load_rule(path)
-    facts = {"gpu": {"requested": True}, "pointer": "", **({"purpose": purpose} if purpose else {})}
+    facts = {"gpu": {"requested": True}, "pointer": "", **({"purpose": purpose} if purpose else {}), **more}
     subject = Subject("pod", facts, Resource("v1", "Pod", "", "p"), None)
     return [f.severity for f in evaluate([rule], [subject], inputs={"manifest"}).findings]
 
@@ -312,20 +313,10 @@ def test_the_purpose_reads_the_env_a_config_map_completes(tmp_path: Path, run_cl
 def test_severity_by_context_lowers_or_silences_and_simulated_workloads_are_never_judged(tmp_path: Path) -> None:
     rule = RULE.replace("severity_by_purpose: {benchmark: low, demo: silent, service: critical}", "")
     rule = rule.replace("severity: high\n", "severity: high\nseverity_by_context: {test: silent, example: low}\n")
-    path = tmp_path / "rule.yaml"
-    path.write_text(rule)
-    loaded = load_rule(path)
-
-    def judge(**facts: str) -> list[str]:
-        subject = Subject(
-            "pod", {"gpu": {"requested": True}, "pointer": "", **facts}, Resource("v1", "Pod", "", "p"), None
-        )
-        return [f.severity for f in evaluate([loaded], [subject], inputs={"manifest"}).findings]
-
-    assert judge(file_context="test") == []
-    assert judge(file_context="example") == ["low"]
-    assert judge() == ["high"]
-    assert judge(purpose="simulated") == []  # whatever the rule says
+    assert _judge(rule, tmp_path, file_context="test") == []
+    assert _judge(rule, tmp_path, file_context="example") == ["low"]
+    assert _judge(rule, tmp_path) == ["high"]
+    assert _judge(rule, tmp_path, "simulated") == []  # whatever the rule says
 
 
 def simulated(spec_extra: str, annotations: str = "") -> str:

@@ -10,7 +10,7 @@ from typing import Any
 from gpuaudit.facts import Subject
 from gpuaudit.facts.purpose import file_context
 from gpuaudit.kube import pointers
-from gpuaudit.kube.shapes import as_list
+from gpuaudit.kube.shapes import as_list, as_map
 from gpuaudit.model import Document, Resource
 from gpuaudit.model.workload_builder import is_live_dump
 
@@ -28,7 +28,7 @@ def subjects(doc: Document, roots: Sequence[str] = ()) -> Iterator[Subject]:
     (its file_context)."""
     if doc.kind not in CLAIM_KINDS or not doc.api_version.startswith("resource.k8s.io/"):
         return
-    if is_live_dump(doc.obj) and _meta(doc.obj).get("ownerReferences"):
+    if is_live_dump(doc.obj) and as_map(doc.obj.get("metadata")).get("ownerReferences"):
         # `kubectl get -o yaml` of a claim a controller made from a template
         # for a pod: nobody applies it, and its template is judged already.
         return
@@ -76,8 +76,3 @@ def _pins(request: Any, pointer: str) -> Iterator[dict[str, Any]]:
                     "expression": " ".join(expression.split()),
                     "pointer": f"{where}/selectors/{j}/cel/expression",
                 }
-
-
-def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
-    meta = obj.get("metadata")
-    return meta if isinstance(meta, Mapping) else {}

@@ -35,9 +35,9 @@ _ENGINES: tuple[tuple[str, tuple[str, ...], tuple[str, ...], float], ...] = (
     ("SGLang", ("sglang",), ("--mem-fraction-static", "--mem_fraction_static"), 0.8),
     ("TGI", ("text-generation-inference", "text-generation-launcher"), ("--cuda-memory-fraction",), 1.0),
 )
-_STRESS = re.compile(
-    r"(?<![a-z0-9])(gpu[-_]?burn|gpu_burn|dcgmproftester\d*|dcgm[-_]diag|stress[-_]?ng|gpu[-_]?stress)(?![a-z])"
-)
+# Patterns as text: `re` compiles (and caches) them on first use, never on
+# `gpuaudit check`'s start-up, which reads only memory_reservation.
+_STRESS = r"(?<![a-z0-9])(gpu[-_]?burn|gpu_burn|dcgmproftester\d*|dcgm[-_]diag|stress[-_]?ng|gpu[-_]?stress)(?![a-z])"
 
 
 def _words(container: Container) -> list[str]:
@@ -85,18 +85,18 @@ def memory_reservation(container: Container, runtime: str = "") -> Reservation |
 
 def stress_test(container: Container) -> str | None:
     """The stress tool a container runs (gpu-burn, dcgmproftester...), if any."""
-    found = _STRESS.search(" ".join([container.image, *_words(container)]).lower())
+    found = re.search(_STRESS, " ".join([container.image, *_words(container)]).lower())
     return found.group(1) if found else None
 
 
 # A NIM's ServingRuntime or image names its model and version:
 # nvidia-nim-llama-3.1-8b-instruct-1.1.0, nvcr.io/nim/meta/llama-3.1-8b-instruct:1.1.0
-_NIM_RUNTIME = re.compile(r"nvidia-nim-(?P<model>[a-z0-9][a-z0-9.-]*?)-\d+\.\d+\.\d+$")
-_NIM_IMAGE = re.compile(r"nvcr\.io/nim/(?:[a-z0-9_.-]+/)?(?P<model>[a-z0-9][a-z0-9._-]*)(?::|@|$)")
+_NIM_RUNTIME = r"nvidia-nim-(?P<model>[a-z0-9][a-z0-9.-]*?)-\d+\.\d+\.\d+$"
+_NIM_IMAGE = r"nvcr\.io/nim/(?:[a-z0-9_.-]+/)?(?P<model>[a-z0-9][a-z0-9._-]*)(?::|@|$)"
 
 
 def nim_model(name: str) -> str | None:
     """The model a NIM serves, from its runtime's name or its image."""
     text = name.strip().lower()
-    found = _NIM_RUNTIME.search(text) or _NIM_IMAGE.search(text)
+    found = re.search(_NIM_RUNTIME, text) or re.search(_NIM_IMAGE, text)
     return found.group("model") if found else None

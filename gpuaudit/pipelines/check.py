@@ -18,7 +18,6 @@ another's Deployment."""
 
 from __future__ import annotations
 
-import hashlib
 import os
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from itertools import chain
@@ -250,12 +249,18 @@ def object_identities(documents: Sequence[Document]) -> list[Identity]:
     return out
 
 
+try:  # hashlib's own blake2b, without hashlib importing OpenSSL (about 4 ms of every check's start-up)
+    from _blake2 import blake2b
+except ImportError:  # an interpreter without the module
+    from hashlib import blake2b
+
+
 def _digest(obj: Mapping[str, object]) -> bytes:
     try:
         data = msgspec.json.encode(obj, order="sorted")
     except (TypeError, ValueError):  # keys of mixed types cannot be sorted: compared as written
         data = repr(obj).encode()
-    return hashlib.blake2b(data, digest_size=16).digest()
+    return blake2b(data, digest_size=16).digest()
 
 
 def duplicate_objects(identities: Iterable[Identity], *, across_files: bool = True) -> list[InputError]:
