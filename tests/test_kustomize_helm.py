@@ -524,3 +524,26 @@ def test_a_tools_error_is_one_bounded_line_without_terminal_controls():
     long = error_message("Error: " + "word " * 500)
     assert len(long) == MESSAGE_CHARS and long.endswith("\u2026")
     assert error_message("no such chart\n") == "no such chart"
+
+
+def test_a_long_kustomize_error_is_cut_to_a_readable_line(run_cli, tools_path, tmp_path):
+    # Each base in a chain adds kustomize's "accumulating resources from"
+    # prefix; twelve of them, ending in a patch that matches nothing, say
+    # some 4,000 characters, of which the input error keeps the first 400.
+    previous = None
+    for level in range(12):
+        folder = tmp_path / f"level-{level:02d}-{'x' * 40}"
+        folder.mkdir()
+        if previous is None:
+            (folder / "cm.yaml").write_text("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: a}\n")
+            (folder / "patch.yaml").write_text("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: absent}\n")
+            (folder / "kustomization.yaml").write_text("resources: [cm.yaml]\npatches: [{path: patch.yaml}]\n")
+        else:
+            (folder / "kustomization.yaml").write_text(f"resources: ['../{previous.name}']\n")
+        previous = folder
+    proc = run_cli("check", previous.name, "--format", "json", cwd=tmp_path, env={"PATH": tools_path})
+    result = report(proc)
+    [error] = [e for e in result["errors"] if "kustomize build failed" in e["message"]]
+    said = error["message"].split("kustomize build failed: ", 1)[1].split(" (--render-errors", 1)[0]
+    assert proc.returncode == 2
+    assert len(said) == 400 and said.endswith("\u2026") and said.startswith("error: accumulating resources")

@@ -36,7 +36,7 @@ from gpuaudit.model import Document, InputError
 from gpuaudit.sources.manifests import ReadResult, read_file, read_text
 from gpuaudit.sources.patch_origins import patch_origins
 from gpuaudit.sources.render_cache import cached, render_key
-from gpuaudit.sources.tools import TIMEOUT, first_line, run_tool
+from gpuaudit.sources.tools import TIMEOUT, error_message, run_tool
 from gpuaudit.sources.units import display, kustomization_in
 
 ORIGIN = "config.kubernetes.io/origin"
@@ -93,7 +93,7 @@ def render_kustomization(
                 shown_file, shown_root = (_display(Path(p), shown) for p in (problem.file, problem.root))
                 message = str(OutsideFileError(shown_file, shown_root))
             else:
-                message = f"not rendered: kustomize build failed: {first_line(str(problem))}"
+                message = f"not rendered: kustomize build failed: {problem}"
             rendered.errors.append(InputError(label, None, message))
             return rendered
         raw = ReadResult()
@@ -118,7 +118,14 @@ def render_kustomization(
 
 
 class KustomizeError(RuntimeError):
-    """kustomize refused to build, or could not run; the message says why."""
+    """kustomize refused to build, or could not run; the message says why,
+    cut to a length a reader takes in (``tools.MESSAGE_CHARS``). ``detail``
+    keeps all kustomize said: the file its load restrictor refused can sit
+    at the end of a long chain of "accumulating resources" prefixes."""
+
+    def __init__(self, message: str, detail: str | None = None) -> None:
+        super().__init__(message)
+        self.detail = detail or message
 
 
 class OutsideFileError(KustomizeError):
@@ -151,7 +158,8 @@ def build(directory: Path, *, load_restrictor_none: bool = False, command: Seque
     except OSError as exc:
         raise KustomizeError(f"cannot run {args[0]}: {exc}") from None
     if proc.returncode != 0:
-        raise KustomizeError(" ".join(proc.stderr.split()) or f"exit status {proc.returncode}")
+        said = " ".join(proc.stderr.split())
+        raise KustomizeError(error_message(proc.stderr) or f"exit status {proc.returncode}", said)
     return proc.stdout
 
 
@@ -165,8 +173,8 @@ def build_package(
     try:
         return build(directory, command=command), False
     except KustomizeError as exc:
-        refused = _REFUSED.search(str(exc))
-        if refused is None and "is not in or below" not in str(exc):
+        refused = _REFUSED.search(exc.detail)
+        if refused is None and "is not in or below" not in exc.detail:
             raise
         if not load_anywhere:
             file, root = refused.groups() if refused else ("a file", str(directory))
