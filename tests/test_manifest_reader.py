@@ -77,6 +77,21 @@ def test_helm_templates_are_reported_not_parsed_but_argo_expressions_are_fine(tm
     assert argo.errors == [] and argo.documents[0].kind == "Workflow"
 
 
+def test_a_values_file_whose_strings_hold_tpl_actions_is_read_as_yaml(tmp_path):
+    # Charts pass such strings through `tpl`: the file is YAML, not a template.
+    values = read(
+        tmp_path,
+        "values-prod.yaml",
+        'podAnnotations:\n  release: "{{ .Release.Name }}-gpu"\nresources:\n  limits: {nvidia.com/gpu: 1}\n',
+    )
+    assert values.errors == [] and values.documents == []
+    assert values.bare[0].obj["podAnnotations"]["release"] == "{{ .Release.Name }}-gpu"
+    # Without a kind, but not YAML until rendered: still a Helm template.
+    fragment = read(tmp_path, "part.yaml", "{{- range .Values.gpus }}\n- name: {{ . }}\n{{- end }}\n")
+    [error] = fragment.errors
+    assert error.level == "warning" and "not auditable until rendered" in error.message and error.line == 1
+
+
 def test_duplicate_keys_are_reported(tmp_path):
     result = read(tmp_path, "d.yaml", "apiVersion: v1\nkind: Pod\nmetadata: {name: a}\nkind: Pod\n")
     [error] = result.errors

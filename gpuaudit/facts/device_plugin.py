@@ -107,15 +107,19 @@ def device_plugin_facts(cfg: Mapping[str, Any], key: str, pointer: str) -> dict[
     sharing = cfg.get("sharing") if isinstance(cfg.get("sharing"), Mapping) else {}
     flags = cfg.get("flags") if isinstance(cfg.get("flags"), Mapping) else {}
     strategies = {}
+    refused: list[str] = []
     for name in ("timeSlicing", "mps"):
         section = sharing.get(name)
         if not isinstance(section, Mapping):
             continue
         resources = [r for r in as_list(section.get("resources")) if isinstance(r, Mapping)]
         replicas = [r.get("replicas") for r in resources]
+        counts = [x for x in replicas if isinstance(x, int) and not isinstance(x, bool) and x > 0]
+        refused += _refused(name, resources)
         strategies[name] = {
             "resources": [str(r.get("name")) for r in resources],
-            "min_replicas": min((x for x in replicas if isinstance(x, int)), default=None),
+            "min_replicas": min(counts, default=None),
+            "max_replicas": max(counts, default=None),
             "rename_by_default": section.get("renameByDefault") is True,
             "fail_requests_greater_than_one": section.get("failRequestsGreaterThanOne"),
         }
@@ -129,7 +133,28 @@ def device_plugin_facts(cfg: Mapping[str, Any], key: str, pointer: str) -> dict[
         "mps": strategies.get("mps"),
         "mig_strategy": str(mig_strategy) if mig_strategy is not None else None,
         "configures_sharing": bool(strategies) or mig_strategy in ("single", "mixed"),
+        "refused_by_plugin": refused,
     }
+
+
+def _refused(section: str, resources: list[Mapping[str, Any]]) -> list[str]:
+    """What in a sharing section the device plugin refuses when it parses its
+    config (k8s-device-plugin api/config/v1/replicas.go): no resources, a
+    resource without a name, replicas missing or below 1. The plugin then
+    fails to start on the nodes given this config, and they advertise no GPU."""
+    if not resources:
+        return [f"{section}: no resources"]
+    problems = []
+    for resource in resources:
+        name = resource.get("name")
+        replicas = resource.get("replicas")
+        if not isinstance(name, str) or not name:
+            problems.append(f"{section}: a resource without a name")
+        elif replicas is None:
+            problems.append(f"{section}: {name} without replicas")
+        elif isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 1:
+            problems.append(f"{section}: {name} with replicas {replicas}")
+    return problems
 
 
 def cluster_policy_facts(obj: Mapping[str, Any]) -> dict[str, Any]:

@@ -609,6 +609,16 @@ class ConfigFacts(_Facts, kw_only=True, frozen=True):
     configures_sharing: Annotated[
         bool | None, Meta(description="Time-slicing, MPS or a MIG layout is configured."), ABSENT
     ] = None
+    refused_by_plugin: Annotated[
+        list[str] | None,
+        Meta(
+            description=(
+                "(device-plugin) What the NVIDIA device plugin refuses when it parses this config: a sharing section "
+                "without resources, a resource without a name, replicas missing or below 1."
+            )
+        ),
+        ABSENT,
+    ] = None
     mig_by_node_label: Annotated[
         bool | None,
         Meta(
@@ -1094,7 +1104,10 @@ class PurposeEvidence(_Facts, kw_only=True, frozen=True):
 
 class SharingStrategy(_Facts, kw_only=True, frozen=True):
     resources: list[str]
-    min_replicas: int | None
+    min_replicas: Annotated[int | None, Meta(description="The fewest replicas of a resource (counts of 1 or more).")]
+    max_replicas: Annotated[
+        int | None, Meta(description="The most replicas of a resource: at 1, the section shares nothing.")
+    ]
     rename_by_default: bool
     fail_requests_greater_than_one: bool | None
 

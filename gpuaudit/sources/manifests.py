@@ -192,6 +192,16 @@ def read_text(text: str, name: str, result: ReadResult) -> None:
 
 def _read_text(text: str, name: str, result: ReadResult, rendered: bool = False) -> None:
     helm = None if rendered else _helm_action(text)
+    if helm and not names_kubernetes_keys(text.encode()):
+        # No apiVersion or kind: a values or config file whose strings hold
+        # actions for `tpl` to expand (`"{{ .Release.Name }}-x"`), not a
+        # template. Read as the YAML it is, when it parses as YAML.
+        part = ReadResult()
+        _parse(text, name, part)
+        if not part.errors:
+            result.documents += part.documents
+            result.bare += part.bare
+            return
     if helm:
         line = text.count("\n", 0, helm.start()) + 1
         result.errors.append(
@@ -204,6 +214,10 @@ def _read_text(text: str, name: str, result: ReadResult, rendered: bool = False)
             )
         )
         return
+    _parse(text, name, result)
+
+
+def _parse(text: str, name: str, result: ReadResult) -> None:
     try:
         for node in yaml.compose_all(text, Loader=LineLoader):
             if node is None:
