@@ -80,7 +80,12 @@ def _users(
     nothing known does."""
     users = []
     declared = bool(parallelism and (parallelism.get("total") or 0) >= 2)
-    launched = any(_MULTI_PROCESS.search(" ".join((*c.command, *c.args))) for c in t.containers if c.gpus)
+    # A launcher told to start one process (torchrun --nproc_per_node=1)
+    # starts one, whatever the pod holds: no NCCL between local processes.
+    one_process = bool(parallelism and parallelism.get("processes") == 1)
+    launched = not one_process and any(
+        _MULTI_PROCESS.search(" ".join((*c.command, *c.args))) for c in t.containers if c.gpus
+    )
     if gpu_count is not None and gpu_count >= 2 and (declared or launched):
         users.append(f"one process per GPU on {gpu_count:g} GPUs (NCCL)")
     if workers:
