@@ -223,6 +223,32 @@ def test_a_helm_chart_is_rendered_with_its_values(run_cli, tools_path, tmp_path)
     assert by_rule["GPA-AL-005"]["location"]["line"] == 15  # 0.5 of a whole GPU
 
 
+def test_a_chart_kind_nobody_knows_still_counts_its_gpus(run_cli, tools_path, tmp_path):
+    # A wrapper kind whose GPU request is written twice in its template (two
+    # roles): no template line is that request's own, and the object still
+    # says it asks for GPUs (a warning, and the workload judged).
+    if shutil.which("helm", path=tools_path) is None:
+        pytest.skip("helm is not installed")
+    role = (
+        "          {role}:\n            replicas: 1\n            template:\n              spec:\n"
+        "                containers:\n                - name: pytorch\n                  image: pytorch/pytorch:2.4.0\n"
+        "                  command: [torchrun, --nproc_per_node=8, train.py]\n"
+        "                  resources:\n                    limits: {{nvidia.com/gpu: 8, memory: 64Gi, cpu: 500m}}\n"
+    )
+    chart = tmp_path / "chart"
+    (chart / "templates").mkdir(parents=True)
+    (chart / "Chart.yaml").write_text("apiVersion: v2\nname: wrapped\nversion: 0.1.0\n")
+    (chart / "templates" / "job.yaml").write_text(
+        "apiVersion: example.com/v1\nkind: Wrapper\nmetadata: {name: {{ .Release.Name }}-job}\nspec:\n"
+        "  components:\n  - template:\n      apiVersion: kubeflow.org/v1\n      kind: PyTorchJob\n"
+        "      spec:\n        pytorchReplicaSpecs:\n" + role.format(role="Master") + role.format(role="Worker")
+    )
+    result = report(run_cli("check", "--helm-chart", "chart", "--format", "json", env={"PATH": tools_path}))
+    assert [e for e in result["errors"] if "Wrapper (example.com) is not in the pod-spec table" in e["message"]]
+    assert result["summary"]["gpu_workloads"] == 1
+    assert {f["rule"] for f in result["findings"]} >= {"GPA-AP-001"}
+
+
 def test_helm_chart_without_helm_is_an_input_error(run_cli, tmp_path):
     (tmp_path / "chart").mkdir()
     (tmp_path / "bin").mkdir()

@@ -358,3 +358,18 @@ def test_training_operator_kinds_are_workloads_with_their_roles_and_gpus(tmp_pat
     assert workload.requests_gpus
     found = {t.role: (t.replicas, sum(g.count or 0 for c in t.containers for g in c.gpus)) for t in workload.templates}
     assert found == roles
+
+
+def test_an_appwrapper_s_components_are_read_as_the_objects_they_are(tmp_path):
+    result = read(
+        tmp_path,
+        "aw.yaml",
+        "apiVersion: workload.codeflare.dev/v1beta2\nkind: AppWrapper\nmetadata: {name: aw}\nspec:\n"
+        "  components:\n  - template:\n      apiVersion: kubeflow.org/v1\n      kind: PyTorchJob\n"
+        "      metadata: {name: train}\n      spec: {}\n"
+        "  - template:\n      apiVersion: v1\n      kind: Service\n      metadata: {name: svc}\n",
+    )
+    assert [(d.kind, d.name, d.line, d.base) for d in result.documents] == [
+        ("PyTorchJob", "train", 6, "/spec/components/0/template"),
+        ("Service", "svc", 11, "/spec/components/1/template"),
+    ]

@@ -150,3 +150,33 @@ def test_storm_service_roles_with_their_pins(tmp_path):
     assert [(t.role, t.replicas) for t in (prefill, decode)] == [("prefill", 6), ("decode", 2)]
     assert decode.spec["nodeSelector"] == {"kubernetes.io/hostname": "gpu-7"}
     assert workloads["pd"].workload_class == "service"
+
+
+def test_a_slinky_nodeset_runs_its_slurmd_beside_the_pod_template(tmp_path):
+    path = tmp_path / "nodeset.yaml"
+    path.write_text(
+        "apiVersion: slinky.slurm.net/v1alpha1\nkind: NodeSet\nmetadata: {name: gpu-nodes}\n"
+        "spec:\n  replicas: 2\n"
+        "  slurmd:\n    image: ghcr.io/slinkyproject/slurmd:25.05\n"
+        "    resources: {limits: {nvidia.com/gpu: 8}}\n"
+        "  template:\n    spec:\n      nodeSelector: {cloud.google.com/gke-accelerator: nvidia-h100-mega-80gb}\n"
+        "      containers:\n      - {name: tcpxo-daemon, image: tcpgpudmarxd:v1}\n"
+    )
+    workloads, errors = _build(path)
+    assert not errors
+    (template,) = workloads["gpu-nodes"].templates
+    assert (workloads["gpu-nodes"].workload_class, template.role, template.replicas) == ("service", "slurmd", 2)
+    slurmd = next(c for c in template.containers if c.gpus)
+    assert (slurmd.name, slurmd.gpus[0].count, slurmd.gpus[0].pointer) == (
+        "slurmd",
+        8.0,
+        "/spec/slurmd/resources/limits/nvidia.com~1gpu",
+    )
+    assert template.spec["nodeSelector"] == {"cloud.google.com/gke-accelerator": "nvidia-h100-mega-80gb"}
+    # Without a pod template the slurmd container is the pod.
+    path.write_text(
+        "apiVersion: slinky.slurm.net/v1alpha1\nkind: NodeSet\nmetadata: {name: bare}\n"
+        "spec:\n  slurmd:\n    image: slurmd:25.05\n    resources: {limits: {nvidia.com/gpu: 4}}\n"
+    )
+    workloads, errors = _build(path)
+    assert not errors and [c.name for c in workloads["bare"].templates[0].containers] == ["slurmd"]

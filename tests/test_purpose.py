@@ -387,9 +387,13 @@ def test_file_context_is_read_below_the_folder_named_and_never_above_it() -> Non
     assert file_context("/home/me/tests/repo/examples/serve.yaml", roots) == "example"
     assert file_context("/home/me/tests/repo/docs/versioned_docs/v1/serve.yaml", roots) == "example"
     assert file_context("/home/me/tests/repo/k8s/demo.yaml", roots) == "example"
-    # Whole names only: a word inside one (a repository named *-samples) says nothing.
+    # A word inside a file's name says nothing (serve-demo may be deployed as is),
+    # nor inside the first folder below the root (a repository named *-samples) ...
     assert file_context("/home/me/tests/repo/k8s/serve-demo.yaml", roots) is None
     assert file_context("/home/me/tests/repo/kubernetes-engine-samples/serve.yaml", roots) is None
+    # ... but a folder below that one, named for what it shows, does.
+    assert file_context("/home/me/tests/repo/setup.kubecon/sample-jobs/train.yaml", roots) == "example"
+    assert file_context("/home/me/tests/repo/kubernetes-engine-samples/mnist_demo/train.yaml", roots) == "example"
     assert file_context("/home/me/tests/repo/tests.yaml", roots) is None  # a file, not a test folder
     # A file named on its own: the user wants it judged as it stands.
     assert file_context("examples/serve.yaml", []) is None

@@ -347,10 +347,15 @@ def file_context(file: str, roots: Sequence[str]) -> str | None:
     segments = [segment.lower() for segment in _PATH_PARTS.split(below)]
     if any(segment in t.test_contexts for segment in segments[:-1]):
         return "test"
-    # Whole folder names and the file's stem only, never a word inside one:
-    # a repository named kubernetes-engine-samples holds services to deploy.
+    # Whole folder names and the file's stem; a word inside a folder's name
+    # (sample-jobs, mnist_demo) only below the first folder, which may be a
+    # repository's own name when the root holds several (a repository
+    # named kubernetes-engine-samples holds services to deploy).
     stem = segments[-1].rsplit(".", 1)[0]
-    return "example" if any(s in t.demo_contexts for s in (*segments[:-1], stem)) else None
+    if any(s in t.demo_contexts for s in (*segments[:-1], stem)):
+        return "example"
+    worded = any(not t.demo_words.isdisjoint(_NOT_ALNUM.split(s)) for s in segments[1:-1])
+    return "example" if worded else None
 
 
 def _below(file: str, roots: Sequence[str]) -> str | None:

@@ -248,7 +248,9 @@ class _TemplateBuilder:
             spec_ptr = pointers.join_relative(at, loc.spec)
             spec = pointers.get(obj, spec_ptr)
             if not isinstance(spec, Mapping):
-                continue
+                if not any(rel.startswith("/") for rel in loc.inline_containers):
+                    continue
+                spec = {}  # a kind whose main container stands beside an optional pod template (Slinky's NodeSet)
             if spec_ptr == "/spec" and "nodeName" in spec and is_live_dump(obj):
                 # The scheduler wrote nodeName when it bound this pod: in a dump
                 # of live state it is where the pod ran, not a pin (as a
@@ -264,9 +266,12 @@ class _TemplateBuilder:
                 replace(c, merged_over=PATCH_BASE) if not c.image and not c.merged_over else c for c in containers
             ]
             for rel in loc.inline_containers:
-                inline = spec.get(rel)
+                absolute = rel.startswith("/")
+                inline = pointers.get(obj, rel) if absolute else spec.get(rel)
                 if isinstance(inline, Mapping):
-                    container = self._container(inline, f"{spec_ptr}/{rel}", rel, init=False)
+                    name = rel.rsplit("/", 1)[-1]
+                    where = rel if absolute else f"{spec_ptr}/{rel}"
+                    container = self._container(inline, where, name, init=False)
                     containers.append(replace(container, merged_over=loc.merged_over))
             for rel in loc.container_lists:
                 containers.extend(self._containers(spec, pointers.join_relative(spec_ptr, rel), None, init=False))

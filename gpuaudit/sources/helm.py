@@ -417,20 +417,26 @@ def _links_outside(chart: Path, roots: Sequence[Path]) -> Path | None:
 def _template_lines(template: Path, doc: Document) -> dict[str, int]:
     """Lines in the template for fields whose key occurs exactly once in it:
     the rendered object's lines say nothing about the template's. Fields
-    written by helpers or loops fall back to the nearest such ancestor, or 1."""
+    written by helpers or loops, or whose key is written more than once,
+    take the line of their nearest such ancestor, or 1. Every field keeps a
+    pointer: readers look at the pointers to learn what an object holds (a
+    GPU request, workload_builder._names_a_gpu)."""
     try:
         text = template.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError):
         return {}
     rows = text.splitlines()
     lines: dict[str, int] = {}
-    for pointer in doc.lines:
+    for pointer in doc.lines:  # parents before their fields, as the reader records them
         key = pointer.rsplit("/", 1)[-1].replace("~1", "/").replace("~0", "~")
-        if not key or key.isdigit():
-            continue
-        hits = [i for i, row in enumerate(rows, 1) if f"{key}:" in row]
+        hits = [i for i, row in enumerate(rows, 1) if f"{key}:" in row] if key and not key.isdigit() else []
         if len(hits) == 1:
             lines[pointer] = hits[0]
+            continue
+        parent = pointer.rpartition("/")[0]
+        while parent and parent not in lines:
+            parent = parent.rpartition("/")[0]
+        lines[pointer] = lines.get(parent, 1)
     return lines
 
 

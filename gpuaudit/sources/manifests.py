@@ -40,6 +40,9 @@ _KSERVE_RUNTIME = re.compile(r"^kind:\s*[\"']?(?:Cluster)?ServingRuntime\b", re.
 _KSERVE_PLACEHOLDER = re.compile(r"\{\{-?\s*(?:index\s+)?\.(?:Name|Namespace|Labels|Annotations)\b[^{}]*\}\}")
 
 
+_APPWRAPPER_GROUP = "workload.codeflare.dev/"
+
+
 def _helm_action(text: str) -> re.Match[str] | None:
     """The first Helm template action in ``text``, KServe's run-time
     placeholders in serving runtime files aside."""
@@ -272,5 +275,15 @@ def _add_object(obj: Any, name: str, line: int, lines: dict[str, int], base: str
         for i, item in enumerate(obj["items"]):
             ptr = f"{base}/items/{i}"
             _add_object(item, name, lines.get(ptr, line), lines, ptr, result)
+        return
+    if kind == "AppWrapper" and api_version.startswith(_APPWRAPPER_GROUP):
+        # CodeFlare's AppWrapper holds whole objects (a PyTorchJob, a
+        # RayCluster) in spec.components[].template and creates them as
+        # written: each is judged as the object it is, as a List's items.
+        components = (obj.get("spec") or {}).get("components") if isinstance(obj.get("spec"), dict) else None
+        for i, component in enumerate(components if isinstance(components, list) else []):
+            if isinstance(component, dict):
+                ptr = f"{base}/spec/components/{i}/template"
+                _add_object(component.get("template"), name, lines.get(ptr, line), lines, ptr, result)
         return
     result.documents.append(Document(obj=obj, file=name, line=line, lines=lines, base=base))
