@@ -71,6 +71,13 @@ SPEC_FIELDS = {
 }
 # torchrun's --nproc-per-node may name "all GPUs" instead of a number.
 _ALL_GPUS = ("gpu", "auto")
+# How many nodes (pods) one group spans: vLLM's and SGLang's --nnodes (each
+# pod a node-rank of it), torchrun's --nnodes.
+NODE_FLAGS = ("--nnodes", "--num-nodes", "--num_nodes")
+# Signs that the group spans pods in a number the command does not say: a
+# Ray cluster started by hand (the engine's ranks placed over its nodes), an
+# engine told to join one headless or over Ray.
+_SPANS_PODS_FLAGS = ("--node-rank", "--node_rank", "--headless", "--distributed-executor-backend")
 
 
 def container_parallelism(
@@ -105,10 +112,13 @@ def container_parallelism(
         "processes_over_gpus": None,
         "split_over_gpus": None,
         "gpus_asked": None,
+        "nodes": None,
         "pointer": pointer,
     }
     if any(isinstance(v, str) and v not in _ALL_GPUS for v in sizes.values()):
         return facts  # a value we could not read ($(UNSET)): no verdict
+    nodes = _nodes(words)
+    facts["nodes"] = nodes if isinstance(nodes, int) else None
     if sizes.get("processes") in _ALL_GPUS:
         facts["matches_gpus"] = gpus is not None
         facts["unused_gpus"] = 0 if gpus is not None else None
@@ -128,13 +138,34 @@ def container_parallelism(
         # One model split over more GPUs than the pod holds: right only when
         # the group spans several pods (LeaderWorkerSet, Ray, multi-node KServe).
         split = (facts["tensor"] or 1) * (facts["pipeline"] or 1)
-        facts["split_over_gpus"] = int(split - gpus) if split > gpus else 0
+        if isinstance(nodes, int) and nodes > 1:
+            split = -(-split // nodes)  # each pod holds its node's share of the split
+        facts["split_over_gpus"] = None if nodes == "spans" else (int(split - gpus) if split > gpus else 0)
         asked = processes if processes is not None else split
         facts["gpus_asked"] = asked
         # A group larger than the pod spans several pods (multi-node serving).
         facts["matches_gpus"] = total == gpus or (total > gpus and total % gpus == 0)
         facts["unused_gpus"] = gpus - total if total < gpus else 0
     return facts
+
+
+def _nodes(words: list[Token]) -> int | str | None:
+    """The nodes (pods) the command's group spans: a number (--nnodes 2), or
+    "spans" when it joins a group across pods without saying how many (a
+    Ray cluster, --node-rank from the pod's ordinal, --headless workers);
+    None for one pod."""
+    found = flag(words, NODE_FLAGS)
+    if found is not None:
+        count = _parse(found.text)
+        if isinstance(count, int):
+            return count if count > 1 else None
+        return "spans"  # --nnodes $(NNODES): more than one, we cannot say how many
+    texts = [w.text for w in words]
+    if any(a == "ray" and b == "start" for a, b in zip(texts, texts[1:])):
+        return "spans"
+    if any(t.split("=", 1)[0] in _SPANS_PODS_FLAGS for t in texts):
+        return "spans"
+    return None
 
 
 def _declared(

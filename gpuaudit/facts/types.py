@@ -1037,6 +1037,15 @@ class Parallelism(_Facts, kw_only=True, frozen=True):
             )
         ),
     ]
+    nodes: Annotated[
+        int | None,
+        Meta(
+            description=(
+                "Nodes (pods) one group spans, as the command says (--nnodes 2); null for one pod or a number it "
+                "does not say (a Ray cluster started by hand, --node-rank, --headless: then split_over_gpus is null)."
+            )
+        ),
+    ] = None
     split_over_gpus: Annotated[
         int | None,
         Meta(
