@@ -565,3 +565,50 @@ def test_changed_files_that_are_no_manifests_do_not_block_a_commit(run_cli, env,
     code, result = check(run_cli, env, "--changed-files", "web/tsconfig.json", "deploy/app.yaml")
     assert code == 2
     assert [e["file"] for e in result["errors"] if e["level"] == "error"] == ["deploy/app.yaml"]
+
+
+TIME_SLICING = """\
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: time-slicing-config, namespace: gpu-operator}
+data:
+  any: |-
+    version: v1
+    sharing:
+      timeSlicing:
+        resources:
+        - name: nvidia.com/gpu
+          replicas: 8
+"""
+SMALL_CPU_APP = """\
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: tei}
+spec:
+  selector: {matchLabels: {app: tei}}
+  template:
+    metadata: {labels: {app: tei}}
+    spec:
+      containers:
+      - name: tei
+        image: ghcr.io/huggingface/text-embeddings-inference:1.8
+        resources:
+          requests: {cpu: 500m, memory: 4Gi}
+          limits: {nvidia.com/gpu: 1}
+"""
+
+
+def test_a_time_slicing_config_in_one_app_folder_shares_the_gpus_every_unit_asks_for(
+    run_cli, env, tmp_path, monkeypatch
+):
+    # A GitOps tree: the device plugin's config in one unit, a GPU app (a
+    # kustomization) in another. Its nvidia.com/gpu is a turn on a shared
+    # GPU: half a core is no starving of a whole one (GPA-AP-001).
+    write(tmp_path / "apps/kube-system/gpu-operator/timeslicing-config.yaml", TIME_SLICING)
+    write(tmp_path / "apps/ai/tei/deployment.yaml", SMALL_CPU_APP)
+    write(tmp_path / "apps/ai/tei/kustomization.yaml", "resources: [deployment.yaml]\n")
+    monkeypatch.chdir(tmp_path)
+    _, shared = check(run_cli, env, "apps")
+    assert "GPA-AP-001" not in {f["rule"] for f in shared["findings"]}
+    _, alone = check(run_cli, env, "apps/ai")
+    assert "GPA-AP-001" in {f["rule"] for f in alone["findings"]}

@@ -142,3 +142,23 @@ def test_a_native_sidecar_is_an_app_container():
     assert [c.name for c in template.containers] == ["c", "s"]
     assert [c.name for c in template.init_containers] == ["setup"]
     assert not template.containers[1].init
+
+
+def _container_gpus(resources: dict) -> list[tuple[str, str, float | None]]:
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "p"},
+        "spec": {"containers": [{"name": "c", "image": "x", "resources": resources}]},
+    }
+    (workload,), _ = build_workloads([Document(obj=pod, file="p.yaml", line=1)])
+    return [(r.resource, r.mode, r.limit) for t in workload.templates for c in t.containers for r in c.gpus]
+
+
+def test_intel_resources_that_are_no_device_are_no_gpus():
+    # A monitoring agent's access to every GPU, and GPU Aware Scheduling's shares.
+    assert _container_gpus({"limits": {"gpu.intel.com/i915_monitoring": 1}}) == []
+    assert _container_gpus({"limits": {"gpu.intel.com/xe": 1}}) == [("gpu.intel.com/xe", "whole", 1.0)]
+    # millicores beside a device make it a share of one, not 500 GPUs.
+    shared = _container_gpus({"limits": {"gpu.intel.com/i915": 1, "gpu.intel.com/millicores": 500}})
+    assert shared == [("gpu.intel.com/i915", "shared", 1.0)]

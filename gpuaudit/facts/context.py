@@ -74,6 +74,10 @@ class Context(msgspec.Struct, frozen=True):
     # `.shared` resource names some config renames GPUs to; None when nothing
     # in the input or the site says (then a `.shared` request cannot be judged).
     shared_names: frozenset[str] | None = None
+    # GPU resource names a time-slicing or MPS config of the input replicates
+    # under their own name (nvidia.com/gpu, 8 replicas): a request for one
+    # may be a turn on a shared GPU, whichever nodes get the config.
+    replicated_names: frozenset[str] = frozenset()
     # GPU resource name -> "Kind namespace/name" of the workloads requesting it.
     requested: Mapping[str, tuple[str, ...]] = msgspec.field(default_factory=dict)
     # (kind, namespace, name) of a scale target -> the autoscaler aiming at it.
@@ -101,6 +105,11 @@ def build_context(
         roots=tuple(roots),
         site=site,
         shared_names=_shared_names(site, [*documents, *bare]),
+        replicated_names=frozenset(
+            name
+            for cfg in config_facts.device_plugin_configs([*documents, *bare])
+            for name in config_facts.replicated_resources(cfg)
+        ),
         requested=_requested(workloads),
         autoscalers=_autoscalers(documents),
         runtimes=tuple(d.obj for d in documents if is_runtime(d.obj)),
@@ -124,6 +133,7 @@ def merge_contexts(site: Site, parts: Sequence[Context]) -> Context:
     return Context(
         site=site,
         shared_names=frozenset().union(*known) if known else None,
+        replicated_names=frozenset().union(*(p.replicated_names for p in parts)),
         requested={name: tuple(labels) for name, labels in requested.items()},
         autoscalers=autoscalers,
         runtimes=tuple(r for part in parts for r in part.runtimes),

@@ -222,6 +222,24 @@ def renamed_resources(cfg: Mapping[str, Any]) -> Iterator[str]:
                 yield str(name)
 
 
+def replicated_resources(cfg: Mapping[str, Any]) -> Iterator[str]:
+    """The resources a device-plugin config replicates under their own name
+    (time-slicing or MPS, 2 or more replicas, neither renameByDefault nor a
+    `rename`): on the nodes given the config, a request for such a name is a
+    turn on a shared GPU, not a GPU of its own."""
+    sharing = cfg.get("sharing") if isinstance(cfg.get("sharing"), Mapping) else {}
+    for strategy in ("timeSlicing", "mps"):
+        section = sharing.get(strategy)
+        if not isinstance(section, Mapping) or section.get("renameByDefault") is True:
+            continue
+        for resource in as_list(section.get("resources")):
+            if not isinstance(resource, Mapping) or resource.get("rename"):
+                continue
+            replicas = resource.get("replicas")
+            if resource.get("name") and isinstance(replicas, int) and not isinstance(replicas, bool) and replicas >= 2:
+                yield str(resource["name"])
+
+
 def _mig_unserved(mig_strategy: str | None, context: Context | None) -> list[str]:
     """MIG resources (nvidia.com/mig-<profile>) that workloads request while
     the MIG strategy cannot advertise them: only `mixed` does."""

@@ -860,8 +860,9 @@ class GpuRequests(_Facts, kw_only=True, frozen=True):
             description=(
                 "Containers only: the GPU this container uses is a slice of one, not a whole GPU: a shared, MIG or "
                 "fractional resource (HAMi gpucores/gpumem beside nvidia.com/gpu), a pod-level fraction annotation "
-                "(Run:ai, KAI gpu-fraction), or a node pool whose GPUs are shared or partitioned "
-                "(placement.sharing_pool). Per-GPU ratios (CPU per GPU) do not apply to a slice."
+                "(Run:ai, KAI gpu-fraction), a node pool whose GPUs are shared or partitioned "
+                "(placement.sharing_pool), or a resource a time-slicing or MPS config of the input replicates under "
+                "its own name. Per-GPU ratios (CPU per GPU) do not apply to a slice."
             )
         ),
         ABSENT,

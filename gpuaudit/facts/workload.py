@@ -67,7 +67,7 @@ def subjects(workload: Workload, context: Context | None = None) -> Iterator[Sub
             annotations,
         )
         for c in (*template.init_containers, *template.containers):
-            facts = container_facts(c, template, base)
+            facts = container_facts(c, template, base, context.replicated_names)
             facts.update(container_process_facts(c, lines[c.pointer]))
             facts.update(lines[c.pointer].activity)
             yield Subject(
@@ -149,15 +149,19 @@ def _container_gpu(c: Container) -> dict[str, Any]:
 # --- containers -------------------------------------------------------------
 
 
-def container_facts(c: Container, template: PodTemplate, base: Mapping[str, Any]) -> dict[str, Any]:
+def container_facts(
+    c: Container, template: PodTemplate, base: Mapping[str, Any], replicated: frozenset[str] = frozenset()
+) -> dict[str, Any]:
     gpu = _container_gpu(c)
     # A slice is not a whole GPU: a shared, MIG or fractional resource (HAMi's
     # gpucores/gpumem beside nvidia.com/gpu), a pod-level fraction (Run:ai,
-    # KAI), or a node pool whose GPUs are shared or partitioned.
+    # KAI), a node pool whose GPUs are shared or partitioned, or a name a
+    # time-slicing config of the input replicates (``replicated``).
     gpu["slice"] = bool(c.gpus) and (
         gpu["shared"]
         or any(r.mode == "fraction" for r in template.extra_gpus)
         or _sharing_pool_of(template) is not None
+        or any(r.resource in replicated for r in c.gpus)
     )
     count = gpu["count"]
     # Kubernetes copies a limit to an absent request; what a controller merges

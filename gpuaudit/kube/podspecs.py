@@ -15,12 +15,23 @@ from gpuaudit.bundled import data_yaml
 # Device-plugin resources that are GPUs (or slices of one): NVIDIA's, AMD's,
 # Intel's, Habana Gaudi, and any vendor's `<vendor>/gpu` or `<vendor>/vgpu`.
 GPU_RESOURCE = re.compile(
-    r"^(?:nvidia\.com/(?:gpu(?:\.shared)?|mig-[\w.+-]+)|amd\.com/gpu|gpu\.intel\.com/\w+"
+    r"^(?:nvidia\.com/(?:gpu(?:\.shared)?|mig-[\w.+-]+)|amd\.com/gpu|gpu\.intel\.com/(?:i915|xe)"
     r"|habana\.ai/gaudi\w*|[a-z0-9][a-z0-9.-]*\.[a-z]+/v?gpu)$"
 )
 MIG_RESOURCE = re.compile(r"^nvidia\.com/mig-(\d+g\.\d+gb(?:\+me)?)(\.shared)?$")
-# HAMi turns nvidia.com/gpu into a virtual slice when these sit beside it.
-HAMI_MODIFIERS = ("nvidia.com/gpumem", "nvidia.com/gpucores", "nvidia.com/gpumem-percentage")
+# Intel's device plugin also advertises resources that are no device of
+# their own: i915_monitoring/xe_monitoring (every GPU, for a monitoring agent)
+# and the GPU Aware Scheduling shares (millicores, memory.max, tiles), which
+# the GPU_RESOURCE pattern leaves out. HAMi turns nvidia.com/gpu into a
+# virtual slice when its modifiers sit beside it; Intel's GAS does the same
+# with millicores beside gpu.intel.com/i915.
+SHARE_MODIFIERS = (
+    "nvidia.com/gpumem",
+    "nvidia.com/gpucores",
+    "nvidia.com/gpumem-percentage",
+    "gpu.intel.com/millicores",
+    "gpu.intel.com/memory.max",
+)
 # KAI scheduler: `gpu-fraction` is a share of one GPU (0.5); `gpu-memory` is
 # MiB of one GPU's memory, never a count of GPUs.
 FRACTION_ANNOTATIONS = ("gpu-fraction",)

@@ -38,9 +38,8 @@ def _count(value: Any) -> int:
 
 
 # Devices of one resource on one node beyond which a count is not believed
-# (MIG slices and time-slicing replicas of 16 GPUs stay far below it); Intel's
-# gpu.intel.com/* resources count millicores and bytes, so only their range
-# is checked.
+# (MIG slices and time-slicing replicas of 16 GPUs stay far below it). Intel's
+# millicores and bytes are no GPU resources (kube/podspecs.py GPU_RESOURCE).
 MAX_DEVICES_PER_NODE = 65_536
 
 
@@ -59,7 +58,7 @@ def _gpu_resources(values: Any, where: str, problems: list[str]) -> dict[str, fl
                 continue
             if number != int(number):
                 problems.append(f"{where}.{name}: {value!r:.40} is not a whole number of devices")
-            elif number > MAX_DEVICES_PER_NODE and not str(name).startswith("gpu.intel.com/"):
+            elif number > MAX_DEVICES_PER_NODE:
                 problems.append(f"{where}.{name}: {value!r:.40} is more devices than a node has")
             else:
                 out[str(name)] = number

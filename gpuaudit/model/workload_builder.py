@@ -19,7 +19,7 @@ from gpuaudit.kube import pointers
 from gpuaudit.kube.podspecs import (
     FRACTION_ANNOTATIONS,
     GPU_RESOURCE,
-    HAMI_MODIFIERS,
+    SHARE_MODIFIERS,
     MEMORY_SHARE_ANNOTATIONS,
     MIG_RESOURCE,
     KindLocator,
@@ -479,7 +479,7 @@ class _TemplateBuilder:
         limits = resources_.get("limits")
         requests = requests if isinstance(requests, Mapping) else {}
         limits = limits if isinstance(limits, Mapping) else {}
-        hami = any(m in requests or m in limits for m in HAMI_MODIFIERS)
+        modified = any(m in requests or m in limits for m in SHARE_MODIFIERS)
         for name in dict.fromkeys([*limits, *requests]):
             name = str(name)
             if not GPU_RESOURCE.match(name):
@@ -489,7 +489,7 @@ class _TemplateBuilder:
             mig = MIG_RESOURCE.match(name)
             if mig:
                 mode, profile = "mig", mig.group(1)
-            elif name.endswith(".shared") or hami:
+            elif name.endswith(".shared") or modified:
                 mode, profile = "shared", None
             else:
                 mode, profile = "whole", None

@@ -382,6 +382,17 @@ def check_manifests(
             if chosen:
                 varied[name] = chosen
                 merged[name], alternative[name] = variant_contexts(site, files[name], chosen)
+        # A time-slicing config shares the GPUs of the nodes it is given, not
+        # the objects of its own unit: a request anywhere in the input may be
+        # a turn on one of them (a GitOps repository keeps the device plugin's
+        # config in one app folder, the GPU apps in others).
+        replicated = frozenset().union(*(c.replicated_names for c in merged.values()))
+        if replicated:
+            merged = {name: msgspec.structs.replace(c, replicated_names=replicated) for name, c in merged.items()}
+            alternative = {
+                name: {file: msgspec.structs.replace(c, replicated_names=replicated) for file, c in by_file_.items()}
+                for name, by_file_ in alternative.items()
+            }
         return merged, alternative
 
     def judge(
