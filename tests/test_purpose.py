@@ -395,6 +395,10 @@ def test_file_context_is_read_below_the_folder_named_and_never_above_it() -> Non
     assert file_context("/home/me/tests/repo/setup.kubecon/sample-jobs/train.yaml", roots) == "example"
     assert file_context("/home/me/tests/repo/kubernetes-engine-samples/mnist_demo/train.yaml", roots) == "example"
     assert file_context("/home/me/tests/repo/tests.yaml", roots) is None  # a file, not a test folder
+    # What is never deployed as it stands: CI jobs, developers' scripts, deprecated copies.
+    assert file_context("/home/me/tests/repo/ci/k8s/vllm/job.yaml", roots) == "test"
+    assert file_context("/home/me/tests/repo/hack/kind/ollama.yaml", roots) == "test"
+    assert file_context("/home/me/tests/repo/virt01/deprecated/tdarr/deployment.yaml", roots) == "test"
     # A file named on its own: the user wants it judged as it stands.
     assert file_context("examples/serve.yaml", []) is None
     assert file_context("/elsewhere/tests/serve.yaml", []) is None
