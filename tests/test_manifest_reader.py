@@ -373,3 +373,25 @@ def test_an_appwrapper_s_components_are_read_as_the_objects_they_are(tmp_path):
         ("PyTorchJob", "train", 6, "/spec/components/0/template"),
         ("Service", "svc", 11, "/spec/components/1/template"),
     ]
+
+
+def test_template_actions_in_comments_and_other_tools_templates(tmp_path):
+    from gpuaudit.sources.manifests import ReadResult, read_file
+
+    # A plain manifest that shows in a comment how a chart writes a value.
+    commented = read(
+        tmp_path,
+        "pod.yaml",
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: p  # {{ .Release.Name }}-p in the chart\nspec: {}\n",
+    )
+    assert commented.errors == [] and [d.name for d in commented.documents] == ["p"]
+    # Another tool's template found on a walk: no Kubernetes object however it renders, no warning.
+    taskfile = tmp_path / "goreleaser.yaml"
+    taskfile.write_text("version: 2\nbuilds:\n{{- range .Builds }}\n- id: {{ . }}\n{{- end }}\n")
+    found = ReadResult()
+    read_file(taskfile, found, found=True)
+    assert found.errors == [] and found.documents == []
+    # Named by the user, it is still said to be a template.
+    named = ReadResult()
+    read_file(taskfile, named)
+    assert [e.level for e in named.errors] == ["warning"]

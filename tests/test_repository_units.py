@@ -328,7 +328,7 @@ def beside(root: Path) -> Path:
     write(app / "patches/unused-json6902.yaml", "- op: replace\n  path: /spec/replicas\n  value: 2\n")
     pinned = DEPLOYMENT.format(name="vllama3").replace("    spec:\n", "    spec:\n      nodeName: gpu-node-1\n")
     write(app / "vLlama3.yaml", pinned)  # not listed: applied on its own
-    write(app / "kserve/inference-examples/phi.yaml", DEPLOYMENT.format(name="phi"))
+    write(app / "kserve/inference-services/phi.yaml", DEPLOYMENT.format(name="phi"))
     return root
 
 
@@ -343,13 +343,13 @@ def test_a_manifest_a_kustomization_does_not_read_is_judged_as_a_plain_file(run_
     # Beside the kustomization: a unit of its own, named apart from the kustomize unit of the folder.
     assert by_name["vllama3"] == {("deploy/istio/vLlama3.yaml", ("deploy/istio [plain files]",))}
     assert by_name["phi"] == {
-        ("deploy/istio/kserve/inference-examples/phi.yaml", ("deploy/istio/kserve/inference-examples",))
+        ("deploy/istio/kserve/inference-services/phi.yaml", ("deploy/istio/kserve/inference-services",))
     }
     # What the kustomization reads, however it reads it, is judged only as what it renders.
     assert {units for findings in by_name.values() for _, units in findings} == {
         ("deploy/istio",),
         ("deploy/istio [plain files]",),
-        ("deploy/istio/kserve/inference-examples",),
+        ("deploy/istio/kserve/inference-services",),
     }
     assert set(by_name) == {"a", "vllama3", "phi"}
     # The transformer's patch was read: it set the pin the rendered Deployment has.

@@ -72,7 +72,7 @@ def test_troubleshooting_quotes_the_messages_gpuaudit_prints():
     page = (DOCS / "troubleshooting.md").read_text(encoding="utf-8")
     for message in (
         "this audit is partial",
-        "Helm template: not auditable until rendered",
+        "not auditable until rendered (a chart's template: use --helm-chart",
         "kustomize refuses files outside",
         "insufficient data: needs GPU telemetry",
         "insufficient data: telemetry unavailable",

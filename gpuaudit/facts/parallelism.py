@@ -9,6 +9,7 @@ that uses fewer than it holds leaves the rest allocated and idle.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Mapping
 from typing import Any
 
@@ -161,7 +162,7 @@ def _nodes(words: list[Token]) -> int | str | None:
             return count if count > 1 else None
         return "spans"  # --nnodes $(NNODES): more than one, we cannot say how many
     texts = [w.text for w in words]
-    if any(a == "ray" and b == "start" for a, b in zip(texts, texts[1:])):
+    if any(a == "ray" and b == "start" for a, b in itertools.pairwise(texts)):
         return "spans"
     if any(t.split("=", 1)[0] in _SPANS_PODS_FLAGS for t in texts):
         return "spans"

@@ -19,9 +19,9 @@ from gpuaudit.kube import pointers
 from gpuaudit.kube.podspecs import (
     FRACTION_ANNOTATIONS,
     GPU_RESOURCE,
-    SHARE_MODIFIERS,
     MEMORY_SHARE_ANNOTATIONS,
     MIG_RESOURCE,
+    SHARE_MODIFIERS,
     KindLocator,
     Locator,
     builtin_locators,

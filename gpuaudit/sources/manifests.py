@@ -41,15 +41,23 @@ _KSERVE_PLACEHOLDER = re.compile(r"\{\{-?\s*(?:index\s+)?\.(?:Name|Namespace|Lab
 
 
 _APPWRAPPER_GROUP = "workload.codeflare.dev/"
+HELM_TEMPLATE = "template with {{ }} actions (Helm or another tool)"
+# A YAML comment on the line before a match: '#' at the line's start or after
+# a space, with no quote after it (a '#' inside a quoted value is no comment).
+_COMMENT_BEFORE = re.compile(r"(?:^|(?<=[ \t]))#[^'\"]*$", re.MULTILINE)
 
 
 def _helm_action(text: str) -> re.Match[str] | None:
-    """The first Helm template action in ``text``, KServe's run-time
-    placeholders in serving runtime files aside."""
-    if "ServingRuntime" not in text or not _KSERVE_RUNTIME.search(text):  # a quick look first
-        return _HELM_ACTION.search(text)
-    placeholders = [m.span() for m in _KSERVE_PLACEHOLDER.finditer(text)]
+    """The first Helm template action in ``text`` outside YAML comments (a
+    plain manifest may show in a comment how a chart would write a value),
+    KServe's run-time placeholders in serving runtime files aside."""
+    placeholders: list[tuple[int, int]] = []
+    if "ServingRuntime" in text and _KSERVE_RUNTIME.search(text):  # a quick look first
+        placeholders = [m.span() for m in _KSERVE_PLACEHOLDER.finditer(text)]
     for match in _HELM_ACTION.finditer(text):
+        line_start = text.rfind("\n", 0, match.start()) + 1
+        if _COMMENT_BEFORE.search(text, line_start, match.start()):
+            continue
         if not any(start <= match.start() < end for start, end in placeholders):
             return match
     return None
@@ -154,6 +162,10 @@ def read_file(path: Path, result: ReadResult, *, found: bool = False) -> None:
         return
     part = ReadResult()
     _read_bytes(raw, name, part)
+    if not names_kubernetes_keys(raw):
+        # Another tool's template (a Taskfile, an Ansible play, a goreleaser
+        # config) found on the walk: no object however it renders.
+        part.errors = [e for e in part.errors if not e.message.startswith(HELM_TEMPLATE)]
     if any(e.level == "error" for e in part.errors) and not names_kubernetes_keys(raw):
         read = bool(part.documents or part.bare)  # else the problem stopped the read: nothing came of the file
         part.errors = [_likely_no_manifest(e, read) for e in part.errors]
@@ -211,8 +223,8 @@ def _read_text(text: str, name: str, result: ReadResult, rendered: bool = False)
             InputError(
                 name,
                 line,
-                "Helm template: not auditable until rendered (run `helm template` "
-                "and audit its output, or use --helm-chart)",
+                f"{HELM_TEMPLATE}: not auditable until rendered (a chart's template: use --helm-chart; "
+                "another tool's: render it and check the output)",
                 level="warning",
             )
         )
