@@ -414,6 +414,14 @@ def _links_outside(chart: Path, roots: Sequence[Path]) -> Path | None:
     return None
 
 
+def _line_of_only(text: str, needle: str) -> int | None:
+    """The line of ``needle`` in ``text`` when it occurs there exactly once."""
+    at = text.find(needle)
+    if at < 0 or text.find(needle, at + 1) >= 0:
+        return None
+    return text.count("\n", 0, at) + 1
+
+
 def _template_lines(template: Path, doc: Document) -> dict[str, int]:
     """Lines in the template for fields whose key occurs exactly once in it:
     the rendered object's lines say nothing about the template's. Fields
@@ -425,14 +433,17 @@ def _template_lines(template: Path, doc: Document) -> dict[str, int]:
         text = template.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError):
         return {}
-    rows = text.splitlines()
     lines: dict[str, int] = {}
+    once: dict[str, int | None] = {}  # key -> the line of its one occurrence (a CRD template repeats keys)
     for pointer in doc.lines:  # parents before their fields, as the reader records them
         key = pointer.rsplit("/", 1)[-1].replace("~1", "/").replace("~0", "~")
-        hits = [i for i, row in enumerate(rows, 1) if f"{key}:" in row] if key and not key.isdigit() else []
-        if len(hits) == 1:
-            lines[pointer] = hits[0]
-            continue
+        if key and not key.isdigit():
+            if key not in once:
+                once[key] = _line_of_only(text, f"{key}:")
+            line = once[key]
+            if line is not None:
+                lines[pointer] = line
+                continue
         parent = pointer.rpartition("/")[0]
         while parent and parent not in lines:
             parent = parent.rpartition("/")[0]
