@@ -140,6 +140,22 @@ def saturates_gpus(c: Container) -> bool:
 
 
 @cache
+def _cuda_images() -> tuple[frozenset[str], tuple[str, ...]]:
+    data = data_yaml("gpu_programs.yaml")["cuda_images"]
+    return frozenset(str(w).lower() for w in data["words"]), tuple(str(r).lower() for r in data["registries"])
+
+
+def cuda_image(image: str) -> bool:
+    """Whether the image reference says it is built to run on an NVIDIA GPU
+    (data/gpu_programs.yaml cuda_images)."""
+    words, registries = _cuda_images()
+    reference = image.lower().split("@", 1)[0]
+    if reference.startswith(tuple(f"{r}/" for r in registries)):
+        return True
+    return not words.isdisjoint(re.split(r"[/:._-]+", reference))
+
+
+@cache
 def _kv_transfer() -> tuple[str, ...]:
     return tuple(str(p).lower() for p in data_yaml("gpu_programs.yaml")["kv_transfer"])
 

@@ -363,8 +363,15 @@ def _below(file: str, roots: Sequence[str]) -> str | None:
     """``file``'s path below the deepest of ``roots`` that holds it, both as
     given (`check .` names what it finds `deploy/app.yaml`, `check repo`
     `repo/deploy/app.yaml`)."""
+    found = root_of(file, roots)
+    return found[1] if found is not None else None
+
+
+def root_of(file: str, roots: Sequence[str]) -> tuple[str, str] | None:
+    """The deepest of ``roots`` that holds ``file`` (both as given), and the
+    file's path below it; None when no root holds it."""
     path = posixpath.normpath(file) if file else ""
-    best: str | None = None
+    best: tuple[str, str] | None = None
     for root in roots:
         top = posixpath.normpath(root)
         if top == ".":  # the working directory: every relative path that stays inside it
@@ -372,9 +379,9 @@ def _below(file: str, roots: Sequence[str]) -> str | None:
         else:
             prefix = top.rstrip("/") + "/"
             inside = path.startswith(prefix)
-        if inside and (best is None or len(prefix) > len(best)):
-            best = prefix
-    return path[len(best) :] if best is not None else None
+        if inside and (best is None or len(prefix) > len(best[1])):
+            best = (root, prefix)
+    return (best[0], path[len(best[1]) :]) if best is not None else None
 
 
 def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:

@@ -472,6 +472,19 @@ class PodFacts(_OfWorkload, kw_only=True, frozen=True):
     pointer: Annotated[str, Meta(description="The PodSpec.")]
     containers: int
     gpu: GpuRequests
+    unrequested_gpu_runtime: Annotated[
+        str | None,
+        Meta(
+            description=(
+                "The runtimeClassName when it names NVIDIA's container runtime (nvidia, nvidia-cdi, nvidia-legacy) "
+                "while no container asks for a GPU or sets NVIDIA_VISIBLE_DEVICES: the runtime exposes what the "
+                "image's NVIDIA_VISIBLE_DEVICES names (every GPU of the node in a CUDA image); null otherwise."
+            )
+        ),
+    ] = None
+    runtime_class_pointer: Annotated[
+        str | None, Meta(description="Where runtimeClassName is written (or the pod spec).")
+    ] = None
     other_gpu_roles: Annotated[
         list[str] | None,
         Meta(

@@ -13,7 +13,7 @@ from typing import Any
 from gpuaudit import gpus
 from gpuaudit.facts import Subject
 from gpuaudit.facts import placement as site_placement
-from gpuaudit.facts.activity import pod_activity
+from gpuaudit.facts.activity import cuda_image, pod_activity
 from gpuaudit.facts.context import Context
 from gpuaudit.facts.env_sources import with_config_map_env
 from gpuaudit.facts.gpu_names import unadvertised_shared, unknown_mig_profiles
@@ -240,7 +240,26 @@ def pod_facts(
         **pod_raw_facts(w, t),
     }
     facts["shm"] = shared_memory_facts(w, t, gpu["count"], facts["dataloader_workers"], facts["parallelism"])
+    facts["unrequested_gpu_runtime"] = _unrequested_gpu_runtime(t)
+    facts["runtime_class_pointer"] = f"{t.pointer}/runtimeClassName" if "runtimeClassName" in t.spec else t.pointer
     return facts
+
+
+def _unrequested_gpu_runtime(t: PodTemplate) -> str | None:
+    """The pod's runtimeClassName when it names NVIDIA's container runtime
+    (the GPU Operator's nvidia, nvidia-cdi, nvidia-legacy) and runs an image
+    built for an NVIDIA GPU, while none of its containers asks for a GPU or
+    sets NVIDIA_VISIBLE_DEVICES (GPA-AL-007's): the runtime then exposes what
+    the image's NVIDIA_VISIBLE_DEVICES names, all of the node's GPUs in a
+    CUDA image (k8s-device-plugin issue 61). An image that says nothing of
+    a GPU may never open one: not judged."""
+    name = t.spec.get("runtimeClassName")
+    if not isinstance(name, str) or not name.lower().startswith("nvidia"):
+        return None
+    containers = (*t.containers, *t.init_containers)
+    if t.extra_gpus or any(c.gpus or "NVIDIA_VISIBLE_DEVICES" in c.env for c in containers):
+        return None
+    return name if any(cuda_image(c.image) for c in t.containers) else None
 
 
 def _request_checks(

@@ -33,6 +33,7 @@ from gpuaudit.facts import claims as claim_facts
 from gpuaudit.facts import device_plugin as config_facts
 from gpuaudit.facts import workload as workload_facts
 from gpuaudit.facts.context import Context, Site, build_context, merge_contexts
+from gpuaudit.facts.purpose import root_of
 from gpuaudit.files import write_atomic
 from gpuaudit.kube.podspecs import KindLocator, group_of
 from gpuaudit.model import AuditResult, Document, Finding, InputError, Workload
@@ -102,6 +103,34 @@ def _baselines(result: AuditResult, baselines: Baselines, say: Callable[[str], N
     if baselines.apply is not None:
         baseline.apply_to_result(result, baselines.apply)
     return written
+
+
+def _share_replicated_names(
+    merged: dict[str, Context], alternative: dict[str, dict[str, Context]], roots: Sequence[str]
+) -> tuple[dict[str, Context], dict[str, dict[str, Context]]]:
+    """A time-slicing config shares the GPUs of the nodes it is given, not
+    the objects of its own unit: a request anywhere in the same folder named
+    on the command line (a GitOps repository keeps the device plugin's
+    config in one app folder, the GPU apps in others) may be a turn on one
+    of them. Files named on their own stay apart."""
+    by_root: dict[str, frozenset[str]] = {}
+    root_of_unit = {name: root_of(name, roots) for name in merged}
+    for name, context in merged.items():
+        found = root_of_unit[name]
+        if found is not None and context.replicated_names:
+            by_root[found[0]] = by_root.get(found[0], frozenset()) | context.replicated_names
+    if not by_root:
+        return merged, alternative
+
+    def widened(name: str, context: Context) -> Context:
+        found = root_of_unit[name]
+        shared = by_root.get(found[0]) if found is not None else None
+        return msgspec.structs.replace(context, replicated_names=shared) if shared else context
+
+    return (
+        {name: widened(name, c) for name, c in merged.items()},
+        {name: {file: widened(name, c) for file, c in files.items()} for name, files in alternative.items()},
+    )
 
 
 def input_roots(paths: Sequence[str]) -> tuple[str, ...]:
@@ -382,18 +411,7 @@ def check_manifests(
             if chosen:
                 varied[name] = chosen
                 merged[name], alternative[name] = variant_contexts(site, files[name], chosen)
-        # A time-slicing config shares the GPUs of the nodes it is given, not
-        # the objects of its own unit: a request anywhere in the input may be
-        # a turn on one of them (a GitOps repository keeps the device plugin's
-        # config in one app folder, the GPU apps in others).
-        replicated = frozenset().union(*(c.replicated_names for c in merged.values()))
-        if replicated:
-            merged = {name: msgspec.structs.replace(c, replicated_names=replicated) for name, c in merged.items()}
-            alternative = {
-                name: {file: msgspec.structs.replace(c, replicated_names=replicated) for file, c in by_file_.items()}
-                for name, by_file_ in alternative.items()
-            }
-        return merged, alternative
+        return _share_replicated_names(merged, alternative, roots)
 
     def judge(
         states: dict[str, tuple], shared: tuple[dict[str, Context], dict[str, dict[str, Context]]]
