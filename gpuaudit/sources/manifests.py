@@ -257,7 +257,16 @@ def _add_document(node: yaml.Node, name: str, result: ReadResult) -> None:
         result.errors.append(InputError(name, node.start_mark.line + 1, str(exc)))
         return
     for key, line in builder.duplicates:
-        result.errors.append(InputError(name, line, f"duplicate key {key!r}: the last value wins"))
+        # An error: the API server refuses duplicate fields under kubectl's
+        # strict field validation (its default since 1.27); readers that take
+        # the object (helm, this audit) keep the last value.
+        result.errors.append(
+            InputError(
+                name,
+                line,
+                f"duplicate key {key!r}: the API server refuses it (strict field validation); read as the last value",
+            )
+        )
     # A Python tag is never constructed; it is no Kubernetes YAML either: say so.
     whole = node.tag.startswith(PYTHON_TAG_PREFIX)
     for tag, line in builder.python_tags:
