@@ -395,3 +395,22 @@ def test_template_actions_in_comments_and_other_tools_templates(tmp_path):
     named = ReadResult()
     read_file(taskfile, named)
     assert [e.level for e in named.errors] == ["warning"]
+
+
+def test_a_helm_release_whose_values_hold_tpl_strings_is_an_object(tmp_path):
+    # Flux's HelmRelease carries the chart's values; app-template expands
+    # `{{ .Release.Name }}` in them with tpl. The file is YAML, its object real.
+    release = read(
+        tmp_path,
+        "helmrelease.yaml",
+        "apiVersion: helm.toolkit.fluxcd.io/v2\nkind: HelmRelease\nmetadata: {name: comfyui}\nspec:\n"
+        "  values:\n    route:\n      hostnames: ['{{ .Release.Name }}.example.com']\n",
+    )
+    assert release.errors == [] and [(d.kind, d.name) for d in release.documents] == [("HelmRelease", "comfyui")]
+    # A Deployment written the same way is a chart's template: not read.
+    template = read(
+        tmp_path,
+        "deployment.yaml",
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: '{{ .Release.Name }}'}\nspec: {}\n",
+    )
+    assert template.documents == [] and "not auditable until rendered" in template.errors[0].message

@@ -42,6 +42,9 @@ _KSERVE_PLACEHOLDER = re.compile(r"\{\{-?\s*(?:index\s+)?\.(?:Name|Namespace|Lab
 
 _APPWRAPPER_GROUP = "workload.codeflare.dev/"
 HELM_TEMPLATE = "template with {{ }} actions (Helm or another tool)"
+# Kinds whose fields hold templates another tool expands (a chart's values,
+# an ApplicationSet's generators' parameters), not Helm actions of the file.
+_TEMPLATE_CARRIERS = frozenset({"HelmRelease", "Application", "ApplicationSet", "HelmChart", "HelmChartConfig"})
 # A YAML comment on the line before a match: '#' at the line's start or after
 # a space, with no quote after it (a '#' inside a quoted value is no comment).
 _COMMENT_BEFORE = re.compile(r"(?:^|(?<=[ \t]))#[^'\"]*$", re.MULTILINE)
@@ -207,13 +210,16 @@ def read_text(text: str, name: str, result: ReadResult) -> None:
 
 def _read_text(text: str, name: str, result: ReadResult, rendered: bool = False) -> None:
     helm = None if rendered else _helm_action(text)
-    if helm and not names_kubernetes_keys(text.encode()):
-        # No apiVersion or kind: a values or config file whose strings hold
-        # actions for `tpl` to expand (`"{{ .Release.Name }}-x"`), not a
+    if helm:
+        # A values or config file (no apiVersion or kind), or objects that
+        # carry a chart's values (a Flux HelmRelease, an Argo CD
+        # Application), whose strings hold actions for the chart's `tpl` or
+        # the controller's own templating (`"{{ .Release.Name }}-x"`): not a
         # template. Read as the YAML it is, when it parses as YAML.
         part = ReadResult()
         _parse(text, name, part)
-        if not part.errors:
+        carriers = all(d.kind in _TEMPLATE_CARRIERS for d in part.documents)
+        if not part.errors and (carriers or not names_kubernetes_keys(text.encode())):
             result.documents += part.documents
             result.bare += part.bare
             return
