@@ -195,6 +195,12 @@ def _parallel_spec(w: Workload, t: PodTemplate) -> Mapping[str, Any]:
             values = set(_serve_config_values(w, keys))
             if len(values) == 1:  # several models with different sizes: no single answer
                 found[field] = values.pop()
+        if "dataParallelSize" not in found:
+            # An autoscaled deployment always runs min_replicas copies, each on
+            # GPUs of its own: what the pod's GPUs hold at the least.
+            least = set(_serve_config_values(w, ("min_replicas",)))
+            if len(least) == 1:
+                found["dataParallelSize"] = least.pop()
         # Replicas alone say nothing of how many GPUs each uses (a custom app
         # may spread one model over all it sees): only with a tensor size,
         # which Ray Serve LLM apps default to 1.
@@ -210,8 +216,7 @@ _SERVE_PARALLEL_KEYS = {
     "tensorParallelSize": ("tensor_parallel_size", "TENSOR_PARALLELISM", "TENSOR_PARALLEL_SIZE"),
     "pipelineParallelSize": ("pipeline_parallel_size", "PIPELINE_PARALLELISM"),
     # Fixed Serve replicas of the model are data parallelism: each holds its
-    # own GPUs. Autoscaling bounds (max_replicas) are not: they say how far it
-    # may grow, not how many copies share this pod's GPUs.
+    # own GPUs (an autoscaled one's min_replicas, below, when none is fixed).
     "dataParallelSize": ("num_replicas",),
 }
 _SERVE_MODEL_KEYS = ("model_source", "model_id", "MODEL_ID")

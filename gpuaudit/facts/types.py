@@ -485,6 +485,15 @@ class PodFacts(_OfWorkload, kw_only=True, frozen=True):
     runtime_class_pointer: Annotated[
         str | None, Meta(description="Where runtimeClassName is written (or the pod spec).")
     ] = None
+    driven_by: Annotated[
+        str | None,
+        Meta(
+            description=(
+                "The role of a sibling pod shape that starts processes in this one's pods (an MPIJob's launcher, a "
+                "LeaderWorkerSet's leader: mpirun over ssh or kubectl exec) and runs more than sleep; null elsewhere."
+            )
+        ),
+    ] = None
     other_gpu_roles: Annotated[
         list[str] | None,
         Meta(

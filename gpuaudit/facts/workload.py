@@ -50,6 +50,7 @@ def subjects(workload: Workload, context: Context | None = None) -> Iterator[Sub
         templates.append((t, lines, pod_facts(workload, t, base, context, lines)))
     for _, _, pod in templates:  # a pod shape judged beside its siblings (a Ray head beside GPU workers)
         pod["other_gpu_roles"] = [o["role"] for _, _, o in templates if o is not pod and o["gpu"]["requested"]]
+        pod["driven_by"] = _driver_of(workload, pod, templates)
     yield Subject(
         "workload",
         workload_facts(workload, base, [p for _, _, p in templates], context),
@@ -77,6 +78,31 @@ def subjects(workload: Workload, context: Context | None = None) -> Iterator[Sub
                 doc,
                 annotations,
             )
+
+
+# Kinds whose worker pods a sibling role starts processes in: an MPIJob's
+# launcher runs mpirun over ssh, a LeaderWorkerSet's leader over `kubectl
+# exec` or ssh (Triton and TensorRT-LLM across nodes). A worker that only
+# sleeps there waits for its leader, by design.
+_DRIVEN_WORKER_KINDS = frozenset({"LeaderWorkerSet", "MPIJob"})
+_IDLE_KINDS = ("idle", "idle_forever")
+
+
+def _driver_of(
+    workload: Workload, pod: Mapping[str, Any], templates: Sequence[tuple[PodTemplate, Mapping[str, Any], Any]]
+) -> str | None:
+    """The role of a sibling that starts processes in this pod shape's
+    pods (an MPIJob's launcher, a LeaderWorkerSet's leader), when it runs
+    something else than sleep; None elsewhere."""
+    if workload.kind not in _DRIVEN_WORKER_KINDS:
+        return None
+    for t, lines, other in templates:
+        if other is pod:
+            continue
+        kinds = [lines[c.pointer].activity.get("command_kind") for c in t.containers]
+        if any(kind not in _IDLE_KINDS for kind in kinds):
+            return str(other["role"])
+    return None
 
 
 def workload_purpose(
