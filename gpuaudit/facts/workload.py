@@ -7,6 +7,8 @@ identity keys (kind, name, namespace, class) so a rule never has to look up.
 
 from __future__ import annotations
 
+import re
+
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
@@ -350,6 +352,11 @@ def placement_facts(t: PodTemplate) -> dict[str, Any]:
         if hosts is not None and len(hosts) == 1:
             pinned_node, pinned_by = hosts[0], "affinity"
             pinned_ptr = f"{t.pointer}/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution"
+    if pinned_node is not None and not _names_a_node(pinned_node):
+        # A value no node can be named (IGHS-DUMMY-VAL, <node-name>, ${NODE},
+        # a chart's empty default) is a placeholder a script or a values
+        # file fills in: where the pod will run is not written here.
+        pinned_node, pinned_by, pinned_ptr = None, None, None
     product = _product_pin(node_selector, terms, t.pointer)
     tolerations = [
         {k: str(v) for k, v in tol.items() if k in ("key", "operator", "value", "effect")}
@@ -366,6 +373,18 @@ def placement_facts(t: PodTemplate) -> dict[str, Any]:
         "gpu_product": product,
         "sharing_pool": sharing_pool(node_selector, terms),
     }
+
+
+# A node's name is a DNS subdomain (RFC 1123: lower case, digits, '-' and
+# '.'), and a real one is no word a template leaves for someone to replace.
+_NODE_NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+_PLACEHOLDER_WORDS = frozenset({"dummy", "placeholder", "changeme", "replaceme", "todo", "tbd", "fixme", "xxx"})
+
+
+def _names_a_node(value: str) -> bool:
+    if len(value) > 253 or not _NODE_NAME.fullmatch(value):
+        return False
+    return _PLACEHOLDER_WORDS.isdisjoint(re.split(r"[-.]", value)) and "your-" not in value
 
 
 def _affinity_hosts(terms: list[Mapping[str, Any]]) -> list[str] | None:
