@@ -407,6 +407,14 @@ def test_a_helm_release_whose_values_hold_tpl_strings_is_an_object(tmp_path):
         "  values:\n    route:\n      hostnames: ['{{ .Release.Name }}.example.com']\n",
     )
     assert release.errors == [] and [(d.kind, d.name) for d in release.documents] == [("HelmRelease", "comfyui")]
+    # An Argo Workflow's script may hold a kubectl --template of its own.
+    workflow = read(
+        tmp_path,
+        "workflow.yaml",
+        "apiVersion: argoproj.io/v1alpha1\nkind: Workflow\nmetadata: {name: w}\nspec:\n  templates:\n  - name: t\n"
+        "    container:\n      args: ['kubectl get svc etcd --template=\"{{range .status.loadBalancer.ingress}}{{.ip}}{{end}}\"']\n",
+    )
+    assert workflow.errors == [] and [d.kind for d in workflow.documents] == ["Workflow"]
     # A Deployment written the same way is a chart's template: not read.
     template = read(
         tmp_path,

@@ -43,8 +43,22 @@ _KSERVE_PLACEHOLDER = re.compile(r"\{\{-?\s*(?:index\s+)?\.(?:Name|Namespace|Lab
 _APPWRAPPER_GROUP = "workload.codeflare.dev/"
 HELM_TEMPLATE = "template with {{ }} actions (Helm or another tool)"
 # Kinds whose fields hold templates another tool expands (a chart's values,
-# an ApplicationSet's generators' parameters), not Helm actions of the file.
-_TEMPLATE_CARRIERS = frozenset({"HelmRelease", "Application", "ApplicationSet", "HelmChart", "HelmChartConfig"})
+# an ApplicationSet's generators' parameters, an Argo Workflow's own
+# `{{tasks.x.outputs...}}` and the kubectl --template in its scripts), not
+# Helm actions of the file.
+_TEMPLATE_CARRIERS = frozenset(
+    {
+        "HelmRelease",
+        "Application",
+        "ApplicationSet",
+        "HelmChart",
+        "HelmChartConfig",
+        "Workflow",
+        "WorkflowTemplate",
+        "ClusterWorkflowTemplate",
+        "CronWorkflow",
+    }
+)
 # A YAML comment on the line before a match: '#' at the line's start or after
 # a space, with no quote after it (a '#' inside a quoted value is no comment).
 _COMMENT_BEFORE = re.compile(r"(?:^|(?<=[ \t]))#[^'\"]*$", re.MULTILINE)
