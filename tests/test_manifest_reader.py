@@ -94,8 +94,13 @@ def test_a_values_file_whose_strings_hold_tpl_actions_is_read_as_yaml(tmp_path):
 
 def test_duplicate_keys_are_reported(tmp_path):
     result = read(tmp_path, "d.yaml", "apiVersion: v1\nkind: Pod\nmetadata: {name: a}\nkind: Pod\n")
-    [error] = result.errors
-    assert "duplicate key 'kind'" in error.message and error.line == 4
+    [warning] = result.errors  # the same value twice: harmless
+    assert "duplicate key 'kind' with the same value" in warning.message and warning.line == 4
+    assert warning.level == "warning"
+    other = read(tmp_path, "e.yaml", "apiVersion: v1\nkind: Pod\nmetadata: {name: a, labels: {app: x, app: y}}\n")
+    [error] = other.errors
+    assert "duplicate key 'app' with another value" in error.message and error.level == "error"
+    assert other.documents[0].obj["metadata"]["labels"] == {"app": "y"}
 
 
 # armadaproject/armada's _local/airflow/docker-compose.yaml, cut down: a key
@@ -412,7 +417,8 @@ def test_a_helm_release_whose_values_hold_tpl_strings_is_an_object(tmp_path):
         tmp_path,
         "workflow.yaml",
         "apiVersion: argoproj.io/v1alpha1\nkind: Workflow\nmetadata: {name: w}\nspec:\n  templates:\n  - name: t\n"
-        "    container:\n      args: ['kubectl get svc etcd --template=\"{{range .status.loadBalancer.ingress}}{{.ip}}{{end}}\"']\n",
+        "    container:\n      args:\n"
+        "      - 'kubectl get svc etcd --template=\"{{range .status.loadBalancer.ingress}}{{.ip}}{{end}}\"'\n",
     )
     assert workflow.errors == [] and [d.kind for d in workflow.documents] == ["Workflow"]
     # A Deployment written the same way is a chart's template: not read.

@@ -8,7 +8,6 @@ identity keys (kind, name, namespace, class) so a rule never has to look up.
 from __future__ import annotations
 
 import re
-
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 

@@ -16,6 +16,9 @@ MAX_NODES_PER_DOCUMENT = 1_000_000  # after alias expansion: stops "billion laug
 MAX_DEPTH = 200
 
 
+_NOTHING = object()  # no value replaced (a key set once)
+
+
 class YamlLimitError(ValueError):
     """A document nested too deep or expanding too far."""
 
@@ -107,7 +110,9 @@ class LineBuilder:
 
     def __init__(self) -> None:
         self.lines: dict[str, int] = {}
-        self.duplicates: list[tuple[str, int]] = []
+        # (key, line, whether it repeats the value it replaces) of each key a
+        # mapping sets twice
+        self.duplicates: list[tuple[str, int, bool]] = []
         self.python_tags: list[tuple[str, int]] = []
         self._built: dict[int, Any] = {}
         self._size: dict[int, int] = {}
@@ -163,11 +168,12 @@ class LineBuilder:
                     key = str(key)
                 token = str(key)
             key_line = key_node.start_mark.line + 1
+            replaced = _NOTHING
             if key in value:
                 if merged_keys and key in merged_keys:
                     merged_keys.discard(key)  # overrides the merged value; a second one is a duplicate
                 else:
-                    self.duplicates.append((str(key), key_line))
+                    replaced = value[key]
             if "~" in token or "/" in token:
                 token = token.replace("~", "~0").replace("/", "~1")
             child = f"{pointer}/{token}"
@@ -178,6 +184,8 @@ class LineBuilder:
             else:
                 value[key] = self.build(value_node, child, child_depth, key_line)
                 size += sizes.get(id(value_node), 1)
+            if replaced is not _NOTHING:
+                self.duplicates.append((str(key), key_line, replaced == value[key]))
         self._record_size(node, size)
         return value
 

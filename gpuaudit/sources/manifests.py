@@ -276,15 +276,16 @@ def _add_document(node: yaml.Node, name: str, result: ReadResult) -> None:
     except YamlLimitError as exc:
         result.errors.append(InputError(name, node.start_mark.line + 1, str(exc)))
         return
-    for key, line in builder.duplicates:
-        # An error: the API server refuses duplicate fields under kubectl's
-        # strict field validation (its default since 1.27); readers that take
-        # the object (helm, this audit) keep the last value.
+    for key, line, same in builder.duplicates:
+        if same:  # a label written twice alike: harmless wherever it is read
+            result.errors.append(InputError(name, line, f"duplicate key {key!r} with the same value", "warning"))
+            continue
+        # An error: which value counts depends on the reader (this audit and
+        # most YAML readers keep the last; kubectl's strict validation may
+        # refuse the object).
         result.errors.append(
             InputError(
-                name,
-                line,
-                f"duplicate key {key!r}: the API server refuses it (strict field validation); read as the last value",
+                name, line, f"duplicate key {key!r} with another value: read as the last one, which readers may not"
             )
         )
     # A Python tag is never constructed; it is no Kubernetes YAML either: say so.

@@ -75,7 +75,7 @@ BROKEN: dict[str, tuple[str | bytes, str, int | None, str]] = {
     "merge-bomb.yaml": (merge_key_bomb(), "alias bomb", 1, "error"),
     "binary.yaml": (b"\x7fELF\x00\x01\x02", "binary file", None, "warning"),
     "latin1.yaml": ("name: caf\xe9\n".encode("latin-1"), "not valid UTF-8", 1, "warning"),
-    "dup.yaml": ("apiVersion: v1\nkind: Pod\nmetadata: {name: d}\nkind: Pod\n", "duplicate key 'kind'", 4, "error"),
+    "dup.yaml": ("apiVersion: v1\nkind: Pod\nmetadata: {name: d}\nkind: Service\n", "duplicate key 'kind'", 4, "error"),
     "helm.yaml": (
         "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {{ .Values.name }}\n",
         "not auditable until rendered",
