@@ -612,3 +612,17 @@ def test_a_time_slicing_config_in_one_app_folder_shares_the_gpus_every_unit_asks
     assert "GPA-AP-001" not in {f["rule"] for f in shared["findings"]}
     _, alone = check(run_cli, env, "apps/ai")
     assert "GPA-AP-001" in {f["rule"] for f in alone["findings"]}
+
+
+def test_a_file_its_kustomization_lists_in_a_comment_is_switched_off(run_cli, env, tmp_path, monkeypatch):
+    # The author listed the Job and then commented it out: not deployed, so not
+    # judged as a plain file either; a file the kustomization never mentions is.
+    app = tmp_path / "apps/llmfit"
+    write(app / "kustomization.yaml", "resources:\n  - deployment.yaml\n  # - job-dual-gpu.yaml\n")
+    write(app / "deployment.yaml", DEPLOYMENT.format(name="served"))
+    write(app / "job-dual-gpu.yaml", DEPLOYMENT.format(name="switched-off"))
+    write(app / "extra.yaml", DEPLOYMENT.format(name="applied-by-hand"))
+    monkeypatch.chdir(tmp_path)
+    _, result = check(run_cli, env, "apps")
+    names = {f["resource"]["name"] for f in result["findings"]}
+    assert "switched-off" not in names and {"served", "applied-by-hand"} <= names

@@ -89,6 +89,9 @@ class Kustomization(msgspec.Struct):
     remote: list[str]  # remote resources it names
     problem: str | None = None  # unreadable, or it names something missing
     unreadable: bool = False  # what it reads is unknown: every file in its folder and below may be its fragment
+    # files of its folder and below its author commented out (`# - job.yaml`):
+    # deliberately not deployed, so not judged as plain files either
+    commented_out: list[Path] = msgspec.field(default_factory=list)
 
 
 class Repository(msgspec.Struct):
@@ -175,11 +178,12 @@ def _is_plain(file: Path, kustomizations: Mapping[Path, Kustomization], top: Pat
     outside every kustomization's folder, always; inside one, when it holds
     Kubernetes objects (a patch or a config that nothing names yet is a
     fragment, never judged alone), unless a kustomization above it could
-    not be read (then what it reads is unknown)."""
+    not be read (then what it reads is unknown) or lists it in a comment
+    (its author switched it off)."""
     packages = list(_packages_of(file, kustomizations, top))
     if not packages:
         return True
-    if any(kustomizations[p].unreadable for p in packages):
+    if any(kustomizations[p].unreadable or file in kustomizations[p].commented_out for p in packages):
         return False
     return holds_objects(file)
 
@@ -334,6 +338,21 @@ def kustomization_in(directory: Path) -> Path | None:
     return None
 
 
+# A list item in a comment that names a manifest: `# - ./job-dual-gpu.yaml`.
+_COMMENTED_ITEM = re.compile(r"^\s*#+\s*-\s*['\"]?([^\s'\"#]+\.(?:ya?ml|json))['\"]?\s*$", re.MULTILINE)
+
+
+def _commented_out(text: str, folder: Path) -> list[Path]:
+    """The files of ``folder`` and below that a comment of its kustomization
+    lists, as a resource written and then switched off."""
+    found = []
+    for name in _COMMENTED_ITEM.findall(text):
+        path = Path(os.path.normpath(folder / name))
+        if path.is_relative_to(folder) and path.is_file():
+            found.append(path)
+    return found
+
+
 def read_kustomization(file: Path) -> Kustomization:
     """What a kustomization file names, resolved against its folder: every
     file kustomize reads to build it (resources, patches, generator inputs,
@@ -343,11 +362,13 @@ def read_kustomization(file: Path) -> Kustomization:
     folder = file.parent
     k = Kustomization(folder, file, False, [], [], [], [])
     try:
-        data, _ = load_yaml_with_lines(read_text(file, limit=_MAX_KUSTOMIZATION_BYTES, what="kustomization"))
+        text = read_text(file, limit=_MAX_KUSTOMIZATION_BYTES, what="kustomization")
+        data, _ = load_yaml_with_lines(text)
     except (FileReadError, YamlLimitError, yaml.YAMLError, RecursionError) as exc:
         k.problem = f"cannot read it: {str(exc).splitlines()[0][:200]}"
         k.unreadable = True
         return k
+    k.commented_out = _commented_out(text, folder)
     if not isinstance(data, dict):
         k.problem = "not a kustomization (no mapping at the top level)"
         k.unreadable = True
