@@ -13,6 +13,7 @@ import yaml
 from gpuaudit import gpus
 from gpuaudit.facts import Subject
 from gpuaudit.facts.node_pools import is_karpenter_node_pool, node_pool_facts
+from gpuaudit.kube import pointers
 from gpuaudit.kube.shapes import as_list
 from gpuaudit.kube.yaml_lines import load_yaml_with_lines
 from gpuaudit.model import Document, Resource
@@ -50,6 +51,14 @@ def subjects(doc: Document, context: Context | None = None) -> Iterator[Subject]
                 embedded = _with_embedded_lines(doc, ptr, str(text))
                 facts = {**mig_parted_facts(parsed, str(key), ptr), **identity}
                 yield Subject("config", facts, resource, embedded, annotations)
+    elif doc.kind in _VALUES_AT:
+        # A chart's values that write the device plugin's config inline
+        # (the nvidia-device-plugin chart's config.map, the GPU Operator's
+        # devicePlugin.config.data), as GitOps repositories keep them.
+        for ptr, key, parsed in _configs_in_values(doc):
+            facts = {**device_plugin_facts(parsed, key, ptr), **identity, "kind": doc.kind}
+            facts.update(_against_workloads(parsed, facts["mig_strategy"], context))
+            yield Subject("config", facts, resource, doc, annotations)
     elif is_karpenter_node_pool(obj):
         yield Subject("config", {**node_pool_facts(obj), **identity, "kind": doc.kind}, resource, doc, annotations)
     elif not doc.kind and not doc.api_version:  # a bare config file
@@ -66,15 +75,53 @@ def subjects(doc: Document, context: Context | None = None) -> Iterator[Subject]
 
 
 def device_plugin_configs(documents: Iterable[Document]) -> Iterator[Mapping[str, Any]]:
-    """Every device-plugin config in ``documents``: in ConfigMaps, or bare."""
+    """Every device-plugin config in ``documents``: in ConfigMaps, in the
+    chart values a HelmRelease or an Argo CD Application carries, or bare."""
     for doc in documents:
         if doc.kind == "ConfigMap" and isinstance(doc.obj.get("data"), Mapping):
             for text in doc.obj["data"].values():
                 parsed = _parse_embedded(text)
                 if is_device_plugin_config(parsed):
                     yield parsed
+        elif doc.kind in _VALUES_AT:
+            yield from (parsed for _, _, parsed in _configs_in_values(doc))
         elif not doc.kind and is_device_plugin_config(doc.obj):
             yield doc.obj
+
+
+# Where an object that installs a chart keeps its values: a mapping, or YAML
+# text (a k3s HelmChart's valuesContent, an Application's helm.values).
+_VALUES_AT: Mapping[str, tuple[str, ...]] = {
+    "HelmRelease": ("/spec/values",),
+    "Application": ("/spec/source/helm/valuesObject", "/spec/source/helm/values"),
+    "HelmChart": ("/spec/valuesContent",),
+}
+_MAX_VALUES_DEPTH = 12  # chart values nest a few levels; a config sits at most this deep
+
+
+def _configs_in_values(doc: Document) -> Iterator[tuple[str, str, Mapping[str, Any]]]:
+    """(pointer, key, config) of each device-plugin config written as a
+    string in the chart values ``doc`` carries."""
+    for at in _VALUES_AT.get(doc.kind, ()):
+        values = pointers.get(doc.obj, at)
+        if isinstance(values, str):
+            values = parse_config_text(values)
+            yield from ((at, key, cfg) for _, key, cfg in _configs_under(values, at, 0))
+        elif isinstance(values, Mapping):
+            yield from _configs_under(values, at, 0)
+
+
+def _configs_under(node: Any, ptr: str, depth: int) -> Iterator[tuple[str, str, Mapping[str, Any]]]:
+    if depth > _MAX_VALUES_DEPTH or not isinstance(node, Mapping):
+        return
+    for key, value in node.items():
+        child = ptr + "/" + str(key).replace("~", "~0").replace("/", "~1")
+        if isinstance(value, str):
+            parsed = _parse_embedded(value)
+            if is_device_plugin_config(parsed):
+                yield child, str(key), parsed
+        else:
+            yield from _configs_under(value, child, depth + 1)
 
 
 def is_device_plugin_config(value: Any) -> bool:

@@ -616,7 +616,15 @@ class ConfigFacts(_Facts, kw_only=True, frozen=True):
     """
 
     api_version: str = msgspec.field(name="apiVersion")
-    kind: Annotated[str, Meta(description="ConfigMap (holding a device-plugin config) or ClusterPolicy.")]
+    kind: Annotated[
+        str,
+        Meta(
+            description=(
+                "ConfigMap (holding a device-plugin config), ClusterPolicy, or the object whose chart values hold one "
+                "(HelmRelease, Application, HelmChart)."
+            )
+        ),
+    ]
     name: str
     namespace: str
     config_type: Literal["device-plugin", "cluster-policy", "mig-parted", "node-pool"]
