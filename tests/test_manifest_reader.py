@@ -428,3 +428,17 @@ def test_a_helm_release_whose_values_hold_tpl_strings_is_an_object(tmp_path):
         "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: '{{ .Release.Name }}'}\nspec: {}\n",
     )
     assert template.documents == [] and "not auditable until rendered" in template.errors[0].message
+
+
+def test_an_anchor_defined_again_replaces_the_earlier_one_as_in_yaml_1_2(tmp_path):
+    # Go's YAML (kustomize, helm, Flux) reads a redefined anchor; PyYAML refuses it.
+    result = read(
+        tmp_path,
+        "hr.yaml",
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: m}\ndata:\n"
+        '  a: &port "8080"\n  b: *port\n  c: &port "9090"\n  d: *port\n  e: [*port]\n',
+    )
+    assert result.errors == []
+    [doc] = result.documents
+    assert doc.obj["data"] == {"a": "8080", "b": "8080", "c": "9090", "d": "9090", "e": ["9090"]}
+    assert doc.line_of("/data/d") == 8

@@ -253,20 +253,52 @@ def _read_text(text: str, name: str, result: ReadResult, rendered: bool = False)
 
 
 def _parse(text: str, name: str, result: ReadResult) -> None:
-    try:
-        for node in yaml.compose_all(text, Loader=LineLoader):
-            if node is None:
+    for _ in range(_MAX_ANCHOR_RENAMES):
+        part = ReadResult()
+        try:
+            for node in yaml.compose_all(text, Loader=LineLoader):
+                if node is not None:
+                    _add_document(node, name, part)
+        except yaml.MarkedYAMLError as exc:
+            mark = exc.problem_mark or exc.context_mark
+            if (exc.context or "").startswith("found duplicate anchor") and exc.problem_mark is not None:
+                # YAML 1.2 lets a later anchor replace an earlier one of the
+                # same name (Go's YAML, so kustomize and helm, read it so);
+                # PyYAML refuses: name the later one apart and read again.
+                text = _renamed_anchor(text, exc.problem_mark.index)
                 continue
-            _add_document(node, name, result)
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        line = mark.line + 1 if mark is not None else None
-        problem = exc.problem or str(exc).splitlines()[0]
-        result.errors.append(InputError(name, line, f"invalid YAML: {problem}"))
-    except yaml.YAMLError as exc:
-        result.errors.append(InputError(name, None, f"invalid YAML: {exc}"))
-    except RecursionError:
-        result.errors.append(InputError(name, None, "nesting too deep to parse"))
+            line = mark.line + 1 if mark is not None else None
+            problem = exc.problem or str(exc).splitlines()[0]
+            part.errors.append(InputError(name, line, f"invalid YAML: {problem}"))
+        except yaml.YAMLError as exc:
+            part.errors.append(InputError(name, None, f"invalid YAML: {exc}"))
+        except RecursionError:
+            part.errors.append(InputError(name, None, "nesting too deep to parse"))
+        break
+    else:
+        part.errors.append(InputError(name, None, f"invalid YAML: more than {_MAX_ANCHOR_RENAMES} anchors redefined"))
+    result.documents += part.documents
+    result.errors += part.errors
+    result.bare += part.bare
+
+
+_MAX_ANCHOR_RENAMES = 64
+_ANCHOR_NAME = re.compile(r"&([^\s,\[\]{}]+)")
+
+
+def _renamed_anchor(text: str, at: int) -> str:
+    """``text`` with the anchor defined at ``at`` (``&port``) and the aliases
+    to it up to the anchor's next definition (``*port``) renamed apart."""
+    found = _ANCHOR_NAME.match(text, at)
+    if found is None:
+        return text
+    anchor = found.group(1)
+    fresh = f"{anchor}__{at}"
+    end = text.find(f"&{anchor}", found.end())
+    end = len(text) if end < 0 else end
+    alias = re.compile(rf"\*{re.escape(anchor)}(?![^\s,\[\]{{}}])")
+    middle = alias.sub(f"*{fresh}", text[found.end() : end])
+    return f"{text[:at]}&{fresh}{middle}{text[end:]}"
 
 
 def _add_document(node: yaml.Node, name: str, result: ReadResult) -> None:
