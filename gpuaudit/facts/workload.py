@@ -376,12 +376,12 @@ def placement_facts(t: PodTemplate) -> dict[str, Any]:
 
 # A node's name is a DNS subdomain (RFC 1123: lower case, digits, '-' and
 # '.'), and a real one is no word a template leaves for someone to replace.
-_NODE_NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+_NODE_NAME = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*"  # compiled on first use
 _PLACEHOLDER_WORDS = frozenset({"dummy", "placeholder", "changeme", "replaceme", "todo", "tbd", "fixme", "xxx"})
 
 
 def _names_a_node(value: str) -> bool:
-    if len(value) > 253 or not _NODE_NAME.fullmatch(value):
+    if len(value) > 253 or not re.fullmatch(_NODE_NAME, value):
         return False
     return _PLACEHOLDER_WORDS.isdisjoint(re.split(r"[-.]", value)) and "your-" not in value
 

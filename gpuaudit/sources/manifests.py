@@ -61,7 +61,8 @@ _TEMPLATE_CARRIERS = frozenset(
 )
 # A YAML comment on the line before a match: '#' at the line's start or after
 # a space, with no quote after it (a '#' inside a quoted value is no comment).
-_COMMENT_BEFORE = re.compile(r"(?:^|(?<=[ \t]))#[^'\"]*$", re.MULTILINE)
+# (Pattern texts, compiled on first use by re's cache: most runs meet none.)
+_COMMENT_BEFORE = r"(?m)(?:^|(?<=[ \t]))#[^'\"]*$"
 
 
 def _helm_action(text: str) -> re.Match[str] | None:
@@ -73,7 +74,7 @@ def _helm_action(text: str) -> re.Match[str] | None:
         placeholders = [m.span() for m in _KSERVE_PLACEHOLDER.finditer(text)]
     for match in _HELM_ACTION.finditer(text):
         line_start = text.rfind("\n", 0, match.start()) + 1
-        if _COMMENT_BEFORE.search(text, line_start, match.start()):
+        if re.search(_COMMENT_BEFORE, text[line_start : match.start()]):
             continue
         if not any(start <= match.start() < end for start, end in placeholders):
             return match
@@ -283,13 +284,13 @@ def _parse(text: str, name: str, result: ReadResult) -> None:
 
 
 _MAX_ANCHOR_RENAMES = 64
-_ANCHOR_NAME = re.compile(r"&([^\s,\[\]{}]+)")
+_ANCHOR_NAME = r"&([^\s,\[\]{}]+)"
 
 
 def _renamed_anchor(text: str, at: int) -> str:
     """``text`` with the anchor defined at ``at`` (``&port``) and the aliases
     to it up to the anchor's next definition (``*port``) renamed apart."""
-    found = _ANCHOR_NAME.match(text, at)
+    found = re.compile(_ANCHOR_NAME).match(text, at)
     if found is None:
         return text
     anchor = found.group(1)

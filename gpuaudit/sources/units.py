@@ -339,14 +339,14 @@ def kustomization_in(directory: Path) -> Path | None:
 
 
 # A list item in a comment that names a manifest: `# - ./job-dual-gpu.yaml`.
-_COMMENTED_ITEM = re.compile(r"^\s*#+\s*-\s*['\"]?([^\s'\"#]+\.(?:ya?ml|json))['\"]?\s*$", re.MULTILINE)
+_COMMENTED_ITEM = r"(?m)^\s*#+\s*-\s*['\"]?([^\s'\"#]+\.(?:ya?ml|json))['\"]?\s*$"  # compiled on first use
 
 
 def _commented_out(text: str, folder: Path) -> list[Path]:
     """The files of ``folder`` and below that a comment of its kustomization
     lists, as a resource written and then switched off."""
     found = []
-    for name in _COMMENTED_ITEM.findall(text):
+    for name in re.findall(_COMMENTED_ITEM, text):
         path = Path(os.path.normpath(folder / name))
         if path.is_relative_to(folder) and path.is_file():
             found.append(path)
