@@ -626,3 +626,22 @@ def test_a_file_its_kustomization_lists_in_a_comment_is_switched_off(run_cli, en
     _, result = check(run_cli, env, "apps")
     names = {f["resource"]["name"] for f in result["findings"]}
     assert "switched-off" not in names and {"served", "applied-by-hand"} <= names
+
+
+def test_a_patch_that_names_a_container_its_base_lacks_is_said(run_cli, env, tmp_path, monkeypatch):
+    # The patch means to give the notebook its GPU, but names a container the
+    # base does not have: kustomize adds one without an image, which the API
+    # server refuses. The base's own container is judged as it is.
+    app = tmp_path / "notebook"
+    write(app / "kustomization.yaml", "resources: [deployment.yaml]\npatches:\n- path: gpu-patch.yaml\n")
+    write(app / "deployment.yaml", DEPLOYMENT.format(name="notebook").replace("nvidia.com/gpu: 1", "cpu: 1"))
+    write(
+        app / "gpu-patch.yaml",
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: notebook}\nspec:\n  template:\n    spec:\n"
+        "      containers:\n      - name: runtime\n        resources: {limits: {nvidia.com/gpu: 1}}\n",
+    )
+    monkeypatch.chdir(tmp_path)
+    _, result = check(run_cli, env, "notebook")
+    [warning] = [e for e in result["errors"] if "has no image once rendered" in e["message"]]
+    assert warning["level"] == "warning" and "container runtime of Deployment notebook" in warning["message"]
+    assert warning["file"].endswith("gpu-patch.yaml")

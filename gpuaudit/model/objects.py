@@ -34,6 +34,9 @@ class Document(msgspec.Struct, frozen=True):
     # (the patch's file, its line, whether the patch sets a value there
     # rather than only leading to one). See ``place_of``.
     patched: Mapping[str, tuple[str, int, bool]] = msgspec.field(default_factory=dict)
+    # Built by kustomize or helm: nothing is merged into it later, so what it
+    # lacks (a container's image) it lacks when it is applied.
+    rendered: bool = False
 
     def __eq__(self, other: object) -> Any:
         return same_fields(self, other, but=("lines", "patched"))

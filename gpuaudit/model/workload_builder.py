@@ -261,7 +261,22 @@ class _TemplateBuilder:
                 containers = [replace(c, merged_over=loc.merged_over) for c in containers]
             # A container without an image cannot run: the object is a patch
             # (a kustomize patch read without its base), and what it leaves
-            # unset comes from the base.
+            # unset comes from the base. Rendered, nothing comes later: a patch
+            # named a container its base does not have, and kustomize added it.
+            for c in containers:
+                if not c.image and not c.merged_over and self.doc.rendered:
+                    # the patch that added it, where one did: found by a field it sets
+                    file, line = self.doc.place_of(c.gpus[0].pointer if c.gpus else c.pointer)
+                    self.errors.append(
+                        InputError(
+                            file,
+                            line,
+                            f"container {c.name} of {self.doc.kind} {self.doc.name} has no image once rendered: a "
+                            "patch names a container its base does not have (or a chart value is unset); the API "
+                            "server refuses the object",
+                            "warning",
+                        )
+                    )
             containers = [
                 replace(c, merged_over=PATCH_BASE) if not c.image and not c.merged_over else c for c in containers
             ]

@@ -118,7 +118,7 @@ def render_helm_chart(chart: Path, values: Sequence[Path], *, label: str | None 
         single = len(part.documents) == 1
         for d in part.documents:
             lines = _template_lines(file, d) if single else {}
-            result.documents.append(Document(obj=d.obj, file=d.file, line=1, lines=lines))
+            result.documents.append(Document(obj=d.obj, file=d.file, line=1, lines=lines, rendered=True))
     if not result.documents and not result.errors:  # an error read from the output says why already
         result.errors.append(InputError(name, None, _rendered_nothing(chart, values), level="warning"))
     return result

@@ -253,7 +253,7 @@ def _without_origin(doc: Document, file: str, lines: dict[str, int] | object, li
     else:
         meta.pop("annotations", None)
     obj["metadata"] = meta
-    return Document(obj=obj, file=file, line=line, lines=lines, base=base)  # type: ignore[arg-type]
+    return Document(obj=obj, file=file, line=line, lines=lines, base=base, rendered=True)  # type: ignore[arg-type]
 
 
 def _display(path: Path, shown: str) -> str:
