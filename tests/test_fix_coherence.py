@@ -47,7 +47,7 @@ def test_a_helm_template_is_still_a_helm_template(tmp_path):
     )
     read = read_paths([str(chart)])
     assert read.documents == []
-    assert any("Helm template" in e.message for e in read.errors)
+    assert any("not auditable until rendered" in e.message for e in read.errors)
 
 
 def test_the_effective_predictor_inherits_the_runtime():

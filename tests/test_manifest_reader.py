@@ -442,3 +442,14 @@ def test_an_anchor_defined_again_replaces_the_earlier_one_as_in_yaml_1_2(tmp_pat
     [doc] = result.documents
     assert doc.obj["data"] == {"a": "8080", "b": "8080", "c": "9090", "d": "9090", "e": ["9090"]}
     assert doc.line_of("/data/d") == 8
+
+
+def test_kserve_placeholders_in_an_inference_service_are_text(tmp_path):
+    # KServe fills {{.Name}} from the InferenceService itself at run time.
+    isvc = read(
+        tmp_path,
+        "granite.yaml",
+        "apiVersion: serving.kserve.io/v1beta1\nkind: InferenceService\nmetadata: {name: granite}\nspec:\n"
+        "  predictor:\n    model:\n      modelFormat: {name: vLLM}\n      args: ['--served-model-name={{.Name}}']\n",
+    )
+    assert isvc.errors == [] and [d.kind for d in isvc.documents] == ["InferenceService"]

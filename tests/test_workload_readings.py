@@ -95,6 +95,7 @@ def _container(command=(), args=(), image="ubuntu:22.04"):
     [
         (["sh", "-c", "echo 'started on' $(hostname); nvidia-smi -L; sleep 600"], "idle"),
         (["bash", "-c", "trap 'exit 0' TERM; sleep 3600 & wait"], "idle"),
+        (["bash", "-lc", "nvidia-smi && echo 'GPU OK' || (echo 'failed' && sleep 5 && nvidia-smi)"], "idle"),
         (["bash", "-c", "while true; do /cuda-samples/vectorAdd; done"], "gpu_test"),
         (["/cuda-samples/vectorAdd"], "idle"),  # once: a device check
         (["sh", "-c", "pip install -q huggingface_hub && hf download Qwen/Qwen2.5-7B --local-dir /m"], "download"),

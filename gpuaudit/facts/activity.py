@@ -50,7 +50,7 @@ _CUDA_SAMPLES = frozenset({"vectoradd", "vectoradd_hip", "devicequery", "bandwid
 _SHELLS = frozenset({"sh", "bash", "dash", "ash", "zsh"})
 # Words that only shape a shell script (`while true; do sleep 30; done`).
 _SHELL_KEYWORDS = frozenset({"do", "done", "then", "fi", "else", "exec", "set", "{", "}", "(", ")"})
-_SEGMENT_SPLIT = re.compile(r"&&|\|\||[;|\n&]")
+_SEGMENT_SPLIT = re.compile(r"&&|\|\||[;|\n&()]")  # a subshell's ( ) too
 # A pause image runs nothing (registry.k8s.io/pause, gcr.io/google_containers/pause-amd64).
 _PAUSE_IMAGE = re.compile(r"(?:^|/)pause(?:-[a-z0-9]+)?(?::|@|$)")
 # Images whose entrypoint uses no GPU: a web server that runs until stopped,

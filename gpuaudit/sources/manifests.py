@@ -33,10 +33,10 @@ _HELM_ACTION = re.compile(
 )
 
 # KServe fills `{{.Name}}`, `{{.Namespace}}`, `{{.Labels.x}}`, `{{.Annotations.x}}`
-# in a serving runtime's args from the InferenceService at run time: text, not
-# Helm (Helm's top-level objects are .Values, .Release, .Chart, ...). Only in
-# files that hold a ServingRuntime or ClusterServingRuntime.
-_KSERVE_RUNTIME = re.compile(r"^kind:\s*[\"']?(?:Cluster)?ServingRuntime\b", re.MULTILINE)
+# in a serving runtime's or an InferenceService's args from the
+# InferenceService at run time: text, not Helm (Helm's top-level objects are
+# .Values, .Release, .Chart, ...). Only in files that hold one of those kinds.
+_KSERVE_RUNTIME = re.compile(r"^kind:\s*[\"']?(?:(?:Cluster)?ServingRuntime|InferenceService)\b", re.MULTILINE)
 _KSERVE_PLACEHOLDER = re.compile(r"\{\{-?\s*(?:index\s+)?\.(?:Name|Namespace|Labels|Annotations)\b[^{}]*\}\}")
 
 
@@ -70,7 +70,7 @@ def _helm_action(text: str) -> re.Match[str] | None:
     plain manifest may show in a comment how a chart would write a value),
     KServe's run-time placeholders in serving runtime files aside."""
     placeholders: list[tuple[int, int]] = []
-    if "ServingRuntime" in text and _KSERVE_RUNTIME.search(text):  # a quick look first
+    if ("ServingRuntime" in text or "InferenceService" in text) and _KSERVE_RUNTIME.search(text):  # a quick look
         placeholders = [m.span() for m in _KSERVE_PLACEHOLDER.finditer(text)]
     for match in _HELM_ACTION.finditer(text):
         line_start = text.rfind("\n", 0, match.start()) + 1
