@@ -40,14 +40,17 @@ def subjects(doc: Document, context: Context | None = None) -> Iterator[Subject]
         data = obj.get("data")
         if not isinstance(data, Mapping):
             return
-        for key, text in data.items():
-            parsed = _parse_embedded(text)
+        profiles = [(key, _parse_embedded(text)) for key, text in data.items()]
+        sharing = [key for key, parsed in profiles if is_device_plugin_config(parsed) and _shares(parsed)]
+        for key, parsed in profiles:
             ptr = "/data/" + str(key).replace("~", "~0").replace("/", "~1")
             if is_device_plugin_config(parsed):
                 facts = {**device_plugin_facts(parsed, str(key), ptr), **identity}
+                facts["other_profiles_share"] = any(k != key for k in sharing)
                 facts.update(_against_workloads(parsed, facts["mig_strategy"], context))
                 yield Subject("config", facts, resource, doc, annotations)
             elif is_mig_parted_config(parsed):
+                text = data[key]
                 embedded = _with_embedded_lines(doc, ptr, str(text))
                 facts = {**mig_parted_facts(parsed, str(key), ptr), **identity}
                 yield Subject("config", facts, resource, embedded, annotations)
@@ -55,14 +58,22 @@ def subjects(doc: Document, context: Context | None = None) -> Iterator[Subject]
         # A chart's values that write the device plugin's config inline
         # (the nvidia-device-plugin chart's config.map, the GPU Operator's
         # devicePlugin.config.data), as GitOps repositories keep them.
-        for ptr, key, parsed in _configs_in_values(doc):
+        found = list(_configs_in_values(doc))
+        for ptr, key, parsed in found:
             facts = {**device_plugin_facts(parsed, key, ptr), **identity, "kind": doc.kind}
+            facts["other_profiles_share"] = any(p != ptr and _shares(c) for p, _, c in found)
             facts.update(_against_workloads(parsed, facts["mig_strategy"], context))
             yield Subject("config", facts, resource, doc, annotations)
     elif is_karpenter_node_pool(obj):
         yield Subject("config", {**node_pool_facts(obj), **identity, "kind": doc.kind}, resource, doc, annotations)
     elif not doc.kind and not doc.api_version:  # a bare config file
         bare = {"apiVersion": "", "name": doc.file.rsplit("/", 1)[-1], "namespace": ""}
+        embedded = [] if is_device_plugin_config(obj) else list(_configs_under(obj, "", 0))
+        for ptr, key, parsed in embedded:  # a chart's values file (config.map.<name>: |- ...)
+            facts = {**device_plugin_facts(parsed, key, ptr), **bare, "kind": "ValuesFile"}
+            facts["other_profiles_share"] = any(p != ptr and _shares(c) for p, _, c in embedded)
+            facts.update(_against_workloads(parsed, facts["mig_strategy"], context))
+            yield Subject("config", facts, Resource("", "ValuesFile", "", bare["name"]), doc)
         if is_device_plugin_config(obj):
             facts = {**device_plugin_facts(obj, "", ""), **bare, "kind": "DevicePluginConfig"}
             facts.update(_against_workloads(obj, facts["mig_strategy"], context))
@@ -76,7 +87,8 @@ def subjects(doc: Document, context: Context | None = None) -> Iterator[Subject]
 
 def device_plugin_configs(documents: Iterable[Document]) -> Iterator[Mapping[str, Any]]:
     """Every device-plugin config in ``documents``: in ConfigMaps, in the
-    chart values a HelmRelease or an Argo CD Application carries, or bare."""
+    chart values a HelmRelease or an Argo CD Application carries or a values
+    file holds, or bare."""
     for doc in documents:
         if doc.kind == "ConfigMap" and isinstance(doc.obj.get("data"), Mapping):
             for text in doc.obj["data"].values():
@@ -87,6 +99,8 @@ def device_plugin_configs(documents: Iterable[Document]) -> Iterator[Mapping[str
             yield from (parsed for _, _, parsed in _configs_in_values(doc))
         elif not doc.kind and is_device_plugin_config(doc.obj):
             yield doc.obj
+        elif not doc.kind:  # a chart's values file
+            yield from (parsed for _, _, parsed in _configs_under(doc.obj, "", 0))
 
 
 # Where an object that installs a chart keeps its values: a mapping, or YAML
@@ -122,6 +136,12 @@ def _configs_under(node: Any, ptr: str, depth: int) -> Iterator[tuple[str, str, 
                 yield child, str(key), parsed
         else:
             yield from _configs_under(value, child, depth + 1)
+
+
+def _shares(cfg: Mapping[str, Any]) -> bool:
+    """Whether a device-plugin config configures any sharing (a profile
+    beside which another may deliberately configure none)."""
+    return bool(device_plugin_facts(cfg, "", "")["configures_sharing"])
 
 
 def is_device_plugin_config(value: Any) -> bool:

@@ -639,6 +639,16 @@ class ConfigFacts(_Facts, kw_only=True, frozen=True):
     configures_sharing: Annotated[
         bool | None, Meta(description="Time-slicing, MPS or a MIG layout is configured."), ABSENT
     ] = None
+    other_profiles_share: Annotated[
+        bool | None,
+        Meta(
+            description=(
+                "(device-plugin) Another profile of the same object (a ConfigMap key, a values map entry) configures "
+                "sharing: this one is the deliberate no-sharing choice for the nodes labelled to use it."
+            )
+        ),
+        ABSENT,
+    ] = None
     refused_by_plugin: Annotated[
         list[str] | None,
         Meta(
@@ -842,6 +852,16 @@ class GpuRequests(_Facts, kw_only=True, frozen=True):
         ),
     ]
     whole_count: Annotated[Number, Meta(description="How many whole GPUs.")]
+    replicated: Annotated[
+        bool | None,
+        Meta(
+            description=(
+                "(pod) A resource it asks for is one a time-slicing or MPS config of the input replicates under its "
+                "own name (Context.replicated_names): its 'GPUs' may be turns on a shared one."
+            )
+        ),
+        ABSENT,
+    ] = None
     shared: Annotated[
         bool, Meta(description=("Requests a share: MIG slice, .shared replica, HAMi vGPU or a fraction annotation."))
     ]

@@ -236,6 +236,7 @@ def pod_facts(
     init = [r for c in t.init_containers for r in c.gpus]
     gpu = gpu_facts([*main, *t.extra_gpus])
     gpu["init_requested"] = bool(init)
+    gpu["replicated"] = any(r.resource in context.replicated_names for r in main)
     gpu.update(_request_checks(t, main, init, context))
     placement = placement_facts(t)
     placement.update(_site_placement(t, placement, gpu, context))
