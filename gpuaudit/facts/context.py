@@ -80,6 +80,10 @@ class Context(msgspec.Struct, frozen=True):
     replicated_names: frozenset[str] = frozenset()
     # GPU resource name -> "Kind namespace/name" of the workloads requesting it.
     requested: Mapping[str, tuple[str, ...]] = msgspec.field(default_factory=dict)
+    # GPU resource name -> the most of it one container asks for (a pod that
+    # takes several time-sliced replicas: GPA-SH-004), within the folder named
+    # on the command line as replicated_names are.
+    most_asked: Mapping[str, float] = msgspec.field(default_factory=dict)
     # (kind, namespace, name) of a scale target -> the autoscaler aiming at it.
     autoscalers: Mapping[tuple[str, str, str], Autoscaler] = msgspec.field(default_factory=dict)
     # KServe ServingRuntime / ClusterServingRuntime objects of the input: an
@@ -111,6 +115,7 @@ def build_context(
             for name in config_facts.replicated_resources(cfg)
         ),
         requested=_requested(workloads),
+        most_asked=_most_asked(workloads),
         autoscalers=_autoscalers(documents),
         runtimes=tuple(d.obj for d in documents if is_runtime(d.obj)),
         config_maps=_config_maps(documents),
@@ -135,6 +140,7 @@ def merge_contexts(site: Site, parts: Sequence[Context]) -> Context:
         shared_names=frozenset().union(*known) if known else None,
         replicated_names=frozenset().union(*(p.replicated_names for p in parts)),
         requested={name: tuple(labels) for name, labels in requested.items()},
+        most_asked=largest_values(p.most_asked for p in parts),
         autoscalers=autoscalers,
         runtimes=tuple(r for part in parts for r in part.runtimes),
         config_maps=config_maps,
@@ -160,6 +166,26 @@ def _shared_names(site: Site, documents: Iterable[Document]) -> frozenset[str] |
         known = True
         names.update(f"{name}.shared" for name in config_facts.renamed_resources(cfg))
     return frozenset(names) if known else None
+
+
+def _most_asked(workloads: Iterable[Workload]) -> dict[str, float]:
+    most: dict[str, float] = {}
+    for w in workloads:
+        for t in w.templates:
+            for c in t.containers:
+                for r in c.gpus:
+                    if r.count is not None and r.count > most.get(r.resource, 0):
+                        most[r.resource] = r.count
+    return most
+
+
+def largest_values(maps: Iterable[Mapping[str, float]]) -> dict[str, float]:
+    """Each name's largest value over ``maps``."""
+    out: dict[str, float] = {}
+    for m in maps:
+        for name, value in m.items():
+            out[name] = max(value, out.get(name, value))
+    return out
 
 
 def _requested(workloads: Iterable[Workload]) -> dict[str, tuple[str, ...]]:

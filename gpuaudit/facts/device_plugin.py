@@ -260,7 +260,20 @@ def _against_workloads(cfg: Mapping[str, Any], mig_strategy: str | None, context
     return {
         "rename_conflicts": _rename_conflicts(cfg, context),
         "mig_requests_unserved": _mig_unserved(mig_strategy, context),
+        "replicas_asked": _replicas_asked(cfg, context),
     }
+
+
+def _replicas_asked(cfg: Mapping[str, Any], context: Context | None) -> list[str] | None:
+    """The names this config time-slices under their own name that a
+    container of the input asks for two or more of (``nvidia.com/gpu: 3``),
+    as ``name x count``; None where no workload is seen (a live config)."""
+    if context is None:
+        return None
+    sharing = cfg.get("sharing") if isinstance(cfg.get("sharing"), Mapping) else {}
+    section = sharing.get("timeSlicing")
+    sliced = replicated_resources({"sharing": {"timeSlicing": section}}) if isinstance(section, Mapping) else ()
+    return [f"{name} x {context.most_asked[name]:g}" for name in sliced if context.most_asked.get(name, 0) >= 2]
 
 
 def _rename_conflicts(cfg: Mapping[str, Any], context: Context | None) -> list[dict[str, Any]]:

@@ -639,6 +639,17 @@ class ConfigFacts(_Facts, kw_only=True, frozen=True):
     configures_sharing: Annotated[
         bool | None, Meta(description="Time-slicing, MPS or a MIG layout is configured."), ABSENT
     ] = None
+    replicas_asked: Annotated[
+        list[str] | None,
+        Meta(
+            description=(
+                "(device-plugin) The names it time-slices under their own name that a container of the input (the "
+                "folder named on the command line) asks two or more of, as 'name x count'; null where no workload is "
+                "seen (a live config)."
+            )
+        ),
+        ABSENT,
+    ] = None
     other_profiles_share: Annotated[
         bool | None,
         Meta(

@@ -32,7 +32,7 @@ from gpuaudit.facts import Subject
 from gpuaudit.facts import claims as claim_facts
 from gpuaudit.facts import device_plugin as config_facts
 from gpuaudit.facts import workload as workload_facts
-from gpuaudit.facts.context import Context, Site, build_context, merge_contexts
+from gpuaudit.facts.context import Context, Site, build_context, largest_values, merge_contexts
 from gpuaudit.facts.purpose import root_of
 from gpuaudit.files import write_atomic
 from gpuaudit.kube.podspecs import KindLocator, group_of
@@ -113,19 +113,25 @@ def _share_replicated_names(
     on the command line (a GitOps repository keeps the device plugin's
     config in one app folder, the GPU apps in others) may be a turn on one
     of them. Files named on their own stay apart."""
-    by_root: dict[str, frozenset[str]] = {}
+    by_root: dict[str, list[Context]] = {}
     root_of_unit = {name: root_of(name, roots) for name in merged}
     for name, context in merged.items():
         found = root_of_unit[name]
-        if found is not None and context.replicated_names:
-            by_root[found[0]] = by_root.get(found[0], frozenset()) | context.replicated_names
-    if not by_root:
+        if found is not None:
+            by_root.setdefault(found[0], []).append(context)
+    replicated = {root: frozenset().union(*(c.replicated_names for c in cs)) for root, cs in by_root.items()}
+    if not any(replicated.values()):
         return merged, alternative
+    # What the root's workloads ask for, with it: a config there is judged
+    # against them (GPA-SH-004: a pod that takes several replicas).
+    most_asked = {root: largest_values(c.most_asked for c in cs) for root, cs in by_root.items()}
 
     def widened(name: str, context: Context) -> Context:
         found = root_of_unit[name]
-        shared = by_root.get(found[0]) if found is not None else None
-        return msgspec.structs.replace(context, replicated_names=shared) if shared else context
+        if found is None or not replicated[found[0]]:
+            return context
+        root = found[0]
+        return msgspec.structs.replace(context, replicated_names=replicated[root], most_asked=most_asked[root])
 
     return (
         {name: widened(name, c) for name, c in merged.items()},
