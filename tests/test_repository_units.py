@@ -645,3 +645,13 @@ def test_a_patch_that_names_a_container_its_base_lacks_is_said(run_cli, env, tmp
     [warning] = [e for e in result["errors"] if "has no image once rendered" in e["message"]]
     assert warning["level"] == "warning" and "container runtime of Deployment notebook" in warning["message"]
     assert warning["file"].endswith("gpu-patch.yaml")
+
+
+def test_a_hidden_folder_of_manifests_is_walked_and_tool_folders_are_not(run_cli, env, tmp_path, monkeypatch):
+    write(tmp_path / "repo/.kubernetes/jobs/train.yaml", DEPLOYMENT.format(name="in-hidden-folder"))
+    write(tmp_path / "repo/.venv/lib/site/chart.yaml", DEPLOYMENT.format(name="in-a-virtualenv"))
+    write(tmp_path / "repo/.git/objects/x.yaml", DEPLOYMENT.format(name="in-git"))
+    monkeypatch.chdir(tmp_path)
+    _, result = check(run_cli, env, "repo")
+    assert result["summary"]["gpu_workloads"] == 1
+    assert {f["resource"]["name"] for f in result["findings"]} == {"in-hidden-folder"}

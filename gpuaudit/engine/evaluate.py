@@ -48,7 +48,10 @@ class Evaluation(msgspec.Struct):
 # How an exemption by file_context (a rule's severity_by_context) reads.
 _CONTEXTS = {
     "example": "an examples, docs or tutorial folder (file_context example; name the file to judge it as it stands)",
-    "test": "a test folder (file_context test; name the file to judge it as it stands)",
+    "test": (
+        "a folder of what is not deployed as it stands: tests, CI, hack/, archived or deprecated copies "
+        "(file_context test; name the file to judge it as it stands)"
+    ),
 }
 
 DEFAULT_MIN_COVERAGE = 0.5

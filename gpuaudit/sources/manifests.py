@@ -23,7 +23,30 @@ from gpuaudit.model import Document, InputError
 
 MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
 MAX_FILE_BYTES = 16 * 1024 * 1024
-SKIP_DIRS = frozenset({".git", ".hg", ".svn", "node_modules", "__pycache__", ".terraform"})
+# Folders no manifest of the repository's own lives in: version control,
+# dependencies, caches and editors' state. Other hidden folders are walked
+# (.kubernetes/, .deploy/ hold manifests; .github/ CI fixtures).
+SKIP_DIRS = frozenset(
+    {
+        ".git",
+        ".hg",
+        ".svn",
+        "node_modules",
+        "__pycache__",
+        ".terraform",
+        ".venv",
+        "venv",
+        ".tox",
+        ".nox",
+        ".cache",
+        ".mypy_cache",
+        ".pytest_cache",
+        ".ruff_cache",
+        ".idea",
+        ".vscode",
+        ".direnv",
+    }
+)
 
 # Helm's template actions start with '.', '$', '-' or a keyword/function;
 # Argo's `{{inputs.parameters.x}}` and `{{workflow.name}}` do not.

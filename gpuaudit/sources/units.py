@@ -535,10 +535,11 @@ def display(path: Path | str, shown: str) -> str:
 
 
 def _walk(root: Path) -> Iterator[tuple[Path, list[str]]]:
-    """(folder, sorted file names) under ``root``, hidden and tool folders
-    left out; symlinked folders are not followed (a link may lead anywhere)."""
+    """(folder, sorted file names) under ``root``, version control, caches
+    and dependency folders left out (manifests.SKIP_DIRS); symlinked folders
+    are not followed (a link may lead anywhere)."""
     for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = sorted(d for d in dirnames if d not in SKIP_DIRS and not d.startswith("."))
+        dirnames[:] = sorted(d for d in dirnames if d not in SKIP_DIRS)
         yield Path(dirpath), sorted(filenames)
 
 
