@@ -394,8 +394,10 @@ def test_file_context_is_read_below_the_folder_named_and_never_above_it() -> Non
     # ... but a folder below that one, named for what it shows, does.
     assert file_context("/home/me/tests/repo/setup.kubecon/sample-jobs/train.yaml", roots) == "example"
     assert file_context("/home/me/tests/repo/kubernetes-engine-samples/mnist_demo/train.yaml", roots) == "example"
-    # A tree copied flat (`__` for each folder) is one folder: its repository's name says nothing.
+    # A tree copied flat (`__` for each folder) is one folder: its repository's name says nothing,
+    # wherever it sits below the root.
     assert file_context("/home/me/tests/repo/GCP__kubernetes-engine-samples__ai-ml/job.yaml", roots) is None
+    assert file_context("/home/me/tests/repo/manifests/GCP__kubernetes-engine-samples/job.yaml", roots) is None
     assert file_context("/home/me/tests/repo/tests.yaml", roots) is None  # a file, not a test folder
     # What is never deployed as it stands: CI jobs, developers' scripts, deprecated copies.
     assert file_context("/home/me/tests/repo/ci/k8s/vllm/job.yaml", roots) == "test"

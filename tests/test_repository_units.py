@@ -612,6 +612,11 @@ def test_a_time_slicing_config_in_one_app_folder_shares_the_gpus_every_unit_asks
     assert "GPA-AP-001" not in {f["rule"] for f in shared["findings"]}
     _, alone = check(run_cli, env, "apps/ai")
     assert "GPA-AP-001" in {f["rule"] for f in alone["findings"]}
+    # Two such configs may be two clusters': which one the app runs under is
+    # unknown, and each unit keeps its own.
+    write(tmp_path / "apps/other-cluster/timeslicing-config.yaml", TIME_SLICING.replace("replicas: 8", "replicas: 2"))
+    _, two = check(run_cli, env, "apps")
+    assert "GPA-AP-001" in {f["rule"] for f in two["findings"]}
 
 
 def test_a_file_its_kustomization_lists_in_a_comment_is_switched_off(run_cli, env, tmp_path, monkeypatch):

@@ -78,6 +78,10 @@ class Context(msgspec.Struct, frozen=True):
     # under their own name (nvidia.com/gpu, 8 replicas): a request for one
     # may be a turn on a shared GPU, whichever nodes get the config.
     replicated_names: frozenset[str] = frozenset()
+    # The objects those configs are written in ("file: Kind name"): shared
+    # with the rest of the folder named on the command line only when there
+    # is one (one cluster's config; several may be several clusters').
+    replicated_by: frozenset[str] = frozenset()
     # GPU resource name -> "Kind namespace/name" of the workloads requesting it.
     requested: Mapping[str, tuple[str, ...]] = msgspec.field(default_factory=dict)
     # GPU resource name -> the most of it one container asks for (a pod that
@@ -109,11 +113,7 @@ def build_context(
         roots=tuple(roots),
         site=site,
         shared_names=_shared_names(site, [*documents, *bare]),
-        replicated_names=frozenset(
-            name
-            for cfg in config_facts.device_plugin_configs([*documents, *bare])
-            for name in config_facts.replicated_resources(cfg)
-        ),
+        **_replicated([*documents, *bare]),
         requested=_requested(workloads),
         most_asked=_most_asked(workloads),
         autoscalers=_autoscalers(documents),
@@ -139,6 +139,7 @@ def merge_contexts(site: Site, parts: Sequence[Context]) -> Context:
         site=site,
         shared_names=frozenset().union(*known) if known else None,
         replicated_names=frozenset().union(*(p.replicated_names for p in parts)),
+        replicated_by=frozenset().union(*(p.replicated_by for p in parts)),
         requested={name: tuple(labels) for name, labels in requested.items()},
         most_asked=largest_values(p.most_asked for p in parts),
         autoscalers=autoscalers,
@@ -166,6 +167,17 @@ def _shared_names(site: Site, documents: Iterable[Document]) -> frozenset[str] |
         known = True
         names.update(f"{name}.shared" for name in config_facts.renamed_resources(cfg))
     return frozenset(names) if known else None
+
+
+def _replicated(documents: Sequence[Document]) -> dict[str, frozenset[str]]:
+    names: set[str] = set()
+    by: set[str] = set()
+    for doc in documents:
+        found = {n for cfg in config_facts.device_plugin_configs([doc]) for n in config_facts.replicated_resources(cfg)}
+        if found:
+            names |= found
+            by.add(f"{doc.file}: {doc.kind or 'config'} {doc.name or ''}".rstrip())
+    return {"replicated_names": frozenset(names), "replicated_by": frozenset(by)}
 
 
 def _most_asked(workloads: Iterable[Workload]) -> dict[str, float]:

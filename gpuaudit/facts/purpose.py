@@ -354,7 +354,8 @@ def file_context(file: str, roots: Sequence[str]) -> str | None:
     stem = segments[-1].rsplit(".", 1)[0]
     if any(s in t.demo_contexts for s in (*segments[:-1], stem)):
         return "example"
-    folders = below.lower().replace("\\", "/").split("/")[1:-1]  # real folders: a flat copy's `__` parts are one
+    # Real folders, and not a flat copy's (`owner__repo`): that names a repository.
+    folders = [f for f in below.lower().replace("\\", "/").split("/")[1:-1] if "__" not in f]
     worded = any(not t.demo_words.isdisjoint(_NOT_ALNUM.split(s)) for s in folders)
     return "example" if worded else None
 

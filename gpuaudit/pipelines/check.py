@@ -112,14 +112,23 @@ def _share_replicated_names(
     the objects of its own unit: a request anywhere in the same folder named
     on the command line (a GitOps repository keeps the device plugin's
     config in one app folder, the GPU apps in others) may be a turn on one
-    of them. Files named on their own stay apart."""
+    of them, when that folder holds one such config. Files named on their
+    own stay apart."""
     by_root: dict[str, list[Context]] = {}
     root_of_unit = {name: root_of(name, roots) for name in merged}
     for name, context in merged.items():
         found = root_of_unit[name]
         if found is not None:
             by_root.setdefault(found[0], []).append(context)
-    replicated = {root: frozenset().union(*(c.replicated_names for c in cs)) for root, cs in by_root.items()}
+    # One config object in the root is the cluster's; several may be several
+    # clusters' (a folder of examples, an overlay per cluster): then each unit
+    # keeps its own.
+    replicated = {
+        root: frozenset().union(*(c.replicated_names for c in cs))
+        if len(frozenset().union(*(c.replicated_by for c in cs))) == 1
+        else frozenset()
+        for root, cs in by_root.items()
+    }
     if not any(replicated.values()):
         return merged, alternative
     # What the root's workloads ask for, with it: a config there is judged
