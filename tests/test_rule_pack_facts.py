@@ -198,3 +198,50 @@ def test_every_fact_document_matches_the_fact_schema(where):
         assert not errors, (subject.target, subject.resource, errors[0].message)
         checked += 1
     assert checked > (10 if where == "examples" else 1000)
+
+
+def test_a_model_pattern_is_matched_as_its_regex_matches():
+    # The table's patterns compile only for names holding their leading text:
+    # the answer is the regex's own for every pattern and name.
+    import re
+
+    from gpuaudit.bundled import data_yaml
+    from gpuaudit.facts.model_size import _Pattern
+
+    names = [
+        "gemma-2b",
+        "gemma-2b-it",
+        "gemma-7b",
+        "deepseek-r1",
+        "deepseek-v3-0324",
+        "deepseek-r1-awq",
+        "deepseek-v2.5",
+        "llama-4-scout-17b-16e",
+        "llama4-maverick",
+        "mixtral-8x7b-instruct",
+        "gpt-oss-20b",
+        "gpt-oss-120b",
+        "phi-3-mini-4k",
+        "phi-3.5-mini",
+        "phi-3-small",
+        "bert-base-uncased",
+        "t5-small",
+        "google-t5-small",
+        "t5-base",
+        "gpt2",
+        "resnet50",
+        "resnet-50",
+        "alexnet",
+        "distilbert-base",
+        "all-minilm-l6-v2",
+        "bge-reranker-large",
+        "bge-small-en",
+        "bge-m3",
+        "qwen2.5-7b-instruct",
+        "llama-3.1-8b",
+        "",
+    ]
+    for entry in data_yaml("models.yaml")["known"]:
+        pattern = _Pattern(entry["pattern"])
+        for name in names:
+            assert pattern.search(name) == bool(re.search(entry["pattern"], name)), (entry["pattern"], name)

@@ -59,8 +59,8 @@ class Heuristic(msgspec.Struct, frozen=True):
     unknown_gpu_memory_gib: float
     bytes_per_param: Mapping[str, float]
     dtype_words: tuple[tuple[str, str], ...]
-    known: tuple[tuple[re.Pattern[str], float], ...]
-    native_dtypes: tuple[tuple[re.Pattern[str], str], ...]
+    known: tuple[tuple[_Pattern, float], ...]
+    native_dtypes: tuple[tuple[_Pattern, str], ...]
     predictive_formats: frozenset[str]
     predictive_programs: frozenset[str]
     predictive_images: tuple[str, ...]
@@ -72,6 +72,43 @@ class Heuristic(msgspec.Struct, frozen=True):
     fraction_fits_share: float
 
 
+_REGEX_CHARS = set("\\.^$*+?{}[]|()")
+
+
+class _Pattern:
+    """A name pattern of models.yaml, compiled only for a name that holds
+    its leading literal text (``deepseek-`` of ``^deepseek-(r1|v3)``): a run
+    meets a few model names, and compiling the table's thirty patterns took
+    longer than the rest of reading them."""
+
+    __slots__ = ("hint", "text")
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.hint = _leading_literal(text)
+
+    def search(self, name: str) -> bool:
+        return self.hint in name and re.search(self.text, name) is not None
+
+
+def _leading_literal(pattern: str) -> str:
+    """The text every match of ``pattern`` holds at its start: what comes
+    before the first special character, less a character a quantifier makes
+    optional; "" for a pattern with an alternative at its top level."""
+    depth = 0
+    for char in pattern:
+        depth += (char == "(") - (char == ")")
+        if char == "|" and depth == 0:
+            return ""
+    body = pattern.removeprefix("^")
+    literal = ""
+    for char in body:
+        if char in _REGEX_CHARS:
+            return literal[:-1] if char in "?*{" else literal
+        literal += char
+    return literal
+
+
 @cache
 def heuristic() -> Heuristic:
     data = data_yaml("models.yaml")
@@ -80,8 +117,8 @@ def heuristic() -> Heuristic:
         unknown_gpu_memory_gib=float(data["unknown_gpu_memory_gib"]),
         bytes_per_param={k: float(v) for k, v in data["bytes_per_param"].items()},
         dtype_words=tuple((e["word"], e["dtype"]) for e in data["dtype_words"]),
-        known=tuple((re.compile(e["pattern"]), float(e["params_b"])) for e in data["known"]),
-        native_dtypes=tuple((re.compile(e["pattern"]), str(e["dtype"])) for e in data["known"] if e.get("dtype")),
+        known=tuple((_Pattern(e["pattern"]), float(e["params_b"])) for e in data["known"]),
+        native_dtypes=tuple((_Pattern(e["pattern"]), str(e["dtype"])) for e in data["known"] if e.get("dtype")),
         predictive_formats=frozenset(data["predictive_servers"]["model_formats"]),
         predictive_programs=frozenset(data["predictive_servers"]["programs"]),
         predictive_images=tuple(data["predictive_servers"]["images"]),
