@@ -18,7 +18,8 @@ from tests.manifests import PINNED
 SCHEMAS = Path(__file__).parent / "schemas"
 SARIF_SCHEMA = json.loads((SCHEMAS / "sarif-schema-2.1.0.json").read_text())
 
-# A message with characters each format must escape: XML, newlines, %, commas.
+# A message with characters each format must escape: XML, newlines, %, commas
+# (an env value is any text, and GPA-AL-007's message quotes it).
 HOSTILE = """\
 apiVersion: apps/v1
 kind: Deployment
@@ -27,9 +28,9 @@ metadata:
 spec:
   template:
     spec:
-      nodeSelector: {kubernetes.io/hostname: "node-1,%\\n::error::x\\u0001"}
       containers:
       - name: c
+        env: [{name: NVIDIA_VISIBLE_DEVICES, value: "0,%\\n::error::x\\u0001"}]
         resources:
           requests: {cpu: "4", memory: 16Gi}
           limits: {nvidia.com/gpu: 1}
@@ -108,7 +109,7 @@ def test_github_annotations_have_levels_files_lines_and_escaping(run_cli, tmp_pa
     pin = next(line for line in lines if "GPA-PL-001" in line and "pinned" in line)
     assert pin.startswith("::error file=pinned.yaml,line=7,title=GPA-PL-001 ")
     assert any(line.startswith("::notice ") for line in lines)  # low/info findings
-    hostile = next(line for line in lines if "GPA-PL-001" in line and "hostile" in line)
+    hostile = next(line for line in lines if "GPA-AL-007" in line and "hostile" in line)
     message = hostile.split("::", 2)[2]
     assert "%25%0A::error::x" in message  # the newline and % encoded: no new command
     assert "\x01" not in proc.stdout

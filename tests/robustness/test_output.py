@@ -54,7 +54,9 @@ def hostile_manifest(tag: str) -> str:
           namespace: {json.dumps("ns" + tag)}
           annotations: {{note: {json.dumps(tag)}}}
         spec:
-          nodeName: {json.dumps("node" + tag)}
+          # A name no node can have is a placeholder, not a pin (GPA-PL-001):
+          # the pin is a real one, the hostile text in the pod's own fields.
+          nodeSelector: {{kubernetes.io/hostname: gpu-7, note: {json.dumps("node" + tag)}}}
           containers:
           - name: {json.dumps("c" + tag)}
             resources:
