@@ -7,7 +7,6 @@ identity keys (kind, name, namespace, class) so a rule never has to look up.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
@@ -352,10 +351,10 @@ def placement_facts(t: PodTemplate) -> dict[str, Any]:
         if hosts is not None and len(hosts) == 1:
             pinned_node, pinned_by = hosts[0], "affinity"
             pinned_ptr = f"{t.pointer}/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution"
-    if pinned_node is not None and not _names_a_node(pinned_node):
-        # A value no node can be named (IGHS-DUMMY-VAL, <node-name>, ${NODE},
-        # a chart's empty default) is a placeholder a script or a values
-        # file fills in: where the pod will run is not written here.
+    if pinned_node is not None and pinned_node.strip() in _UNSET_VALUES:
+        # A chart's empty default (`kubernetes.io/hostname: {{ .Values.node }}`
+        # rendered without a value): no node is named. A placeholder a script
+        # fills in (${TRAIN_NODE}) still pins the pod to the one node it names.
         pinned_node, pinned_by, pinned_ptr = None, None, None
     product = _product_pin(node_selector, terms, t.pointer)
     tolerations = [
@@ -375,16 +374,8 @@ def placement_facts(t: PodTemplate) -> dict[str, Any]:
     }
 
 
-# A node's name is a DNS subdomain (RFC 1123: lower case, digits, '-' and
-# '.'), and a real one is no word a template leaves for someone to replace.
-_NODE_NAME = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*"  # compiled on first use
-_PLACEHOLDER_WORDS = frozenset({"dummy", "placeholder", "changeme", "replaceme", "todo", "tbd", "fixme", "xxx"})
-
-
-def _names_a_node(value: str) -> bool:
-    if len(value) > 253 or not re.fullmatch(_NODE_NAME, value):
-        return False
-    return _PLACEHOLDER_WORDS.isdisjoint(re.split(r"[-.]", value)) and "your-" not in value
+# What a rendered chart leaves where a value was expected (str() of YAML null).
+_UNSET_VALUES = frozenset({"", "None", "null", "~"})
 
 
 def _affinity_hosts(terms: list[Mapping[str, Any]]) -> list[str] | None:

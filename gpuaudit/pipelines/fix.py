@@ -91,7 +91,9 @@ def run_state(inputs: Inputs, config: Config, snapshot: Mapping[str, Any] | None
         run.telemetry_window = fix_live.telemetry_window(snapshot)
         run.gpu_node_labels = fix_live.gpu_node_labels(snapshot)
     run.shared_names = inputs.shared_names(config)
-    run.sharing_configs = sharing_configs(inputs.documents)
+    # A live cluster's sharing configs, whether or not a finding names them.
+    live_configs = fix_live.config_maps(snapshot) if snapshot is not None else []
+    run.sharing_configs = sharing_configs([*inputs.documents, *live_configs])
     run.world = tuple(d.obj for d in inputs.documents)
     run.coherence = coherence.setting_for(locators_for(config), run.world, config.site, snapshot)
     run.platform = run.coherence.platform

@@ -202,6 +202,17 @@ def telemetry_window(snapshot: Mapping[str, Any]) -> str | None:
     return f"{span}{f' to {end}' if end else ''}"
 
 
+def config_maps(snapshot: Mapping[str, Any]) -> list[Document]:
+    """Every ConfigMap the snapshot holds, as documents: the cluster's
+    sharing configs, whether or not a finding names them."""
+    objects = snapshot.get("objects") or {}
+    return [
+        Document({"apiVersion": "v1", "kind": "ConfigMap", **obj}, "snapshot ConfigMap", 1)
+        for obj in objects.get("configmaps") or []
+        if isinstance(obj, Mapping)
+    ]
+
+
 def gpu_node_labels(snapshot: Mapping[str, Any]) -> tuple[dict[str, str], ...]:
     """The labels of the snapshot's nodes that advertise GPUs."""
     out = []
@@ -297,7 +308,11 @@ def live_items(
     # per resource), as a manifest audit of every base would see it.
     documents = [b.document for b in bases.values()]
     workloads, _ = build_workloads(documents, locators)
-    context = build_context(site or Site(), documents, workloads)
+    # Not the replicas a time-slicing ConfigMap names: in a cluster they apply
+    # to the nodes labelled for it, and the audit judged each pod on its node.
+    context = msgspec.structs.replace(
+        build_context(site or Site(), documents, workloads), replicated_names=frozenset(), replicated_by=frozenset()
+    )
     by_id = {rule.id: rule for rule in rules}
 
     items = []
