@@ -43,7 +43,9 @@ LIST = """{{"apiVersion": "v1", "kind": "List", "items": [
  {{"apiVersion": "v1", "kind": "Pod", "metadata": {{"name": "listed-{i}"}}}}]}}
 """
 ODD = (
-    "version: v1\nsharing:\n  timeSlicing:\n    resources: [{name: nvidia.com/gpu, replicas: 4}]\n",
+    # a bare config (of MIG slices: one replicating nvidia.com/gpu would make
+    # every pod's GPU a slice, and leave GPA-AP-001 nothing to exempt)
+    "version: v1\nsharing:\n  timeSlicing:\n    resources: [{name: nvidia.com/mig-1g.10gb, replicas: 4}]\n",
     "apiVersion: v1\nkind: Pod\nmetadata:\n  name: [unclosed\n",
     "apiVersion: v1\nkind: Pod\nmetadata: {name: {{ .Values.name }}}\n",
     "base: &b {x: 1}\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: m}\ndata:\n  <<: *b\n",
