@@ -19,7 +19,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from gpuaudit.pipelines.fix import read_fix_inputs, rechecker, run_state
+from gpuaudit.pipelines.fix import Rechecker, read_fix_inputs, run_state
 from gpuaudit.pipelines.policy import load_policy, locators_for
 from gpuaudit.remediate.plan import Plan, Settings, plan_fixes
 from gpuaudit.sources.manifests import iter_manifest_files
@@ -68,7 +68,7 @@ def reason_class(reason: str) -> str:
 def plan_for(paths: list[str], config: Config, rules) -> tuple[Plan, int]:
     inputs = read_fix_inputs(paths, config, rules)
     run = run_state(inputs, config)
-    plan = plan_fixes(inputs.items, locators_for(config), Settings(), run, rechecker(config, rules, inputs))
+    plan = plan_fixes(inputs.items, locators_for(config), Settings(), run, Rechecker(config, rules, inputs))
     return plan, len(inputs.findings)
 
 

@@ -70,6 +70,8 @@ def test_whole_corpus_runs_without_a_traceback(run_cli):
     proc = run_cli("check", str(corpus), "--format", "json")
     assert proc.returncode in (1, 2) and "Traceback" not in proc.stderr
     helm = [e for e in json.loads(proc.stdout)["errors"] if "not auditable until rendered" in e["message"]]
-    assert len(helm) >= 45
+    # 44 templates as reviewed: values files whose strings hold `tpl` actions,
+    # an Ansible playbook and a chart template that renders no object are not.
+    assert len(helm) >= 44
     # A chart's values file whose strings hold `tpl` actions is YAML, no template.
     assert not [e for e in helm if e["file"].endswith("nvidia-device-plugin__values.yaml")]

@@ -528,3 +528,48 @@ def test_on_gke_a_vllm_server_is_not_time_shared(tmp_path, kubectl):
     assert result.exit_code == 0, result.output
     assert not (out / "patches").exists()
     assert "vLLM reserves 90% of the GPU memory at start (vLLM's default 0.9)" in (out / "REVIEW.md").read_text()
+
+
+_EIGHT_GPUS_TP2 = """\
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: llm}
+spec:
+  replicas: 1
+  selector: {matchLabels: {app: llm}}
+  template:
+    metadata: {labels: {app: llm}}
+    spec:
+      nodeSelector: {cloud.google.com/gke-accelerator: nvidia-h100-80gb}
+      containers:
+      - name: server
+        image: vllm/vllm-openai:v0.6.3
+        args: [--model, meta-llama/Llama-3.1-8B-Instruct, --tensor-parallel-size, "2"]
+        resources:
+          limits: {nvidia.com/gpu: 8%s}
+"""
+
+
+@pytest.mark.parametrize(
+    ("memory", "patched"),
+    [("", False), (", memory: 64Gi", True)],
+    ids=["no-memory-request", "memory-limit"],
+)
+def test_a_patch_that_would_bring_another_rules_finding_is_declined(tmp_path, kubectl, memory, patched):
+    # Eight GPUs take a whole node, so GPA-AP-003 does not ask for a memory
+    # request; the tensor-parallel trim to two would share the node: without
+    # one, the patch would bring that finding, and is declined naming it.
+    # With one, it is patched; that an 8B model needs one 80 GB GPU, not the
+    # two, is a further saving the verify names, not a problem it brings.
+    from gpuaudit.cli.main import main
+
+    source = tmp_path / "app.yaml"
+    source.write_text(_EIGHT_GPUS_TP2 % memory)
+    out = tmp_path / "overlay"
+    result = CliRunner().invoke(main, ["fix", str(source), "--out", str(out), "--verify"])
+    assert result.exit_code == 0, result.output  # verified: no patch brings a finding
+    patches = "".join(p.read_text() for p in (out / "patches").glob("*.yaml"))
+    review = (out / "REVIEW.md").read_text()
+    assert ("nvidia.com/gpu: 2" in patches) is patched
+    assert ("the patch would bring GPA-AP-003" in review) is not patched
+    assert ("further: GPA-AL-002 Deployment/llm" in result.output) is patched

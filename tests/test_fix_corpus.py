@@ -47,8 +47,12 @@ def test_one_overlay_for_every_corpus_manifest_builds_and_verifies(tmp_path, run
     # patches that would lower, strand or break a workload are declined
     # (coherence), and the rule pack reports less than it did (cost and
     # hygiene advice is silent in the upstream docs/ and samples/ folders the
-    # corpus is copied from): floors, not counts
-    assert gone >= 15 and built >= 15
+    # corpus is copied from), and a patch after which another rule reports
+    # what it did not before is declined (two tensor-parallel trims would
+    # leave a container below a whole node with no memory request, GPA-AP-003):
+    # floors, not counts
+    assert gone >= 13 and built >= 13
+    assert "the patch would bring GPA-AP-003" in (out / "REVIEW.md").read_text()
     assert (remaining, new, differences) == (0, 0, 0), proc.stderr[-3000:]
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from gpuaudit.kube.podspecs import builtin_locators
 from gpuaudit.model import Document
 from gpuaudit.model.workload_builder import WorkloadMemo
-from gpuaudit.pipelines.fix import read_fix_inputs, rechecker, run_state
+from gpuaudit.pipelines.fix import Rechecker, read_fix_inputs, run_state
 from gpuaudit.pipelines.policy import load_policy, locators_for
 from gpuaudit.remediate.plan import Settings, plan_fixes
 from gpuaudit.sources.user_config import Config
@@ -65,7 +65,7 @@ def test_the_check_judges_the_documents_fix_read(tmp_path):
 def _plan(config, rules, inputs, memo):
     run = run_state(inputs, config)
     return plan_fixes(
-        inputs.items, locators_for(config), Settings(), run, rechecker(config, rules, inputs, memo), memo=memo
+        inputs.items, locators_for(config), Settings(), run, Rechecker(config, rules, inputs, memo), memo=memo
     )
 
 

@@ -69,6 +69,8 @@ CLUSTERS = {
 
 @pytest.mark.parametrize("name", CLUSTERS)
 def test_the_audit_of_the_kept_objects_is_the_audit_of_the_whole(tmp_path, name):
+    if name == "genai" and not genai.available():
+        pytest.skip("the GenTD26 trace is not in ../shared/data")
     path = tmp_path / "snapshot.json.gz"
     write_snapshot(CLUSTERS[name](), path)
     whole = read_snapshot(path)

@@ -75,6 +75,11 @@ def test_helm_templates_are_reported_not_parsed_but_argo_expressions_are_fine(tm
         "      args: ['{{inputs.parameters.x}}']\n",
     )
     assert argo.errors == [] and argo.documents[0].kind == "Workflow"
+    # A templated apiVersion parses as YAML (a flow mapping) and yields no
+    # object at all: still a template, not an empty carrier of values.
+    operator = read(tmp_path, "dc.yaml", "apiVersion: {{ .DeviceClassAPIVersion }}\nkind: DeviceClass\n")
+    [error] = operator.errors
+    assert "not auditable until rendered" in error.message and error.line == 1
 
 
 def test_a_values_file_whose_strings_hold_tpl_actions_is_read_as_yaml(tmp_path):

@@ -219,6 +219,7 @@ def _report_verification(check: OverlayCheck) -> bool:
         f"verify: built {check.built} object(s); {len(result.fixed)} targeted finding(s) gone, "
         f"{len(result.remaining)} still there, {len(result.new)} new; "
         f"{len(result.differences)} unplanned difference(s)"
+        + (f"; {len(result.further)} further saving(s) once it applies" if result.further else "")
     )
     if check.live_only:
         click.echo(
@@ -227,6 +228,8 @@ def _report_verification(check: OverlayCheck) -> bool:
         )
     for f in result.remaining:
         click.echo(f"  still there: {f.rule} {f.resource.kind}/{f.resource.name}", err=True)
+    for f in result.further:
+        click.echo(f"  further: {f.rule} {f.resource.kind}/{f.resource.name}: {f.message}")
     for f in result.new:
         click.echo(f"  new: {f.rule} {f.resource.kind}/{f.resource.name}: {f.message}", err=True)
     for line in result.differences:

@@ -73,7 +73,7 @@ def plan_fix(
         locators_for(config),
         Settings(site=dict(config.site), overrides=dict(overrides)),
         run,
-        None if inputs.live else rechecker(config, rules, inputs, memo),
+        None if inputs.live else Rechecker(config, rules, inputs, memo),
         memo=memo,
     )
     return plan, inputs
@@ -218,28 +218,38 @@ def _read_package(path: Path, config: Config, rules: Sequence[Rule], inputs: Inp
     inputs.files.update(path.resolve() / n for n in KUSTOMIZATION_FILES)
 
 
-def rechecker(config: Config, rules: Sequence[Rule], inputs: Inputs, memo: WorkloadMemo | None = None):
-    """Whether a finding's rule still reports it on an object as patched so
-    far, judged with what the rest of the input says (facts.context).
-    ``memo``: the workloads of objects asked about before (the planner's passes)."""
-    memo = memo or WorkloadMemo()
-    by_id = {r.id: r for r in rules}
-    locators = locators_for(config)
-    workloads, _ = build_workloads(inputs.documents, locators)
-    context = build_context(Site.from_config(config.site), inputs.documents, workloads, inputs.bare)
-    have = {"manifest", *site_inputs(config.site)}
+class Rechecker:
+    """The rules asked again about objects as a plan patches them, each
+    judged with what the rest of the input says (facts.context); the
+    planner's Recheck (remediate/plan.py)."""
 
-    def still_found(finding: Finding, obj: Mapping[str, Any]) -> bool:
-        rule = by_id.get(finding.rule)
+    def __init__(self, config: Config, rules: Sequence[Rule], inputs: Inputs, memo: WorkloadMemo | None = None):
+        # ``memo``: the workloads of objects asked about before (the planner's passes).
+        self._memo = memo or WorkloadMemo()
+        self._config = config
+        self._rules = list(rules)
+        self._by_id = {r.id: r for r in rules}
+        self._locators = locators_for(config)
+        workloads, _ = build_workloads(inputs.documents, self._locators)
+        self._context = build_context(Site.from_config(config.site), inputs.documents, workloads, inputs.bare)
+        self._have = {"manifest", *site_inputs(config.site)}
+
+    def _findings(self, rules: Sequence[Rule], obj: Mapping[str, Any]) -> list[Finding]:
+        doc = Document(dict(obj), "", 1)
+        patched, _ = self._memo.build(doc, self._locators)
+        subjects = manifest_subjects([doc], patched, self._context)
+        return evaluate(rules, subjects, inputs=self._have, exemptions=self._config.exemptions).findings
+
+    def still_found(self, finding: Finding, obj: Mapping[str, Any]) -> bool:
+        rule = self._by_id.get(finding.rule)
         if rule is None:
             return True
-        doc = Document(dict(obj), "", 1)
-        patched, _ = memo.build(doc, locators)
-        subjects = manifest_subjects([doc], patched, context)
-        found = evaluate([rule], subjects, inputs=have, exemptions=config.exemptions)
-        return verify.finding_key(finding) in {verify.finding_key(f) for f in found.findings}
+        keys = {verify.finding_key(f) for f in self._findings([rule], obj)}
+        return verify.finding_key(finding) in keys
 
-    return still_found
+    def brought(self, before: Mapping[str, Any], after: Mapping[str, Any]) -> list[Finding]:
+        had = {verify.finding_key(f) for f in self._findings(self._rules, before)}
+        return [f for f in self._findings(self._rules, after) if verify.finding_key(f) not in had]
 
 
 def write_overlay(out_dir: Path, layout: overlay.Overlay, input_files: set[Path]) -> None:

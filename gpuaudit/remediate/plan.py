@@ -11,9 +11,9 @@ earlier changes left it, and kustomize applies them in the same order.
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import msgspec
 import msgspec.structs
@@ -25,7 +25,7 @@ from gpuaudit.model import CATEGORIES, Container, Document, Finding, PodTemplate
 from gpuaudit.model.workload_builder import WorkloadMemo
 from gpuaudit.remediate import coherence, patches, templates
 from gpuaudit.remediate.edits import EditError, apply_edits
-from gpuaudit.remediate.planners import PLANNERS, TAKE_GPUS_AWAY
+from gpuaudit.remediate.planners import PLANNERS, TAKE_GPUS_AWAY, further_saving
 from gpuaudit.remediate.planners.common import REMEDIATED, Context, Declined, Proposal, RunState
 
 
@@ -130,20 +130,34 @@ class Settings(msgspec.Struct, frozen=True):
         return params
 
 
+class Recheck(Protocol):
+    """The rules asked again about an object as the plan changes it."""
+
+    def still_found(self, finding: Finding, obj: Mapping[str, Any]) -> bool:
+        """Whether ``finding``'s rule still reports it on ``obj``."""
+        ...
+
+    def brought(self, before: Mapping[str, Any], after: Mapping[str, Any]) -> list[Finding]:
+        """The findings on ``after`` that ``before`` did not have."""
+        ...
+
+
 def plan_fixes(
     items: Sequence[tuple[Finding, Source]],
     locators: Mapping[tuple[str, str], KindLocator],
     settings: Settings,
     run: RunState | None = None,
-    still_found: Callable[[Finding, Mapping[str, Any]], bool] | None = None,
+    recheck: Recheck | None = None,
     *,
     memo: WorkloadMemo | None = None,
 ) -> Plan:
     """``run``: what the planners know of the whole input beyond each finding
     (the `.shared` names it advertises, live evidence per workload, the
-    coherence setting). ``still_found``: whether a finding's rule still
-    reports it on the object as the earlier changes left it; when not, those
-    changes fix it too.
+    coherence setting). ``recheck``: whether a finding's rule still
+    reports it on the object as the earlier changes left it (when not, those
+    changes fix it too), and what a change would bring: a change after which
+    a rule reports what it did not before (a container cut below a whole
+    node that sets no memory request) is declined with that finding.
 
     With ``run.coherence`` set, the plan is checked (remediate/coherence.py):
     a change that would leave its object incoherent is declined with the
@@ -162,7 +176,7 @@ def plan_fixes(
     passes = 6
     for attempt_number in range(passes + 1):
         attempt = msgspec.structs.replace(base, sharers=[], candidates=[])
-        plan = _plan_once(items, locators, settings, attempt, still_found, forced, memo)
+        plan = _plan_once(items, locators, settings, attempt, recheck, forced, memo)
         if run.coherence is None:
             break
         world, labels = _world(plan, run.world)
@@ -240,7 +254,7 @@ def _plan_once(
     locators: Mapping[tuple[str, str], KindLocator],
     settings: Settings,
     run: RunState,
-    still_found: Callable[[Finding, Mapping[str, Any]], bool] | None,
+    recheck: Recheck | None,
     forced: Mapping[int, str],
     memo: WorkloadMemo,
 ) -> Plan:
@@ -272,7 +286,7 @@ def _plan_once(
         if current is None:
             current = copy.deepcopy(dict(doc.obj))
             original[target] = copy.deepcopy(current)
-        elif still_found is not None and not still_found(finding, current):
+        elif recheck is not None and not recheck.still_found(finding, current):
             earlier = [c for c in plan.changes if c.target == target]
             earlier[-1].findings.append(finding)
             continue
@@ -311,6 +325,15 @@ def _plan_once(
             continue
         if after == current and not rendered.resources:
             plan.skipped.append(Skip(finding, "the patch would change nothing"))
+            continue
+        brought = [
+            b
+            for b in (recheck.brought(current, after) if recheck is not None else [])
+            if not further_saving((b.remediation or {}).get("id"), proposal.lowers)
+        ]
+        if brought:
+            b = brought[0]
+            plan.skipped.append(Skip(finding, f"the patch would bring {b.rule}: {b.message}"))
             continue
         clash = _new_object_clash(rendered.resources, included, plan)
         if clash:

@@ -15,12 +15,16 @@ from gpuaudit.kube.shapes import ObjectId, object_id
 from gpuaudit.model import Finding
 from gpuaudit.remediate import coherence, patches
 from gpuaudit.remediate.plan import Plan
+from gpuaudit.remediate.planners import further_saving
 
 
 class Verification(msgspec.Struct):
     fixed: list[Finding] = msgspec.field(default_factory=list)  # targeted, gone after the build
     remaining: list[Finding] = msgspec.field(default_factory=list)  # targeted, still there
     new: list[Finding] = msgspec.field(default_factory=list)  # in the build, not before
+    # In the build, not before, on an object whose GPUs a change lowered, and
+    # asking for fewer still (planners.further_saving): not a problem.
+    further: list[Finding] = msgspec.field(default_factory=list)
     differences: list[str] = msgspec.field(default_factory=list)  # objects not as planned
 
     @property
@@ -89,7 +93,14 @@ def verify(
     after_keys = {finding_key(f) for f in after}
     for finding in plan.fixed_findings:
         (result.remaining if finding_key(finding) in after_keys else result.fixed).append(finding)
-    result.new = [f for f in after if finding_key(f) not in before_keys]
+    lowered: dict[ObjectId, frozenset[str]] = {}
+    for change in plan.changes:
+        lowered[change.target] = lowered.get(change.target, frozenset()) | change.proposal.lowers
+    for f in after:
+        if finding_key(f) in before_keys:
+            continue
+        saving = further_saving((f.remediation or {}).get("id"), lowered.get(_resource_id(f), frozenset()))
+        (result.further if saving else result.new).append(f)
     return result
 
 

@@ -256,7 +256,8 @@ def _read_text(text: str, name: str, result: ReadResult, rendered: bool = False)
         # template. Read as the YAML it is, when it parses as YAML.
         part = ReadResult()
         _parse(text, name, part)
-        carriers = all(d.kind in _TEMPLATE_CARRIERS for d in part.documents)
+        # No documents at all is no carrier: `all` of nothing is true.
+        carriers = bool(part.documents) and all(d.kind in _TEMPLATE_CARRIERS for d in part.documents)
         if not part.errors and (carriers or not names_kubernetes_keys(text.encode())):
             result.documents += part.documents
             result.bare += part.bare

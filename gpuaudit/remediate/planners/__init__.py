@@ -46,4 +46,17 @@ PLANNERS: dict[str, Planner] = {
 # Remediations planned before the others of their category (Planner.takes_gpus_away).
 TAKE_GPUS_AWAY = frozenset(remediation for remediation, p in PLANNERS.items() if p.takes_gpus_away)
 
-__all__ = ["PLANNERS", "TAKE_GPUS_AWAY"]
+# Remediations that give GPUs back. A change that lowers a workload's GPUs
+# may leave a finding of these on it (8 GPUs trimmed to the tensor-parallel
+# 4, which a 27B model does not need either): a further saving, not a
+# problem the change brings.
+GIVE_GPUS_BACK = TAKE_GPUS_AWAY | {"match-gpus-to-parallelism", "right-size-gpus", "move-to-shared-gpu"}
+
+
+def further_saving(finding_remediation: str | None, lowers: frozenset[str]) -> bool:
+    """Whether a finding a change leaves on its object asks for fewer GPUs
+    still, after a change that lowered them (``lowers``: Proposal.lowers)."""
+    return "gpu" in lowers and finding_remediation in GIVE_GPUS_BACK
+
+
+__all__ = ["GIVE_GPUS_BACK", "PLANNERS", "TAKE_GPUS_AWAY", "further_saving"]
