@@ -163,3 +163,66 @@ def test_intel_resources_that_are_no_device_are_no_gpus():
     # millicores beside a device make it a share of one, not 500 GPUs.
     shared = _container_gpus({"limits": {"gpu.intel.com/i915": 1, "gpu.intel.com/millicores": 500}})
     assert shared == [("gpu.intel.com/i915", "shared", 1.0)]
+
+
+def _claim_pod(name: str, claim: str, device_class: str | None) -> str:
+    pod = (
+        f"apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}}}\nspec:\n"
+        f"  containers:\n  - name: app\n    image: app:1\n    resources: {{claims: [{{name: dev}}]}}\n"
+        f"  resourceClaims:\n  - name: dev\n    resourceClaimTemplateName: {claim}\n"
+    )
+    if device_class is None:  # the template is not in the input
+        return pod
+    return pod + (
+        f"---\napiVersion: resource.k8s.io/v1\nkind: ResourceClaimTemplate\nmetadata: {{name: {claim}}}\n"
+        f"spec:\n  spec:\n    devices:\n      requests:\n      - name: dev\n"
+        f"        exactly: {{deviceClassName: {device_class}}}\n"
+    )
+
+
+@pytest.mark.parametrize(
+    ("device_class", "gpu"),
+    [
+        ("qat.intel.com", False),  # a crypto and compression accelerator
+        ("compute-domain-default-channel.nvidia.com", False),  # an IMEX channel
+        ("gpu.intel.com", True),
+        ("mig.nvidia.com", True),
+        ("vfio.gpu.nvidia.com", True),
+        (None, True),  # a template the input does not hold: still judged a GPU's
+    ],
+)
+def test_a_dra_claim_is_a_gpu_only_when_its_device_class_may_be_one(tmp_path, device_class, gpu):
+    from gpuaudit.pipelines.check import check_manifests
+    from gpuaudit.pipelines.policy import load_policy
+    from gpuaudit.sources.user_config import Config
+
+    (tmp_path / "app.yaml").write_text(_claim_pod("worker", "devices", device_class))
+    rules, _ = load_policy(Config())
+    result = check_manifests([str(tmp_path)], Config(), rules)
+    assert result.gpu_workloads == (1 if gpu else 0)
+    if not gpu:  # no GPU rule speaks of it either
+        assert not [f for f in result.findings if f.resource.name == "worker"]
+
+
+@pytest.mark.parametrize(("gpu_twin", "gpu_workloads"), [(False, 0), (True, 1)], ids=["one-template", "gpu-twin"])
+def test_a_claim_template_elsewhere_in_the_folder_says_what_a_unit_s_pods_take(tmp_path, gpu_twin, gpu_workloads):
+    # Templates applied once, pods in their own kustomize units: the folder
+    # named on the command line tells the units what the template asks for,
+    # unless another object of that name there may ask for a GPU.
+    from gpuaudit.pipelines.check import check_manifests
+    from gpuaudit.pipelines.policy import load_policy
+    from gpuaudit.sources.user_config import Config
+
+    template = _claim_pod("unused", "qat-sym", "qat.intel.com").split("---\n", 1)[1]
+    (tmp_path / "claims").mkdir()
+    (tmp_path / "claims" / "templates.yaml").write_text(template)
+    (tmp_path / "app").mkdir()
+    (tmp_path / "app" / "pod.yaml").write_text(_claim_pod("worker", "qat-sym", None))
+    (tmp_path / "app" / "kustomization.yaml").write_text("resources: [pod.yaml]\n")
+    if gpu_twin:
+        (tmp_path / "other").mkdir()
+        twin = _claim_pod("unused", "qat-sym", "gpu.intel.com").split("---\n", 1)[1]
+        (tmp_path / "other" / "templates.yaml").write_text(twin)
+    rules, _ = load_policy(Config())
+    result = check_manifests([str(tmp_path)], Config(), rules)
+    assert result.gpu_workloads == gpu_workloads

@@ -23,10 +23,40 @@ _DEVICE_PIN = re.compile(
 _PRODUCT_PIN = re.compile(r"""(?:\.|\[\s*['"])productName(?:['"]\s*\])?\s*==\s*""")
 
 
+# A DRA device class that names a GPU: gpu.nvidia.com, mig.nvidia.com,
+# vfio.gpu.nvidia.com, gpu.intel.com, gaudi.intel.com, an example driver's
+# gpu.example.com. Not qat.intel.com (crypto), an IMEX channel
+# (compute-domain-default-channel.nvidia.com), a NIC.
+_GPU_DEVICE_CLASS = re.compile(r"(?:^|[.\-_])(?:v?gpus?|mig|gaudi\w*)(?:[.\-_]|$)", re.IGNORECASE)
+
+
+def is_claim(doc: Document) -> bool:
+    return doc.kind in CLAIM_KINDS and doc.api_version.startswith("resource.k8s.io/")
+
+
+def asks_no_gpu(doc: Document) -> bool:
+    """Whether the claim ``doc`` names a device class in every request, and
+    none is a GPU's (a QAT accelerator, an IMEX channel): a pod that takes it
+    holds no GPU. A request without a class says nothing: then False."""
+    base = "/spec/spec" if doc.kind == "ResourceClaimTemplate" else "/spec"
+    devices = as_map(as_map(pointers.get(doc.obj, base)).get("devices"))
+    classes: list[object] = []
+    for request in as_list(devices.get("requests")):
+        request = as_map(request)
+        # v1beta1 names the class on the request, v1 under `exactly`; each
+        # `firstAvailable` alternative names its own.
+        alternatives = as_list(request.get("firstAvailable"))
+        if alternatives:
+            classes += [as_map(a).get("deviceClassName") for a in alternatives]
+        else:
+            classes.append(request.get("deviceClassName") or as_map(request.get("exactly")).get("deviceClassName"))
+    return bool(classes) and all(isinstance(c, str) and c and not _GPU_DEVICE_CLASS.search(c) for c in classes)
+
+
 def subjects(doc: Document, roots: Sequence[str] = ()) -> Iterator[Subject]:
     """The claim of ``doc``; ``roots``: the folders named on the command line
     (its file_context)."""
-    if doc.kind not in CLAIM_KINDS or not doc.api_version.startswith("resource.k8s.io/"):
+    if not is_claim(doc):
         return
     if is_live_dump(doc.obj) and as_map(doc.obj.get("metadata")).get("ownerReferences"):
         # `kubectl get -o yaml` of a claim a controller made from a template

@@ -15,6 +15,7 @@ from typing import Any
 import msgspec
 
 from gpuaudit.facts import device_plugin as config_facts
+from gpuaudit.facts.claims import asks_no_gpu, is_claim
 from gpuaudit.facts.env_sources import config_map_data
 from gpuaudit.kube.quantity import QuantityError, parse_quantity
 from gpuaudit.model import Document, Workload
@@ -99,6 +100,11 @@ class Context(msgspec.Struct, frozen=True):
     # The folders named on the command line: a file's context (examples/,
     # tests/: facts/purpose.py file_context) is read below them only.
     roots: tuple[str, ...] = ()
+    # (namespace, name) of the input's ResourceClaims and templates that ask
+    # for no GPU (facts/claims.asks_no_gpu): a pod taking one holds no GPU by
+    # it; and of those that may (a GPU's class, or a request naming none).
+    claims_without_gpus: frozenset[tuple[str, str]] = frozenset()
+    claims_with_gpus: frozenset[tuple[str, str]] = frozenset()
 
 
 def build_context(
@@ -119,6 +125,7 @@ def build_context(
         autoscalers=_autoscalers(documents),
         runtimes=tuple(d.obj for d in documents if is_runtime(d.obj)),
         config_maps=_config_maps(documents),
+        **_claims(documents),
     )
 
 
@@ -146,7 +153,18 @@ def merge_contexts(site: Site, parts: Sequence[Context]) -> Context:
         runtimes=tuple(r for part in parts for r in part.runtimes),
         config_maps=config_maps,
         roots=parts[0].roots if parts else (),
+        claims_without_gpus=frozenset().union(*(p.claims_without_gpus for p in parts)),
+        claims_with_gpus=frozenset().union(*(p.claims_with_gpus for p in parts)),
     )
+
+
+def _claims(documents: Iterable[Document]) -> dict[str, frozenset[tuple[str, str]]]:
+    claims = [d for d in documents if is_claim(d)]
+    without = frozenset((d.namespace, d.name) for d in claims if asks_no_gpu(d))
+    return {
+        "claims_without_gpus": without,
+        "claims_with_gpus": frozenset((d.namespace, d.name) for d in claims) - without,
+    }
 
 
 def _config_maps(documents: Iterable[Document]) -> dict[tuple[str, str], Mapping[str, str]]:

@@ -847,7 +847,14 @@ class GpuRequests(_Facts, kw_only=True, frozen=True):
         ),
     ] = None
     requested: Annotated[
-        bool, Meta(description=("Any GPU-like resource, MIG slice, shared replica, DRA claim or fraction annotation."))
+        bool,
+        Meta(
+            description=(
+                "Any GPU-like resource, MIG slice, shared replica, DRA claim or fraction annotation. A DRA "
+                "claim counts unless the input holds its template or claim and every device class it names "
+                "is no GPU's (qat.intel.com, an IMEX channel)."
+            )
+        ),
     ]
     count: Annotated[
         Number | None,

@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
+import msgspec.structs
+
 from gpuaudit import gpus
 from gpuaudit.facts import Subject
 from gpuaudit.facts import placement as site_placement
@@ -41,7 +43,10 @@ def subjects(workload: Workload, context: Context | None = None) -> Iterator[Sub
     context = context or Context()
     doc = workload.document
     # ConfigMap env first: the purpose and every fact read the completed env.
-    effective = [with_config_map_env(workload, t, context.config_maps) for t in workload.templates]
+    effective = [
+        with_config_map_env(workload, gpu_claims_only(workload, t, context), context.config_maps)
+        for t in workload.templates
+    ]
     lines_by_template = [command_lines(workload, t) for t in effective]
     base = {**_identity(workload), **workload_purpose(workload, lines_by_template, templates=effective)}
     base["file_context"] = file_context(doc.file, context.roots)
@@ -136,6 +141,26 @@ def _identity(w: Workload) -> dict[str, Any]:
 
 
 # --- GPU requests -----------------------------------------------------------
+
+
+def gpu_claims_only(w: Workload, t: PodTemplate, context: Context) -> PodTemplate:
+    """``t`` without the DRA claims the input shows to ask for no GPU (a QAT
+    accelerator): a claim the input does not hold stays a GPU's."""
+    drop = context.claims_without_gpus
+    if not drop or not t.extra_gpus:
+        return t
+    kept = tuple(
+        r for r in t.extra_gpus if not (r.mode == "dra" and (w.namespace, r.resource.removeprefix("claim/")) in drop)
+    )
+    return t if len(kept) == len(t.extra_gpus) else msgspec.structs.replace(t, extra_gpus=kept)
+
+
+def requests_gpus(w: Workload, context: Context) -> bool:
+    """Workload.requests_gpus, less the claims that ask for no GPU."""
+    if not context.claims_without_gpus:
+        return w.requests_gpus
+    containers = (c for t in w.templates for c in (*t.containers, *t.init_containers))
+    return any(c.gpus for c in containers) or any(gpu_claims_only(w, t, context).extra_gpus for t in w.templates)
 
 
 def gpu_facts(requests: Sequence[GpuRequest]) -> dict[str, Any]:

@@ -148,6 +148,39 @@ def _share_replicated_names(
     )
 
 
+def _share_claims(
+    merged: dict[str, Context], alternative: dict[str, dict[str, Context]], roots: Sequence[str]
+) -> tuple[dict[str, Context], dict[str, dict[str, Context]]]:
+    """A ResourceClaimTemplate is applied once and taken by pods anywhere in
+    its namespace: one that asks for no GPU (a QAT accelerator) says so for
+    the pods of every unit in the same folder named on the command line,
+    unless some object there of the same name may ask for one."""
+    by_root: dict[str, list[Context]] = {}
+    root_of_unit = {name: root_of(name, roots) for name in merged}
+    for name, context in merged.items():
+        found = root_of_unit[name]
+        if found is not None:
+            by_root.setdefault(found[0], []).append(context)
+    without = {
+        root: frozenset().union(*(c.claims_without_gpus for c in cs))
+        - frozenset().union(*(c.claims_with_gpus for c in cs))
+        for root, cs in by_root.items()
+    }
+    if not any(without.values()):
+        return merged, alternative
+
+    def widened(name: str, context: Context) -> Context:
+        found = root_of_unit[name]
+        if found is None or without[found[0]] <= context.claims_without_gpus:
+            return context
+        return msgspec.structs.replace(context, claims_without_gpus=context.claims_without_gpus | without[found[0]])
+
+    return (
+        {name: widened(name, c) for name, c in merged.items()},
+        {name: {file: widened(name, c) for file, c in files.items()} for name, files in alternative.items()},
+    )
+
+
 def input_roots(paths: Sequence[str]) -> tuple[str, ...]:
     """The folders named on the command line, below which a file's context
     (examples/, tests/) is read; a file named on its own has none."""
@@ -426,7 +459,7 @@ def check_manifests(
             if chosen:
                 varied[name] = chosen
                 merged[name], alternative[name] = variant_contexts(site, files[name], chosen)
-        return _share_replicated_names(merged, alternative, roots)
+        return _share_claims(*_share_replicated_names(merged, alternative, roots), roots)
 
     def judge(
         states: dict[str, tuple], shared: tuple[dict[str, Context], dict[str, dict[str, Context]]]
@@ -438,7 +471,7 @@ def check_manifests(
             own: dict[str, Part] = {}
             if name in alternative:  # each alternative in its own context (and named by its file, below)
                 rest, own = split_alternatives(by_file(read, workloads), alternative[name])
-            gpu_workloads = sum(1 for w in workloads if w.requests_gpus)
+            gpu_workloads = sum(1 for w in workloads if workload_facts.requests_gpus(w, contexts[name]))
             out[name] = _JudgedUnit(
                 read.errors,
                 field_errors,
