@@ -458,3 +458,41 @@ def test_kserve_placeholders_in_an_inference_service_are_text(tmp_path):
         "  predictor:\n    model:\n      modelFormat: {name: vLLM}\n      args: ['--served-model-name={{.Name}}']\n",
     )
     assert isvc.errors == [] and [d.kind for d in isvc.documents] == ["InferenceService"]
+
+
+def test_an_openshift_template_is_read_as_its_objects_with_the_parameters_defaults(tmp_path):
+    text = """\
+kind: Template
+apiVersion: template.openshift.io/v1
+metadata: {name: vllm-runtime-template}
+objects:
+  - apiVersion: serving.kserve.io/v1alpha1
+    kind: ServingRuntime
+    metadata: {name: vllm-runtime}
+    spec:
+      containers:
+        - name: kserve-container
+          image: ${IMAGE}
+          args: ['--served-model-name={{.Name}}', '--port=${PORT}', '--max-model-len=${MAX_LEN}']
+  - apiVersion: apps/v1
+    kind: Deployment
+    metadata: {name: app}
+    spec:
+      replicas: ${{REPLICAS}}
+parameters:
+  - {name: IMAGE, value: 'vllm/vllm-openai:v0.6.3'}
+  - {name: PORT, value: '8080'}
+  - {name: REPLICAS, value: '2'}
+  - {name: MAX_LEN, required: true}
+"""
+    read_result = read(tmp_path, "template.yaml", text)
+    # KServe's own placeholder in a runtime nested in the Template is no Helm action.
+    assert not [e for e in read_result.errors if "not auditable until rendered" in e.message]
+    runtime, deployment = read_result.documents
+    assert (runtime.kind, runtime.base) == ("ServingRuntime", "/objects/0")
+    container = runtime.obj["spec"]["containers"][0]
+    assert container["image"] == "vllm/vllm-openai:v0.6.3"
+    # A default in a string; none given: left as written, for the readers to say so.
+    assert container["args"] == ["--served-model-name={{.Name}}", "--port=8080", "--max-model-len=${MAX_LEN}"]
+    assert deployment.obj["spec"]["replicas"] == 2  # `${{NAME}}`: the default as YAML reads it
+    assert runtime.line == 5 and deployment.line == 13

@@ -387,6 +387,9 @@ def test_file_context_is_read_below_the_folder_named_and_never_above_it() -> Non
     assert file_context("/home/me/tests/repo/examples/serve.yaml", roots) == "example"
     assert file_context("/home/me/tests/repo/docs/versioned_docs/v1/serve.yaml", roots) == "example"
     assert file_context("/home/me/tests/repo/k8s/demo.yaml", roots) == "example"
+    # A hidden folder says what its name says: an archived copy kept in .archive/.
+    assert file_context("/home/me/tests/repo/.archive/kube/apps/hr.yaml", roots) == "test"
+    assert file_context("/home/me/tests/repo/.config/apps/hr.yaml", roots) is None
     # A word inside a file's name says nothing (serve-demo may be deployed as is),
     # nor inside the first folder below the root (a repository named *-samples) ...
     assert file_context("/home/me/tests/repo/k8s/serve-demo.yaml", roots) is None

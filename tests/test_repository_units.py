@@ -660,3 +660,26 @@ def test_a_hidden_folder_of_manifests_is_walked_and_tool_folders_are_not(run_cli
     _, result = check(run_cli, env, "repo")
     assert result["summary"]["gpu_workloads"] == 1
     assert {f["resource"]["name"] for f in result["findings"]} == {"in-hidden-folder"}
+
+
+def test_a_chart_beside_an_umbrella_chart_is_its_own_unit(run_cli, env, tmp_path, monkeypatch):
+    # An umbrella Chart.yaml at the repository's root names the apps' charts
+    # as dependencies it does not vendor; the apps' charts sit in folders
+    # beside it, not under charts/: helm renders each on its own, and so is
+    # each judged. A chart under a chart's charts/ stays its subchart.
+    write(
+        tmp_path / "Chart.yaml",
+        "apiVersion: v2\nname: apps\nversion: 0.1.0\n"
+        "dependencies:\n- name: serve\n  version: 0.1.0\n  repository: https://203.0.113.9/charts\n",
+    )
+    for name, text in CHART.items():
+        write(tmp_path / "serve" / name, text)
+    write(tmp_path / "serve/charts/inner/Chart.yaml", "apiVersion: v2\nname: inner\nversion: 0.1.0\n")
+    monkeypatch.chdir(tmp_path)
+    code, result = check(run_cli, env, ".", "--render-errors", "warn")
+    assert code == 1  # the pin below; the umbrella's unrendered dependency is a warning
+    [umbrella] = [e for e in result["errors"] if e["file"] == "."]
+    assert "its dependencies (serve) are not in charts/" in umbrella["message"]
+    [pin] = [f for f in result["findings"] if f["rule"] == "GPA-PL-001"]
+    assert pin["units"] == ["serve [ci/pinned-values.yaml]"]
+    assert not [e for e in result["errors"] if "inner" in e["file"]]

@@ -226,3 +226,52 @@ def test_a_claim_template_elsewhere_in_the_folder_says_what_a_unit_s_pods_take(t
     rules, _ = load_policy(Config())
     result = check_manifests([str(tmp_path)], Config(), rules)
     assert result.gpu_workloads == gpu_workloads
+
+
+_LWS_405B = """\
+apiVersion: leaderworkerset.x-k8s.io/v1
+kind: LeaderWorkerSet
+metadata: {name: llama-405b}
+spec:
+  replicas: 1
+  leaderWorkerTemplate:
+    size: %d
+    leaderTemplate:
+      spec:
+        nodeSelector: {cloud.google.com/gke-accelerator: nvidia-h100-80gb}
+        containers:
+        - name: leader
+          image: vllm/vllm-openai:v0.6.3
+          command: [sh, -c, "python3 -m vllm.entrypoints.openai.api_server \\"$@\\"", --]
+          args: [--model=meta-llama/Meta-Llama-3.1-405B-Instruct, --tensor-parallel-size=8,
+                 --pipeline_parallel_size=$(PIPELINE_PARALLEL_SIZE)]
+          env:
+          - {name: PIPELINE_PARALLEL_SIZE, value: $(LWS_GROUP_SIZE)}
+          resources:
+            limits: {nvidia.com/gpu: 8, memory: 1000Gi}
+    workerTemplate:
+      spec:
+        nodeSelector: {cloud.google.com/gke-accelerator: nvidia-h100-80gb}
+        containers:
+        - name: worker
+          image: vllm/vllm-openai:v0.6.3
+          command: [sh, -c, "ray start --block --address=$(LWS_LEADER_ADDRESS):6379"]
+          resources:
+            limits: {nvidia.com/gpu: 8, memory: 1000Gi}
+"""
+
+
+@pytest.mark.parametrize(("size", "too_big"), [(2, False), (1, True)])
+def test_a_leader_worker_set_s_group_size_is_the_env_its_controller_sets(tmp_path, size, too_big):
+    # LWS puts LWS_GROUP_SIZE in every container: pipeline parallelism over
+    # the group's two pods spreads a 405B model (~754 GiB) over 16 H100s.
+    # A group of one holds 8 (640 GiB): the weights do not fit.
+    from gpuaudit.pipelines.check import check_manifests
+    from gpuaudit.pipelines.policy import load_policy
+    from gpuaudit.sources.user_config import Config
+
+    (tmp_path / "lws.yaml").write_text(_LWS_405B % size)
+    rules, _ = load_policy(Config())
+    result = check_manifests([str(tmp_path)], Config(), rules)
+    assert any(f.rule == "GPA-AL-016" for f in result.findings) is too_big
+    assert not [f for f in result.findings if f.rule == "GPA-AL-012"]

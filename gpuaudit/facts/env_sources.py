@@ -80,3 +80,31 @@ def with_config_map_env(w: Workload, t: PodTemplate, config_maps: ConfigMaps) ->
         containers=tuple(complete(c) for c in t.containers),
         init_containers=tuple(complete(c) for c in t.init_containers),
     )
+
+
+_LWS_GROUP = "leaderworkerset.x-k8s.io"
+
+
+def with_controller_env(w: Workload, t: PodTemplate) -> PodTemplate:
+    """``t`` with the env its controller puts first in every container:
+    a LeaderWorkerSet's ``LWS_GROUP_SIZE`` (the pods of a group), so that
+    ``--pipeline-parallel-size=$(LWS_GROUP_SIZE)``, directly or through an
+    env value that names it, reads as the number it is."""
+    if w.group != _LWS_GROUP:
+        return t
+    size = pointers.get(w.document.obj, "/spec/leaderWorkerTemplate/size")
+    if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+        return t
+    given = {"LWS_GROUP_SIZE": str(size)}
+
+    def complete(c: Container) -> Container:
+        # Kubernetes expands `$(VAR)` in an env value by the variables before
+        # it; the controller's come first.
+        env = {k: v.replace("$(LWS_GROUP_SIZE)", given["LWS_GROUP_SIZE"]) for k, v in c.env.items()}
+        return replace(c, env={**given, **env})
+
+    return replace(
+        t,
+        containers=tuple(complete(c) for c in t.containers),
+        init_containers=tuple(complete(c) for c in t.init_containers),
+    )

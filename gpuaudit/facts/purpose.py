@@ -345,7 +345,9 @@ def file_context(file: str, roots: Sequence[str]) -> str | None:
         return None
     t = tables()
     segments = [segment.lower() for segment in _PATH_PARTS.split(below)]
-    if any(segment in t.test_contexts for segment in segments[:-1]):
+    # A hidden folder says the same as its name (.archive/ is archive/).
+    folder_names = [name for segment in segments[:-1] for name in (segment, segment.lstrip("."))]
+    if any(name in t.test_contexts for name in folder_names):
         return "test"
     # Whole folder names and the file's stem; a word inside a folder's name
     # (sample-jobs, mnist_demo) only below the first folder, which may be a

@@ -17,7 +17,7 @@ from gpuaudit.facts import Subject
 from gpuaudit.facts import placement as site_placement
 from gpuaudit.facts.activity import cuda_image, pod_activity
 from gpuaudit.facts.context import Context
-from gpuaudit.facts.env_sources import with_config_map_env
+from gpuaudit.facts.env_sources import with_config_map_env, with_controller_env
 from gpuaudit.facts.gpu_names import unadvertised_shared, unknown_mig_profiles
 from gpuaudit.facts.gpu_pools import never_published, sharing_pool
 from gpuaudit.facts.lifecycle import lifecycle_facts
@@ -42,10 +42,11 @@ def subjects(workload: Workload, context: Context | None = None) -> Iterator[Sub
         return
     context = context or Context()
     doc = workload.document
-    # ConfigMap env first: the purpose and every fact read the completed env.
+    # The env completed first (from ConfigMaps, then the controller's): the
+    # purpose and every fact read it.
     effective = [
-        with_config_map_env(workload, gpu_claims_only(workload, t, context), context.config_maps)
-        for t in workload.templates
+        with_controller_env(workload, with_config_map_env(workload, t, context.config_maps))
+        for t in (gpu_claims_only(workload, t, context) for t in workload.templates)
     ]
     lines_by_template = [command_lines(workload, t) for t in effective]
     base = {**_identity(workload), **workload_purpose(workload, lines_by_template, templates=effective)}

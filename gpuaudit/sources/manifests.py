@@ -59,11 +59,17 @@ _HELM_ACTION = re.compile(
 # in a serving runtime's or an InferenceService's args from the
 # InferenceService at run time: text, not Helm (Helm's top-level objects are
 # .Values, .Release, .Chart, ...). Only in files that hold one of those kinds.
-_KSERVE_RUNTIME = re.compile(r"^kind:\s*[\"']?(?:(?:Cluster)?ServingRuntime|InferenceService)\b", re.MULTILINE)
+# At a line's start, or nested (an OpenShift Template's objects, a List's items).
+_KSERVE_RUNTIME = re.compile(
+    r"^[ \t]*(?:-[ \t]+)?kind:\s*[\"']?(?:(?:Cluster)?ServingRuntime|InferenceService)\b", re.MULTILINE
+)
 _KSERVE_PLACEHOLDER = re.compile(r"\{\{-?\s*(?:index\s+)?\.(?:Name|Namespace|Labels|Annotations)\b[^{}]*\}\}")
 
 
 _APPWRAPPER_GROUP = "workload.codeflare.dev/"
+# An OpenShift Template's parameters, as `oc process` puts them in: `${NAME}`
+# inside a string, `${{NAME}}` as a whole value of its own YAML type.
+_TEMPLATE_PARAMETER = re.compile(r"\$\{(\{)?([A-Za-z0-9_]+)\}(?(1)\})")
 HELM_TEMPLATE = "template with {{ }} actions (Helm or another tool)"
 # Kinds whose fields hold templates another tool expands (a chart's values,
 # an ApplicationSet's generators' parameters, an Argo Workflow's own
@@ -385,4 +391,39 @@ def _add_object(obj: Any, name: str, line: int, lines: dict[str, int], base: str
                 ptr = f"{base}/spec/components/{i}/template"
                 _add_object(component.get("template"), name, lines.get(ptr, line), lines, ptr, result)
         return
+    if kind == "Template" and (api_version.startswith("template.openshift.io/") or api_version == "v1"):
+        # An OpenShift Template (how OpenShift AI ships serving runtimes):
+        # its objects, with the parameters' defaults put in as `oc process`
+        # would; a parameter without one stays as written (a GPU count left
+        # `${GPUS}` is said to be a placeholder).
+        defaults = {
+            str(p["name"]): str(p["value"])
+            for p in obj.get("parameters") or []
+            if isinstance(p, dict) and p.get("name") and p.get("value") is not None
+        }
+        objects = obj.get("objects")
+        for i, item in enumerate(objects if isinstance(objects, list) else []):
+            ptr = f"{base}/objects/{i}"
+            _add_object(_with_parameters(item, defaults), name, lines.get(ptr, line), lines, ptr, result)
+        return
     result.documents.append(Document(obj=obj, file=name, line=line, lines=lines, base=base))
+
+
+def _with_parameters(value: Any, defaults: dict[str, str]) -> Any:
+    if isinstance(value, dict):
+        return {k: _with_parameters(v, defaults) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_with_parameters(v, defaults) for v in value]
+    if not isinstance(value, str) or "${" not in value or not defaults:
+        return value
+    whole = _TEMPLATE_PARAMETER.fullmatch(value)
+    if whole and whole.group(1) and whole.group(2) in defaults:
+        try:  # `${{NAME}}`: the default read as YAML (a number, a boolean)
+            return yaml.safe_load(defaults[whole.group(2)])
+        except yaml.YAMLError:
+            return defaults[whole.group(2)]
+
+    def put_in(m: re.Match[str]) -> str:  # inside a string only `${NAME}`, as text
+        return m.group(0) if m.group(1) else defaults.get(m.group(2), m.group(0))
+
+    return _TEMPLATE_PARAMETER.sub(put_in, value)

@@ -123,7 +123,12 @@ def discover(
     templates: list[Path] = []
     for folder, names in _walk(root):
         if render and "Chart.yaml" in names:
-            if not any(folder.is_relative_to(c) for c in charts):  # a subchart belongs to its parent
+            # A subchart (under its parent's charts/) belongs to its parent;
+            # a chart anywhere else in a chart's folder (an umbrella chart at
+            # a repository's root, the apps' charts beside it) is one of its
+            # own: helm renders no chart from outside charts/.
+            parent = max((c for c in charts if folder.is_relative_to(c)), key=lambda c: len(c.parts), default=None)
+            if parent is None or not folder.is_relative_to(parent / "charts"):
                 charts.append(folder)
             continue
         if any(folder.is_relative_to(c) for c in charts):
