@@ -27,7 +27,8 @@ _PRODUCT_PIN = re.compile(r"""(?:\.|\[\s*['"])productName(?:['"]\s*\])?\s*==\s*"
 # vfio.gpu.nvidia.com, gpu.intel.com, gaudi.intel.com, an example driver's
 # gpu.example.com. Not qat.intel.com (crypto), an IMEX channel
 # (compute-domain-default-channel.nvidia.com), a NIC.
-_GPU_DEVICE_CLASS = re.compile(r"(?:^|[.\-_])(?:v?gpus?|mig|gaudi\w*)(?:[.\-_]|$)", re.IGNORECASE)
+# (A pattern text, compiled on first use by re's cache: most runs meet no claim.)
+_GPU_DEVICE_CLASS = r"(?i)(?:^|[.\-_])(?:v?gpus?|mig|gaudi\w*)(?:[.\-_]|$)"
 
 
 def is_claim(doc: Document) -> bool:
@@ -50,7 +51,7 @@ def asks_no_gpu(doc: Document) -> bool:
             classes += [as_map(a).get("deviceClassName") for a in alternatives]
         else:
             classes.append(request.get("deviceClassName") or as_map(request.get("exactly")).get("deviceClassName"))
-    return bool(classes) and all(isinstance(c, str) and c and not _GPU_DEVICE_CLASS.search(c) for c in classes)
+    return bool(classes) and all(isinstance(c, str) and c and not re.search(_GPU_DEVICE_CLASS, c) for c in classes)
 
 
 def subjects(doc: Document, roots: Sequence[str] = ()) -> Iterator[Subject]:

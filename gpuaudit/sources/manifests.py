@@ -69,7 +69,8 @@ _KSERVE_PLACEHOLDER = re.compile(r"\{\{-?\s*(?:index\s+)?\.(?:Name|Namespace|Lab
 _APPWRAPPER_GROUP = "workload.codeflare.dev/"
 # An OpenShift Template's parameters, as `oc process` puts them in: `${NAME}`
 # inside a string, `${{NAME}}` as a whole value of its own YAML type.
-_TEMPLATE_PARAMETER = re.compile(r"\$\{(\{)?([A-Za-z0-9_]+)\}(?(1)\})")
+# (A pattern text, compiled on first use by re's cache: most runs meet no Template.)
+_TEMPLATE_PARAMETER = r"\$\{(\{)?([A-Za-z0-9_]+)\}(?(1)\})"
 HELM_TEMPLATE = "template with {{ }} actions (Helm or another tool)"
 # Kinds whose fields hold templates another tool expands (a chart's values,
 # an ApplicationSet's generators' parameters, an Argo Workflow's own
@@ -416,14 +417,16 @@ def _with_parameters(value: Any, defaults: dict[str, str]) -> Any:
         return [_with_parameters(v, defaults) for v in value]
     if not isinstance(value, str) or "${" not in value or not defaults:
         return value
-    whole = _TEMPLATE_PARAMETER.fullmatch(value)
+    whole = re.fullmatch(_TEMPLATE_PARAMETER, value)
     if whole and whole.group(1) and whole.group(2) in defaults:
-        try:  # `${{NAME}}`: the default read as YAML (a number, a boolean)
-            return yaml.safe_load(defaults[whole.group(2)])
+        text = defaults[whole.group(2)]
+        try:  # `${{NAME}}`: the default read as YAML, a scalar only (a number, a boolean)
+            scalar = yaml.safe_load(text) if len(text) <= 64 else text
         except yaml.YAMLError:
-            return defaults[whole.group(2)]
+            scalar = text
+        return scalar if isinstance(scalar, (int, float, bool, str)) else text
 
     def put_in(m: re.Match[str]) -> str:  # inside a string only `${NAME}`, as text
         return m.group(0) if m.group(1) else defaults.get(m.group(2), m.group(0))
 
-    return _TEMPLATE_PARAMETER.sub(put_in, value)
+    return re.sub(_TEMPLATE_PARAMETER, put_in, value)
