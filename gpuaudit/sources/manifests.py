@@ -60,10 +60,9 @@ _HELM_ACTION = re.compile(
 # InferenceService at run time: text, not Helm (Helm's top-level objects are
 # .Values, .Release, .Chart, ...). Only in files that hold one of those kinds.
 # At a line's start, or nested (an OpenShift Template's objects, a List's items).
-_KSERVE_RUNTIME = re.compile(
-    r"^[ \t]*(?:-[ \t]+)?kind:\s*[\"']?(?:(?:Cluster)?ServingRuntime|InferenceService)\b", re.MULTILINE
-)
-_KSERVE_PLACEHOLDER = re.compile(r"\{\{-?\s*(?:index\s+)?\.(?:Name|Namespace|Labels|Annotations)\b[^{}]*\}\}")
+# (Pattern texts, compiled on first use by re's cache: most files hold neither kind.)
+_KSERVE_RUNTIME = r"(?m)^[ \t]*(?:-[ \t]+)?kind:\s*[\"']?(?:(?:Cluster)?ServingRuntime|InferenceService)\b"
+_KSERVE_PLACEHOLDER = r"\{\{-?\s*(?:index\s+)?\.(?:Name|Namespace|Labels|Annotations)\b[^{}]*\}\}"
 
 
 _APPWRAPPER_GROUP = "workload.codeflare.dev/"
@@ -100,8 +99,8 @@ def _helm_action(text: str) -> re.Match[str] | None:
     plain manifest may show in a comment how a chart would write a value),
     KServe's run-time placeholders in serving runtime files aside."""
     placeholders: list[tuple[int, int]] = []
-    if ("ServingRuntime" in text or "InferenceService" in text) and _KSERVE_RUNTIME.search(text):  # a quick look
-        placeholders = [m.span() for m in _KSERVE_PLACEHOLDER.finditer(text)]
+    if ("ServingRuntime" in text or "InferenceService" in text) and re.search(_KSERVE_RUNTIME, text):  # a quick look
+        placeholders = [m.span() for m in re.finditer(_KSERVE_PLACEHOLDER, text)]
     for match in _HELM_ACTION.finditer(text):
         line_start = text.rfind("\n", 0, match.start()) + 1
         if re.search(_COMMENT_BEFORE, text[line_start : match.start()]):
