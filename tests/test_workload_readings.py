@@ -165,6 +165,24 @@ def test_intel_resources_that_are_no_device_are_no_gpus():
     assert shared == [("gpu.intel.com/i915", "shared", 1.0)]
 
 
+def _check(folder):
+    """`gpuaudit check FOLDER` with the built-in rules, as the pipeline gives it."""
+    from gpuaudit.pipelines.check import check_manifests
+    from gpuaudit.pipelines.policy import load_policy
+    from gpuaudit.sources.user_config import Config
+
+    rules, _ = load_policy(Config())
+    return check_manifests([str(folder)], Config(), rules)
+
+
+def _claim_template(claim: str, device_class: str) -> str:
+    return (
+        f"apiVersion: resource.k8s.io/v1\nkind: ResourceClaimTemplate\nmetadata: {{name: {claim}}}\n"
+        f"spec:\n  spec:\n    devices:\n      requests:\n      - name: dev\n"
+        f"        exactly: {{deviceClassName: {device_class}}}\n"
+    )
+
+
 def _claim_pod(name: str, claim: str, device_class: str | None) -> str:
     pod = (
         f"apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}}}\nspec:\n"
@@ -173,11 +191,7 @@ def _claim_pod(name: str, claim: str, device_class: str | None) -> str:
     )
     if device_class is None:  # the template is not in the input
         return pod
-    return pod + (
-        f"---\napiVersion: resource.k8s.io/v1\nkind: ResourceClaimTemplate\nmetadata: {{name: {claim}}}\n"
-        f"spec:\n  spec:\n    devices:\n      requests:\n      - name: dev\n"
-        f"        exactly: {{deviceClassName: {device_class}}}\n"
-    )
+    return f"{pod}---\n{_claim_template(claim, device_class)}"
 
 
 @pytest.mark.parametrize(
@@ -192,13 +206,8 @@ def _claim_pod(name: str, claim: str, device_class: str | None) -> str:
     ],
 )
 def test_a_dra_claim_is_a_gpu_only_when_its_device_class_may_be_one(tmp_path, device_class, gpu):
-    from gpuaudit.pipelines.check import check_manifests
-    from gpuaudit.pipelines.policy import load_policy
-    from gpuaudit.sources.user_config import Config
-
     (tmp_path / "app.yaml").write_text(_claim_pod("worker", "devices", device_class))
-    rules, _ = load_policy(Config())
-    result = check_manifests([str(tmp_path)], Config(), rules)
+    result = _check(tmp_path)
     assert result.gpu_workloads == (1 if gpu else 0)
     if not gpu:  # no GPU rule speaks of it either
         assert not [f for f in result.findings if f.resource.name == "worker"]
@@ -209,22 +218,15 @@ def test_a_claim_template_elsewhere_in_the_folder_says_what_a_unit_s_pods_take(t
     # Templates applied once, pods in their own kustomize units: the folder
     # named on the command line tells the units what the template asks for,
     # unless another object of that name there may ask for a GPU.
-    from gpuaudit.pipelines.check import check_manifests
-    from gpuaudit.pipelines.policy import load_policy
-    from gpuaudit.sources.user_config import Config
-
-    template = _claim_pod("unused", "qat-sym", "qat.intel.com").split("---\n", 1)[1]
     (tmp_path / "claims").mkdir()
-    (tmp_path / "claims" / "templates.yaml").write_text(template)
+    (tmp_path / "claims" / "templates.yaml").write_text(_claim_template("qat-sym", "qat.intel.com"))
     (tmp_path / "app").mkdir()
     (tmp_path / "app" / "pod.yaml").write_text(_claim_pod("worker", "qat-sym", None))
     (tmp_path / "app" / "kustomization.yaml").write_text("resources: [pod.yaml]\n")
     if gpu_twin:
         (tmp_path / "other").mkdir()
-        twin = _claim_pod("unused", "qat-sym", "gpu.intel.com").split("---\n", 1)[1]
-        (tmp_path / "other" / "templates.yaml").write_text(twin)
-    rules, _ = load_policy(Config())
-    result = check_manifests([str(tmp_path)], Config(), rules)
+        (tmp_path / "other" / "templates.yaml").write_text(_claim_template("qat-sym", "gpu.intel.com"))
+    result = _check(tmp_path)
     assert result.gpu_workloads == gpu_workloads
 
 
@@ -266,12 +268,7 @@ def test_a_leader_worker_set_s_group_size_is_the_env_its_controller_sets(tmp_pat
     # LWS puts LWS_GROUP_SIZE in every container: pipeline parallelism over
     # the group's two pods spreads a 405B model (~754 GiB) over 16 H100s.
     # A group of one holds 8 (640 GiB): the weights do not fit.
-    from gpuaudit.pipelines.check import check_manifests
-    from gpuaudit.pipelines.policy import load_policy
-    from gpuaudit.sources.user_config import Config
-
     (tmp_path / "lws.yaml").write_text(_LWS_405B % size)
-    rules, _ = load_policy(Config())
-    result = check_manifests([str(tmp_path)], Config(), rules)
+    result = _check(tmp_path)
     assert any(f.rule == "GPA-AL-016" for f in result.findings) is too_big
     assert not [f for f in result.findings if f.rule == "GPA-AL-012"]

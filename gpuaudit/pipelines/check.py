@@ -22,6 +22,7 @@ import os
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from itertools import chain
 from pathlib import Path
+from typing import Any
 
 import msgspec
 
@@ -105,80 +106,61 @@ def _baselines(result: AuditResult, baselines: Baselines, say: Callable[[str], N
     return written
 
 
-def _share_replicated_names(
+def _share_across_roots(
     merged: dict[str, Context], alternative: dict[str, dict[str, Context]], roots: Sequence[str]
 ) -> tuple[dict[str, Context], dict[str, dict[str, Context]]]:
-    """A time-slicing config shares the GPUs of the nodes it is given, not
-    the objects of its own unit: a request anywhere in the same folder named
-    on the command line (a GitOps repository keeps the device plugin's
-    config in one app folder, the GPU apps in others) may be a turn on one
-    of them, when that folder holds one such config. Files named on their
-    own stay apart."""
+    """What one unit's objects say for the units beside it in the same
+    folder named on the command line (a GitOps repository keeps the device
+    plugin's config, or a claim template, in one app folder and the GPU
+    apps in others); files named on their own stay apart.
+
+    A time-slicing config shares the GPUs of the nodes it is given: a
+    request anywhere in the folder may be a turn on one of them, when the
+    folder holds one such config. A ResourceClaimTemplate is applied once
+    and taken by pods anywhere in its namespace: one that asks for no GPU (a
+    QAT accelerator) says so for every unit's pods, unless some object of
+    that name there may ask for one."""
     by_root: dict[str, list[Context]] = {}
     root_of_unit = {name: root_of(name, roots) for name in merged}
     for name, context in merged.items():
         found = root_of_unit[name]
         if found is not None:
             by_root.setdefault(found[0], []).append(context)
+    shared = {root: _shared_in_root(cs) for root, cs in by_root.items()}
+    if not any(shared.values()):
+        return merged, alternative
+
+    def widened(name: str, context: Context) -> Context:
+        found = root_of_unit[name]
+        changes = dict(shared[found[0]]) if found is not None else {}
+        if "claims_without_gpus" in changes:
+            changes["claims_without_gpus"] |= context.claims_without_gpus
+        return msgspec.structs.replace(context, **changes) if changes else context
+
+    return (
+        {name: widened(name, c) for name, c in merged.items()},
+        {name: {file: widened(name, c) for file, c in files.items()} for name, files in alternative.items()},
+    )
+
+
+def _shared_in_root(contexts: Sequence[Context]) -> dict[str, Any]:
+    """The context fields the units of one folder share (_share_across_roots)."""
+    changes: dict[str, Any] = {}
     # One config object in the root is the cluster's; several may be several
     # clusters' (a folder of examples, an overlay per cluster): then each unit
     # keeps its own.
-    replicated = {
-        root: frozenset().union(*(c.replicated_names for c in cs))
-        if len(frozenset().union(*(c.replicated_by for c in cs))) == 1
-        else frozenset()
-        for root, cs in by_root.items()
-    }
-    if not any(replicated.values()):
-        return merged, alternative
-    # What the root's workloads ask for, with it: a config there is judged
-    # against them (GPA-SH-004: a pod that takes several replicas).
-    most_asked = {root: largest_values(c.most_asked for c in cs) for root, cs in by_root.items()}
-
-    def widened(name: str, context: Context) -> Context:
-        found = root_of_unit[name]
-        if found is None or not replicated[found[0]]:
-            return context
-        root = found[0]
-        return msgspec.structs.replace(context, replicated_names=replicated[root], most_asked=most_asked[root])
-
-    return (
-        {name: widened(name, c) for name, c in merged.items()},
-        {name: {file: widened(name, c) for file, c in files.items()} for name, files in alternative.items()},
-    )
-
-
-def _share_claims(
-    merged: dict[str, Context], alternative: dict[str, dict[str, Context]], roots: Sequence[str]
-) -> tuple[dict[str, Context], dict[str, dict[str, Context]]]:
-    """A ResourceClaimTemplate is applied once and taken by pods anywhere in
-    its namespace: one that asks for no GPU (a QAT accelerator) says so for
-    the pods of every unit in the same folder named on the command line,
-    unless some object there of the same name may ask for one."""
-    by_root: dict[str, list[Context]] = {}
-    root_of_unit = {name: root_of(name, roots) for name in merged}
-    for name, context in merged.items():
-        found = root_of_unit[name]
-        if found is not None:
-            by_root.setdefault(found[0], []).append(context)
-    without = {
-        root: frozenset().union(*(c.claims_without_gpus for c in cs))
-        - frozenset().union(*(c.claims_with_gpus for c in cs))
-        for root, cs in by_root.items()
-    }
-    if not any(without.values()):
-        return merged, alternative
-
-    def widened(name: str, context: Context) -> Context:
-        found = root_of_unit[name]
-        if found is None or without[found[0]] <= context.claims_without_gpus:
-            return context
-        return msgspec.structs.replace(context, claims_without_gpus=context.claims_without_gpus | without[found[0]])
-
-    return (
-        {name: widened(name, c) for name, c in merged.items()},
-        {name: {file: widened(name, c) for file, c in files.items()} for name, files in alternative.items()},
-    )
+    if len(frozenset().union(*(c.replicated_by for c in contexts))) == 1:
+        replicated = frozenset().union(*(c.replicated_names for c in contexts))
+        if replicated:
+            changes["replicated_names"] = replicated
+            # What the root's workloads ask for, with it: a config there is
+            # judged against them (GPA-SH-004: a pod that takes several replicas).
+            changes["most_asked"] = largest_values(c.most_asked for c in contexts)
+    without = frozenset().union(*(c.claims_without_gpus for c in contexts))
+    without -= frozenset().union(*(c.claims_with_gpus for c in contexts))
+    if without:
+        changes["claims_without_gpus"] = without
+    return changes
 
 
 def input_roots(paths: Sequence[str]) -> tuple[str, ...]:
@@ -459,7 +441,7 @@ def check_manifests(
             if chosen:
                 varied[name] = chosen
                 merged[name], alternative[name] = variant_contexts(site, files[name], chosen)
-        return _share_claims(*_share_replicated_names(merged, alternative, roots), roots)
+        return _share_across_roots(merged, alternative, roots)
 
     def judge(
         states: dict[str, tuple], shared: tuple[dict[str, Context], dict[str, dict[str, Context]]]

@@ -404,7 +404,8 @@ def _add_object(obj: Any, name: str, line: int, lines: dict[str, int], base: str
         objects = obj.get("objects")
         for i, item in enumerate(objects if isinstance(objects, list) else []):
             ptr = f"{base}/objects/{i}"
-            _add_object(_with_parameters(item, defaults), name, lines.get(ptr, line), lines, ptr, result)
+            item = _with_parameters(item, defaults) if defaults else item
+            _add_object(item, name, lines.get(ptr, line), lines, ptr, result)
         return
     result.documents.append(Document(obj=obj, file=name, line=line, lines=lines, base=base))
 
@@ -414,7 +415,7 @@ def _with_parameters(value: Any, defaults: dict[str, str]) -> Any:
         return {k: _with_parameters(v, defaults) for k, v in value.items()}
     if isinstance(value, list):
         return [_with_parameters(v, defaults) for v in value]
-    if not isinstance(value, str) or "${" not in value or not defaults:
+    if not isinstance(value, str) or "${" not in value:
         return value
     whole = re.fullmatch(_TEMPLATE_PARAMETER, value)
     if whole and whole.group(1) and whole.group(2) in defaults:
