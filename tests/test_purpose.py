@@ -393,10 +393,24 @@ def test_file_context_is_read_below_the_folder_named_and_never_above_it() -> Non
     # A word inside a file's name says nothing (serve-demo may be deployed as is),
     # nor inside the first folder below the root (a repository named *-samples) ...
     assert file_context("/home/me/tests/repo/k8s/serve-demo.yaml", roots) is None
+    # ... but a file named for what it shows, or for MNIST, is one.
+    assert file_context("/home/me/tests/repo/samples-tf-mnist-demo.yaml", roots) == "example"
+    assert file_context("/home/me/tests/repo/pytorchjob/pytorch_job_mnist_gloo.yaml", roots) == "example"
+    assert file_context("/home/me/tests/repo/k8s/latest-example.yaml", roots) == "example"
     assert file_context("/home/me/tests/repo/kubernetes-engine-samples/serve.yaml", roots) is None
     # ... but a folder below that one, named for what it shows, does.
     assert file_context("/home/me/tests/repo/setup.kubecon/sample-jobs/train.yaml", roots) == "example"
     assert file_context("/home/me/tests/repo/kubernetes-engine-samples/mnist_demo/train.yaml", roots) == "example"
+    # Course material and interview scenarios teach; test workloads and files
+    # broken on purpose are fixtures, by a word of a folder's name below the first.
+    assert file_context("/home/me/tests/repo/Interview/pairing-interview-scenarios/s3/job.yaml", roots) == "example"
+    assert file_context("/home/me/tests/repo/k8s/gpu-workshop/serve.yaml", roots) == "example"
+    assert file_context("/home/me/tests/repo/infra/test-workloads/multi-gpu-job.yaml", roots) == "test"
+    assert file_context("/home/me/tests/repo/infra/faulty-scenarios/job.yaml", roots) == "test"
+    # The first folder may be a repository's own name.
+    assert file_context("/home/me/tests/repo/nccl-tests/job.yaml", roots) is None
+    assert file_context("/home/me/tests/repo/apps/ci-runner/job.yaml", roots) is None
+    assert file_context("/home/me/tests/repo/apps/latest/job.yaml", roots) is None
     # A tree copied flat (`__` for each folder) is one folder: its repository's name says nothing,
     # wherever it sits below the root.
     assert file_context("/home/me/tests/repo/GCP__kubernetes-engine-samples__ai-ml/job.yaml", roots) is None

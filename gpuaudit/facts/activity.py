@@ -131,8 +131,7 @@ def saturates_gpus(c: Container) -> bool:
     dcgmproftester: data/gpu_programs.yaml), a program that exists to load
     whole GPUs: a predicate a pod's purpose can later be built on."""
     tools = _saturating()
-    repository = c.image.lower().split("@", 1)[0]
-    if repository.rsplit("/", 1)[-1].split(":", 1)[0] in tools:
+    if _repository_name(c.image) in tools:
         return True
     script = _script(c).lower()
     words = {posixpath.basename(w) for w in re.split(r"[\s;|&()'\"]+", script) if w}
@@ -153,6 +152,25 @@ def cuda_image(image: str) -> bool:
     if reference.startswith(tuple(f"{r}/" for r in registries)):
         return True
     return not words.isdisjoint(re.split(r"[/:._-]+", reference))
+
+
+@cache
+def _exporters() -> frozenset[str]:
+    return frozenset(str(p).lower() for p in data_yaml("gpu_programs.yaml")["exporters"])
+
+
+def gpu_exporter(image: str) -> bool:
+    """Whether the image is a GPU metrics exporter (data/gpu_programs.yaml
+    exporters: dcgm-exporter, nvidia_gpu_exporter), which reads every GPU of
+    its node and needs none allocated."""
+    return _repository_name(image) in _exporters()
+
+
+def _repository_name(image: str) -> str:
+    """The last path segment of an image's repository, lower-cased:
+    `dcgm-exporter` of nvcr.io/nvidia/k8s/dcgm-exporter:3.3.5-3.4.1-ubuntu22.04."""
+    repository = image.lower().split("@", 1)[0]
+    return repository.rsplit("/", 1)[-1].split(":", 1)[0]
 
 
 @cache

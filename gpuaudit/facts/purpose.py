@@ -73,7 +73,9 @@ class _Tables(msgspec.Struct, frozen=True):
     placeholder_images: _Entry
     demo_contexts: frozenset[str]
     demo_words: frozenset[str]
+    demo_file_words: frozenset[str]
     test_contexts: frozenset[str]
+    test_words: frozenset[str]
     simulated: Mapping[str, Any]
     names: tuple[_Entry, ...]
     server_images: _Entry
@@ -118,7 +120,9 @@ def tables() -> _Tables:
         placeholder_images=_entry(data["placeholder_images"], "placeholder"),
         demo_contexts=frozenset(str(s).lower() for s in data["demo_contexts"]),
         demo_words=frozenset(str(s).lower() for s in data["demo_words"]),
+        demo_file_words=frozenset(str(s).lower() for s in data["demo_file_words"]),
         test_contexts=frozenset(str(s).lower() for s in data["test_contexts"]),
+        test_words=frozenset(str(s).lower() for s in data["test_words"]),
         simulated=data["simulated"],
         names=_entries(data["names"]),
         server_images=_entry(data["server_images"], "service"),
@@ -345,21 +349,23 @@ def file_context(file: str, roots: Sequence[str]) -> str | None:
         return None
     t = tables()
     segments = [segment.lower() for segment in _PATH_PARTS.split(below)]
+    # Real folders below the first, and not a flat copy's (`owner__repo`):
+    # the first may be a repository's own name when the root holds several
+    # (a repository named kubernetes-engine-samples holds services to deploy).
+    folders = [f for f in below.lower().replace("\\", "/").split("/")[1:-1] if "__" not in f]
+    worded = [set(_NOT_ALNUM.split(f)) for f in folders]
     # A hidden folder says the same as its name (.archive/ is archive/).
     folder_names = [name for segment in segments[:-1] for name in (segment, segment.lstrip("."))]
-    if any(name in t.test_contexts for name in folder_names):
+    if any(name in t.test_contexts for name in folder_names) or any(not t.test_words.isdisjoint(w) for w in worded):
         return "test"
     # Whole folder names and the file's stem; a word inside a folder's name
-    # (sample-jobs, mnist_demo) only below the first folder, which may be a
-    # repository's own name when the root holds several (a repository
-    # named kubernetes-engine-samples holds services to deploy).
+    # (sample-jobs, mnist_demo) or the file's own (samples-tf-mnist-demo).
     stem = segments[-1].rsplit(".", 1)[0]
     if any(s in t.demo_contexts for s in (*segments[:-1], stem)):
         return "example"
-    # Real folders, and not a flat copy's (`owner__repo`): that names a repository.
-    folders = [f for f in below.lower().replace("\\", "/").split("/")[1:-1] if "__" not in f]
-    worded = any(not t.demo_words.isdisjoint(_NOT_ALNUM.split(s)) for s in folders)
-    return "example" if worded else None
+    if any(not t.demo_words.isdisjoint(w) for w in worded) or not t.demo_file_words.isdisjoint(_NOT_ALNUM.split(stem)):
+        return "example"
+    return None
 
 
 def _below(file: str, roots: Sequence[str]) -> str | None:

@@ -535,6 +535,25 @@ class ContainerFacts(_OfWorkload, kw_only=True, frozen=True):
     args: Annotated[list[str], Meta(description="command followed by args.")]
     env: Annotated[list[str], Meta(description="Names of environment variables set.")]
     visible_devices: Annotated[str | None, Meta(description="NVIDIA_VISIBLE_DEVICES as set by hand.")]
+    gpu_exporter: Annotated[
+        bool,
+        Meta(
+            description=(
+                "The image is a GPU metrics exporter (dcgm-exporter, nvidia_gpu_exporter: gpuaudit/data/"
+                "gpu_programs.yaml exporters), which reads every GPU of its node and needs none allocated."
+            )
+        ),
+    ]
+    privileged: Annotated[
+        bool,
+        Meta(
+            description=(
+                "securityContext.privileged is true: the container gets every device node of its host, so it sees "
+                "and can use every GPU of its node, not only those the device plugin allocated to it."
+            )
+        ),
+    ]
+    privileged_pointer: Annotated[str | None, Meta(description="The securityContext.privileged field, when true.")]
     gpu: GpuRequests
     merged_over: Annotated[
         str | None,

@@ -15,7 +15,7 @@ import msgspec.structs
 from gpuaudit import gpus
 from gpuaudit.facts import Subject
 from gpuaudit.facts import placement as site_placement
-from gpuaudit.facts.activity import cuda_image, pod_activity
+from gpuaudit.facts.activity import cuda_image, gpu_exporter, pod_activity
 from gpuaudit.facts.context import Context
 from gpuaudit.facts.env_sources import with_config_map_env, with_controller_env
 from gpuaudit.facts.gpu_names import unadvertised_shared, unknown_mig_profiles
@@ -233,6 +233,9 @@ def container_facts(
         "args": list(c.command + c.args),
         "env": sorted(c.env),
         "visible_devices": c.env.get("NVIDIA_VISIBLE_DEVICES"),
+        "gpu_exporter": gpu_exporter(c.image),
+        "privileged": c.privileged,
+        "privileged_pointer": f"{c.pointer}/securityContext/privileged" if c.privileged else None,
         "gpu": gpu,
         "merged_over": c.merged_over,
         "cpu_request": cpu_request,

@@ -58,6 +58,9 @@ class Container(msgspec.Struct, frozen=True):
     # What the controller merges this container over before it runs (KServe:
     # the serving runtime's container); its unset fields are then unknown here.
     merged_over: str | None = None
+    # securityContext.privileged: the container gets every device node of its
+    # host, every GPU among them, whatever the device plugin gave it.
+    privileged: bool = False
 
 
 class PodTemplate(msgspec.Struct, frozen=True):

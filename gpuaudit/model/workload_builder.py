@@ -353,6 +353,7 @@ class _TemplateBuilder:
             args=_str_list(c.get("args")),
             env=_env(c.get("env")),
             volume_mounts=_mounts(c.get("volumeMounts")),
+            privileged=_privileged(c.get("securityContext")),
             **self._resource_fields(resources_, res_ptr),
         )
 
@@ -636,3 +637,7 @@ def _mounts(value: Any) -> dict[str, str]:
             if isinstance(item, Mapping) and item.get("name") is not None:
                 out[str(item["name"])] = str(item.get("mountPath") or "")
     return out
+
+
+def _privileged(security_context: Any) -> bool:
+    return isinstance(security_context, Mapping) and security_context.get("privileged") is True
