@@ -633,6 +633,24 @@ def test_a_file_its_kustomization_lists_in_a_comment_is_switched_off(run_cli, en
     assert "switched-off" not in names and {"served", "applied-by-hand"} <= names
 
 
+def test_a_folder_its_parent_kustomization_lists_in_a_comment_is_switched_off(run_cli, env, tmp_path, monkeypatch):
+    # `# - functionary`: the app's own kustomization is not rendered, nor its
+    # files judged as plain ones; its sibling, listed, is, and so is an app a
+    # second kustomization still lists although the first commented it out.
+    ml = tmp_path / "ml/prod"
+    write(ml / "kustomization.yaml", "resources:\n  - ollama\n  # - functionary\n  # - shared/\n")
+    for app, name in (("ollama", "served"), ("functionary", "switched-off"), ("shared", "listed-elsewhere")):
+        write(ml / app / "kustomization.yaml", "resources:\n  - deployment.yaml\n")
+        write(ml / app / "deployment.yaml", DEPLOYMENT.format(name=name))
+    write(ml / "functionary/extra.yaml", DEPLOYMENT.format(name="switched-off-too"))
+    write(tmp_path / "ml/staging/kustomization.yaml", "resources:\n  - ../prod/shared\n")
+    monkeypatch.chdir(tmp_path)
+    _, result = check(run_cli, env, "ml")
+    names = {f["resource"]["name"] for f in result["findings"]}
+    assert "switched-off" not in names and "switched-off-too" not in names
+    assert {"served", "listed-elsewhere"} <= names
+
+
 def test_a_patch_that_names_a_container_its_base_lacks_is_said(run_cli, env, tmp_path, monkeypatch):
     # The patch means to give the notebook its GPU, but names a container the
     # base does not have: kustomize adds one without an image, which the API

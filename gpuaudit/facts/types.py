@@ -544,6 +544,16 @@ class ContainerFacts(_OfWorkload, kw_only=True, frozen=True):
             )
         ),
     ]
+    owns_gpu_node: Annotated[
+        bool,
+        Meta(
+            description=(
+                "Its pod is pinned to cloud instance types (node.kubernetes.io/instance-type) and holds every GPU a "
+                "node of those types carries (gpuaudit/data/instance_gpus.yaml; p5.4xlarge has 1, g6e.12xlarge 4), "
+                "none of them shared: the node's only GPU tenant."
+            )
+        ),
+    ]
     privileged: Annotated[
         bool,
         Meta(

@@ -20,6 +20,7 @@ from gpuaudit.facts.context import Context
 from gpuaudit.facts.env_sources import with_config_map_env, with_controller_env
 from gpuaudit.facts.gpu_names import unadvertised_shared, unknown_mig_profiles
 from gpuaudit.facts.gpu_pools import never_published, sharing_pool
+from gpuaudit.facts.instance_gpus import node_gpus
 from gpuaudit.facts.lifecycle import lifecycle_facts
 from gpuaudit.facts.process import CommandLine, command_lines, container_process_facts, pod_process_facts
 from gpuaudit.facts.purpose import file_context, purpose_facts
@@ -216,6 +217,11 @@ def container_facts(
         or any(r.resource in replicated for r in c.gpus)
     )
     count = gpu["count"]
+    # A pod holding every GPU of the instance type it is pinned to is that
+    # node's only GPU tenant (a shared GPU has other tenants by design).
+    pod_gpus = sum(r.count or 0 for other in template.containers for r in other.gpus if r.mode == "whole")
+    on_node = node_gpus(_node_selector(template), required_terms(template.spec))
+    owns_gpu_node = not gpu["slice"] and on_node is not None and pod_gpus >= on_node
     # Kubernetes copies a limit to an absent request; what a controller merges
     # the container over may set the request instead, so then it stays unknown.
     cpu_request = c.cpu_request if c.cpu_request is not None or c.merged_over else c.cpu_limit
@@ -234,6 +240,7 @@ def container_facts(
         "env": sorted(c.env),
         "visible_devices": c.env.get("NVIDIA_VISIBLE_DEVICES"),
         "gpu_exporter": gpu_exporter(c.image),
+        "owns_gpu_node": owns_gpu_node,
         "privileged": c.privileged,
         "privileged_pointer": f"{c.pointer}/securityContext/privileged" if c.privileged else None,
         "gpu": gpu,
@@ -359,15 +366,17 @@ def _site_placement(
 
 
 def _sharing_pool_of(t: PodTemplate) -> dict[str, str] | None:
+    return sharing_pool(_node_selector(t), required_terms(t.spec))
+
+
+def _node_selector(t: PodTemplate) -> dict[str, str]:
     node_selector = t.spec.get("nodeSelector")
-    node_selector = {str(k): str(v) for k, v in node_selector.items()} if isinstance(node_selector, Mapping) else {}
-    return sharing_pool(node_selector, required_terms(t.spec))
+    return {str(k): str(v) for k, v in node_selector.items()} if isinstance(node_selector, Mapping) else {}
 
 
 def placement_facts(t: PodTemplate) -> dict[str, Any]:
     spec = t.spec
-    node_selector = spec.get("nodeSelector")
-    node_selector = {str(k): str(v) for k, v in node_selector.items()} if isinstance(node_selector, Mapping) else {}
+    node_selector = _node_selector(t)
     terms = required_terms(spec)
     pinned_node, pinned_by, pinned_ptr = None, None, None
     if isinstance(spec.get("nodeName"), str) and spec["nodeName"]:

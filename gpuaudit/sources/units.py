@@ -89,9 +89,12 @@ class Kustomization(msgspec.Struct):
     remote: list[str]  # remote resources it names
     problem: str | None = None  # unreadable, or it names something missing
     unreadable: bool = False  # what it reads is unknown: every file in its folder and below may be its fragment
-    # files of its folder and below its author commented out (`# - job.yaml`):
-    # deliberately not deployed, so not judged as plain files either
+    # files of its folder and below its author commented out (`# - job.yaml`),
+    # and folders (`# - functionary`): deliberately not deployed, so not judged
+    # as plain files or kustomize units either
     commented_out: list[Path] = msgspec.field(default_factory=list)
+    # a kustomization above lists this folder in a comment (see commented_out)
+    switched_off: bool = False
 
 
 class Repository(msgspec.Struct):
@@ -141,6 +144,10 @@ def discover(
                 path = folder / name
                 (templates if is_template_name(name) else plain).append(path)
     used = {f for k in kustomizations.values() for f in k.folders}
+    for k in kustomizations.values():
+        for folder in k.commented_out:
+            if folder in kustomizations and folder not in used:
+                kustomizations[folder].switched_off = True
     consumed = {k.file for k in kustomizations.values()}
     consumed |= {f for k in kustomizations.values() for f in k.files}
     units: list[Unit] = []
@@ -155,7 +162,7 @@ def discover(
     done: set[Path] = set()
     for folder in sorted(kustomizations):
         k = kustomizations[folder]
-        if folder in used or k.component:
+        if folder in used or k.component or k.switched_off:
             continue
         unit = _kustomize_unit(k, kustomizations, shown, allow_remote)
         done.add(folder)
@@ -183,12 +190,15 @@ def _is_plain(file: Path, kustomizations: Mapping[Path, Kustomization], top: Pat
     outside every kustomization's folder, always; inside one, when it holds
     Kubernetes objects (a patch or a config that nothing names yet is a
     fragment, never judged alone), unless a kustomization above it could
-    not be read (then what it reads is unknown) or lists it in a comment
-    (its author switched it off)."""
+    not be read (then what it reads is unknown) or lists it, or a folder
+    above it, in a comment (its author switched it off)."""
     packages = list(_packages_of(file, kustomizations, top))
     if not packages:
         return True
-    if any(kustomizations[p].unreadable or file in kustomizations[p].commented_out for p in packages):
+    if any(
+        kustomizations[p].unreadable or kustomizations[p].switched_off or file in kustomizations[p].commented_out
+        for p in packages
+    ):
         return False
     return holds_objects(file)
 
@@ -343,17 +353,23 @@ def kustomization_in(directory: Path) -> Path | None:
     return None
 
 
-# A list item in a comment that names a manifest: `# - ./job-dual-gpu.yaml`.
-_COMMENTED_ITEM = r"(?m)^\s*#+\s*-\s*['\"]?([^\s'\"#]+\.(?:ya?ml|json))['\"]?\s*$"  # compiled on first use
+# A list item in a comment that names a manifest or a folder:
+# `# - ./job-dual-gpu.yaml`, `# - functionary`.
+_COMMENTED_ITEM = r"(?m)^\s*#+\s*-\s*['\"]?([^\s'\"#:]+?)/?['\"]?\s*$"  # compiled on first use
 
 
 def _commented_out(text: str, folder: Path) -> list[Path]:
-    """The files of ``folder`` and below that a comment of its kustomization
-    lists, as a resource written and then switched off."""
+    """The manifests and kustomization folders of ``folder`` and below that
+    a comment of its kustomization lists, as a resource written and then
+    switched off."""
     found = []
     for name in re.findall(_COMMENTED_ITEM, text):
         path = Path(os.path.normpath(folder / name))
-        if path.is_relative_to(folder) and path.is_file():
+        if not path.is_relative_to(folder) or path == folder:
+            continue
+        if (path.is_file() and path.name.endswith((".yaml", ".yml", ".json"))) or (
+            path.is_dir() and kustomization_in(path) is not None
+        ):
             found.append(path)
     return found
 
