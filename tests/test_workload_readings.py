@@ -58,6 +58,16 @@ def test_gfd_writes_the_nvml_name_with_dashes(nvml, label):
         ("NVIDIA-L4-24GB", False),
         ("nvidia-tesla-t4", False),  # GKE's accelerator name
         ("NVIDIA H100", False),  # a space
+        # Families by whole words: H20 is not H200, A10G is A10's, L40S L40's.
+        ("NVIDIA-H20", True),
+        ("NVIDIA-H20-141GB-HBM3e", True),
+        ("NVIDIA-H200-NVL", True),
+        ("NVIDIA-GH200-480GB", True),
+        ("NVIDIA-A10G", True),
+        ("NVIDIA-L40S", True),
+        ("NVIDIA-L40S-48GB", False),
+        ("NVIDIA-A30-24GB", False),
+        ("NVIDIA-B200-SXM", False),
     ],
 )
 def test_product_names_gfd_publishes(value, published):

@@ -9,6 +9,8 @@ from collections.abc import Mapping, Sequence
 from functools import cache
 from typing import Any
 
+import msgspec
+
 from gpuaudit.bundled import data_yaml
 from gpuaudit.kube.shapes import as_list
 
@@ -76,11 +78,28 @@ def gfd_label_value(nvml_name: str) -> str:
     return _NOT_IN_LABEL.sub("", nvml_name.replace(" ", "-"))
 
 
+class _Family(msgspec.Struct, frozen=True):
+    contains: tuple[str, ...]
+    words: frozenset[str]
+    names: frozenset[str]
+
+    def named_by(self, lowered: str) -> bool:
+        """Whether a lower-cased selector value means to name this family."""
+        if any(text in lowered for text in self.contains):
+            return True
+        return not self.words.isdisjoint(lowered.replace("_", "-").split("-"))
+
+
 @cache
-def _gfd_families() -> tuple[tuple[re.Pattern[str], frozenset[str]], ...]:
+def _gfd_families() -> tuple[_Family, ...]:
     data = data_yaml("gfd_products.yaml")
     return tuple(
-        (re.compile(f["pattern"]), frozenset(gfd_label_value(n) for n in f["names"])) for f in data["families"]
+        _Family(
+            contains=tuple(str(t).lower() for t in f.get("contains") or ()),
+            words=frozenset(str(w).lower() for w in f.get("words") or ()),
+            names=frozenset(gfd_label_value(n) for n in f["names"]),
+        )
+        for f in data["families"]
     )
 
 
@@ -89,9 +108,9 @@ def _published(value: str) -> bool:
         return False
     base = _GFD_SUFFIX.sub("", value, count=1)
     lowered = base.lower()
-    for pattern, names in _gfd_families():
-        if pattern.search(lowered):
-            return base in names
+    for family in _gfd_families():
+        if family.named_by(lowered):
+            return base in family.names
     return True  # a family the catalogue does not list: not judged
 
 
