@@ -443,6 +443,29 @@ def test_a_library_chart_is_no_unit_and_a_local_dependency_is_rendered_in_a_copy
     assert error["level"] == "error" and error["message"].endswith("library charts are not installable")
 
 
+def test_a_vendored_subchart_is_named_by_its_folder_not_its_alias(run_cli, tools_path, tmp_path):
+    """helm names a subchart's templates `<parent>/charts/<alias>/...`: a
+    finding there points at the file in the subchart's own folder
+    (charts/nemotron-nano-9b-v2, aliased nemotron), where a reviewer's
+    comment can attach."""
+    helm_or_skip(tools_path)
+    parent = tmp_path / "nims"
+    write_chart(parent, "nims", {})
+    write_chart(parent / "charts/nemotron-nano-9b-v2", "nemotron-nano-9b-v2", {"templates/pod.yaml": POD_OF_RELEASE})
+    write_chart(parent / "charts/plain", "plain", {"templates/pod.yaml": POD_OF_RELEASE.replace("worker", "plain")})
+    (parent / "Chart.yaml").write_text(
+        "apiVersion: v2\nname: nims\nversion: 0.1.0\ndependencies:\n"
+        "- {name: nemotron-nano-9b-v2, alias: nemotron, version: 0.1.0}\n- {name: plain, version: 0.1.0}\n"
+    )
+    result = report(run_cli("check", "--helm-chart", str(parent), "-o", "json", env={"PATH": tools_path}))
+    files = {f["location"]["file"] for f in result["findings"] if f["rule"] == "GPA-PL-001"}
+    assert files == {
+        f"{parent}/charts/nemotron-nano-9b-v2/templates/pod.yaml",
+        f"{parent}/charts/plain/templates/pod.yaml",
+    }
+    assert all(Path(f).is_file() for f in files)
+
+
 def test_a_local_dependency_that_cannot_be_copied_in_says_why(run_cli, tools_path, tmp_path):
     helm_or_skip(tools_path)
     repo = tmp_path / "repo"

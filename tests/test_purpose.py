@@ -407,6 +407,8 @@ def test_file_context_is_read_below_the_folder_named_and_never_above_it() -> Non
     assert file_context("/home/me/tests/repo/k8s/gpu-workshop/serve.yaml", roots) == "example"
     assert file_context("/home/me/tests/repo/infra/test-workloads/multi-gpu-job.yaml", roots) == "test"
     assert file_context("/home/me/tests/repo/infra/faulty-scenarios/job.yaml", roots) == "test"
+    assert file_context("/home/me/tests/repo/infra/base/intel-gpu/gpu-test-job.yaml", roots) == "test"
+    assert file_context("/home/me/tests/repo/apps/latest-model.yaml", roots) is None
     # The first folder may be a repository's own name.
     assert file_context("/home/me/tests/repo/nccl-tests/job.yaml", roots) is None
     assert file_context("/home/me/tests/repo/apps/ci-runner/job.yaml", roots) is None
@@ -415,7 +417,8 @@ def test_file_context_is_read_below_the_folder_named_and_never_above_it() -> Non
     # wherever it sits below the root.
     assert file_context("/home/me/tests/repo/GCP__kubernetes-engine-samples__ai-ml/job.yaml", roots) is None
     assert file_context("/home/me/tests/repo/manifests/GCP__kubernetes-engine-samples/job.yaml", roots) is None
-    assert file_context("/home/me/tests/repo/tests.yaml", roots) is None  # a file, not a test folder
+    assert file_context("/home/me/tests/repo/tests.yaml", roots) == "test"  # a file named for tests
+    assert file_context("/home/me/tests/repo/attestation.yaml", roots) is None  # by whole words only
     # What is never deployed as it stands: CI jobs, developers' scripts, deprecated copies.
     assert file_context("/home/me/tests/repo/ci/k8s/vllm/job.yaml", roots) == "test"
     assert file_context("/home/me/tests/repo/hack/kind/ollama.yaml", roots) == "test"

@@ -282,3 +282,21 @@ def test_a_leader_worker_set_s_group_size_is_the_env_its_controller_sets(tmp_pat
     result = _check(tmp_path)
     assert any(f.rule == "GPA-AL-016" for f in result.findings) is too_big
     assert not [f for f in result.findings if f.rule == "GPA-AL-012"]
+
+
+def test_a_request_for_zero_gpus_is_no_gpu_request():
+    # A chart's CPU-only setting renders `nvidia.com/gpu: "0"`: the device
+    # plugin is never asked, so the pod holds no GPU and is no GPU workload.
+    def workload(gpus: str):
+        container = {"name": "c", "resources": {"limits": {"nvidia.com/gpu": gpus}}}
+        obj = {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": "amg"},
+            "spec": {"template": {"spec": {"containers": [container]}}},
+        }
+        [w], _ = build_workloads([Document(obj, "d.yaml", 1)])
+        return w
+
+    assert not workload("0").requests_gpus
+    assert workload("1").requests_gpus

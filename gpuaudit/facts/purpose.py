@@ -354,16 +354,19 @@ def file_context(file: str, roots: Sequence[str]) -> str | None:
     # (a repository named kubernetes-engine-samples holds services to deploy).
     folders = [f for f in below.lower().replace("\\", "/").split("/")[1:-1] if "__" not in f]
     worded = [set(_NOT_ALNUM.split(f)) for f in folders]
+    stem = segments[-1].rsplit(".", 1)[0]
+    stem_words = set(_NOT_ALNUM.split(stem))
     # A hidden folder says the same as its name (.archive/ is archive/).
     folder_names = [name for segment in segments[:-1] for name in (segment, segment.lstrip("."))]
-    if any(name in t.test_contexts for name in folder_names) or any(not t.test_words.isdisjoint(w) for w in worded):
+    if any(name in t.test_contexts for name in folder_names) or any(
+        not t.test_words.isdisjoint(w) for w in (*worded, stem_words)
+    ):
         return "test"
     # Whole folder names and the file's stem; a word inside a folder's name
     # (sample-jobs, mnist_demo) or the file's own (samples-tf-mnist-demo).
-    stem = segments[-1].rsplit(".", 1)[0]
     if any(s in t.demo_contexts for s in (*segments[:-1], stem)):
         return "example"
-    if any(not t.demo_words.isdisjoint(w) for w in worded) or not t.demo_file_words.isdisjoint(_NOT_ALNUM.split(stem)):
+    if any(not t.demo_words.isdisjoint(w) for w in worded) or not t.demo_file_words.isdisjoint(stem_words):
         return "example"
     return None
 

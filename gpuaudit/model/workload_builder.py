@@ -502,6 +502,8 @@ class _TemplateBuilder:
                 continue
             request = self._gpu_count(requests, res_ptr, "requests", name)
             limit = self._gpu_count(limits, res_ptr, "limits", name)
+            if (limit if limit is not None else request) == 0:
+                continue  # `nvidia.com/gpu: "0"` (a chart's CPU-only setting) asks for no device
             mig = MIG_RESOURCE.match(name)
             if mig:
                 mode, profile = "mig", mig.group(1)

@@ -109,8 +109,9 @@ def render_helm_chart(chart: Path, values: Sequence[Path], *, label: str | None 
         result.errors.append(InputError(name, None, f"not rendered: {exc}"))
         return result
     result.files += 1
+    vendored = _vendored_subcharts(chart)
     for source, block in _helm_documents(text):
-        file = _source_file(chart, source, local)
+        file = _source_file(chart, source, local, vendored)
         part = ReadResult()
         read_text(block, str(file), part)
         result.errors.extend(part.errors)
@@ -187,11 +188,12 @@ def _root_templates_hint(chart: Path) -> str:
     return f"; {len(names)} YAML file(s) at its root, such as {names[0]}, are not templates to helm"
 
 
-def _source_file(chart: Path, source: str, local: LocalDependencies) -> Path:
+def _source_file(chart: Path, source: str, local: LocalDependencies, vendored: Mapping[str, str]) -> Path:
     """The file a `# Source:` comment names (``<chart>/templates/x.yaml``,
     ``<chart>/charts/<dependency>/templates/y.yaml``), in the style the
     chart was named in; a local dependency's file where it lies, not where
-    the copy put it."""
+    the copy put it; a vendored subchart's in its folder (``vendored``:
+    _vendored_subcharts)."""
     if "/" not in source:
         return chart
     inside = source.split("/", 1)[1]
@@ -201,7 +203,44 @@ def _source_file(chart: Path, source: str, local: LocalDependencies) -> Path:
         for d in local.missing:
             if d["name"] in local.found and parts[1] in (d["name"], d.get("alias")):
                 return local.found[d["name"]].shown / parts[2]
+        # and a vendored one by its alias or its Chart.yaml name, not its folder's
+        folder = vendored.get(parts[1])
+        if folder is not None:
+            return chart / "charts" / folder / parts[2]
     return chart / inside
+
+
+def _vendored_subcharts(chart: Path) -> dict[str, str]:
+    """How `# Source:` names each chart of ``chart``'s charts/ folder (its
+    alias in the parent's Chart.yaml, else its own name) -> the folder it is
+    in, where the two differ (charts/nemotron-nano-9b-v2 aliased nemotron)."""
+    subcharts = chart / "charts"
+    if not subcharts.is_dir():
+        return {}
+    folder_of = {}
+    for sub in sorted(subcharts.iterdir()):
+        name = _chart_yaml(sub).get("name") if sub.is_dir() else None
+        if isinstance(name, str) and name != sub.name:
+            folder_of[name] = sub.name
+    for dependency in _chart_yaml(chart).get("dependencies") or []:
+        if not isinstance(dependency, Mapping):
+            continue
+        name, alias = dependency.get("name"), dependency.get("alias")
+        if isinstance(name, str) and isinstance(alias, str) and alias != name:
+            folder = folder_of.get(name, name)
+            if (subcharts / folder).is_dir():
+                folder_of[alias] = folder
+    return folder_of
+
+
+def _chart_yaml(chart: Path) -> Mapping[str, Any]:
+    """A chart's Chart.yaml as a mapping; empty when it cannot be read (helm
+    says what is wrong when it renders the chart)."""
+    try:
+        data, _ = load_yaml_with_lines(files.read_text(chart / "Chart.yaml", limit=4 * 1024 * 1024, what="Chart.yaml"))
+    except (FileReadError, YamlLimitError, yaml.YAMLError, RecursionError):
+        return {}
+    return data if isinstance(data, Mapping) else {}
 
 
 class LocalDependency(msgspec.Struct, frozen=True):
