@@ -393,10 +393,14 @@ def test_file_context_is_read_below_the_folder_named_and_never_above_it() -> Non
     # A word inside a file's name says nothing (serve-demo may be deployed as is),
     # nor inside the first folder below the root (a repository named *-samples) ...
     assert file_context("/home/me/tests/repo/k8s/serve-demo.yaml", roots) is None
-    # ... but a file named for what it shows, or for MNIST, is one.
+    # ... nor `example` or `sample` in it (a service its repository shares,
+    # named cuda-tritonserver-example) ...
+    assert file_context("/home/me/tests/repo/timeslicing/cuda-tritonserver-example.yml", roots) is None
+    assert file_context("/home/me/tests/repo/azure/config/sample_specs.yaml", roots) is None
+    # ... but a file named as a tutorial, or for MNIST, is one.
     assert file_context("/home/me/tests/repo/samples-tf-mnist-demo.yaml", roots) == "example"
     assert file_context("/home/me/tests/repo/pytorchjob/pytorch_job_mnist_gloo.yaml", roots) == "example"
-    assert file_context("/home/me/tests/repo/k8s/latest-example.yaml", roots) == "example"
+    assert file_context("/home/me/tests/repo/k8s/gpu-tutorial.yaml", roots) == "example"
     assert file_context("/home/me/tests/repo/kubernetes-engine-samples/serve.yaml", roots) is None
     # ... but a folder below that one, named for what it shows, does.
     assert file_context("/home/me/tests/repo/setup.kubecon/sample-jobs/train.yaml", roots) == "example"
