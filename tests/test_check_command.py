@@ -287,7 +287,7 @@ def test_rules_explain_explains_an_opt_in_rule_and_how_to_run_it(run_cli, tmp_pa
     [
         (("chek", "."), "No such command 'chek'; did you mean check?"),
         (("rules", "explian", "GPA-PL-001"), "No such command 'explian'; did you mean explain?"),
-        (("rules", "explain", "GPA-AL-999"), "no rule GPA-AL-999; did you mean GPA-AL-009?"),
+        (("rules", "explain", "GPA-AL-0009"), "no rule GPA-AL-0009; did you mean GPA-AL-009?"),
         (("rules", "explain", "gpa-pl001"), "no rule gpa-pl001; did you mean GPA-PL-001?"),
         (("zzzzzz",), "No such command 'zzzzzz'."),
     ],
