@@ -219,7 +219,12 @@ def _vendored_subcharts(chart: Path) -> dict[str, str]:
         return {}
     folder_of = {}
     for sub in sorted(subcharts.iterdir()):
-        name = _chart_yaml(sub).get("name") if sub.is_dir() else None
+        if not (sub / "Chart.yaml").is_file():  # a packaged .tgz: helm names it as it unpacks it
+            continue
+        try:
+            name = _chart_yaml(sub).get("name")
+        except HelmError:  # helm has just read it to render the chart: only a file changed since fails
+            continue
         if isinstance(name, str) and name != sub.name:
             folder_of[name] = sub.name
     for dependency in _chart_yaml(chart).get("dependencies") or []:
@@ -231,16 +236,6 @@ def _vendored_subcharts(chart: Path) -> dict[str, str]:
             if (subcharts / folder).is_dir():
                 folder_of[alias] = folder
     return folder_of
-
-
-def _chart_yaml(chart: Path) -> Mapping[str, Any]:
-    """A chart's Chart.yaml as a mapping; empty when it cannot be read (helm
-    says what is wrong when it renders the chart)."""
-    try:
-        data, _ = load_yaml_with_lines(files.read_text(chart / "Chart.yaml", limit=4 * 1024 * 1024, what="Chart.yaml"))
-    except (FileReadError, YamlLimitError, yaml.YAMLError, RecursionError):
-        return {}
-    return data if isinstance(data, Mapping) else {}
 
 
 class LocalDependency(msgspec.Struct, frozen=True):
