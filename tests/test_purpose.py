@@ -377,6 +377,45 @@ def test_a_node_affinity_term_that_also_allows_real_nodes_is_not_simulated() -> 
     assert purpose_of(simulated("nodeSelector: {type: gpu}"))[0] != "simulated"
 
 
+@pytest.mark.parametrize(
+    ("below", "context"),
+    [
+        # Not inside the first folder below the root (a repository named *-samples) ...
+        ("kubernetes-engine-samples/serve.yaml", None),
+        ("nccl-tests/job.yaml", None),
+        # ... but in a folder below that one, named for what it shows or for tests.
+        ("setup.kubecon/sample-jobs/train.yaml", "example"),
+        ("kubernetes-engine-samples/mnist_demo/train.yaml", "example"),
+        # Course material and interview scenarios teach; test workloads and files
+        # broken on purpose are fixtures.
+        ("Interview/pairing-interview-scenarios/s3/job.yaml", "example"),
+        ("k8s/gpu-workshop/serve.yaml", "example"),
+        ("infra/test-workloads/multi-gpu-job.yaml", "test"),
+        ("infra/faulty-scenarios/job.yaml", "test"),
+        # By whole words only: ci-runner, latest and attestation say nothing.
+        ("apps/ci-runner/job.yaml", None),
+        ("apps/latest/job.yaml", None),
+        ("apps/latest-model.yaml", None),
+        ("attestation.yaml", None),
+        # A file's own name: for tests, a tutorial or MNIST ...
+        ("infra/base/intel-gpu/gpu-test-job.yaml", "test"),
+        ("tests.yaml", "test"),
+        ("k8s/gpu-tutorial.yaml", "example"),
+        ("samples-tf-mnist-demo.yaml", "example"),
+        ("pytorchjob/pytorch_job_mnist_gloo.yaml", "example"),
+        # ... but not `demo` (serve-demo may be deployed as is), `example` or
+        # `sample` (a service its repository shares, named cuda-tritonserver-example).
+        ("k8s/serve-demo.yaml", None),
+        ("timeslicing/cuda-tritonserver-example.yml", None),
+        ("azure/config/sample_specs.yaml", None),
+    ],
+)
+def test_file_context_reads_words_inside_names(below: str, context: str | None) -> None:
+    from gpuaudit.facts.purpose import file_context
+
+    assert file_context(f"/home/me/tests/repo/{below}", ["/home/me/tests/repo"]) == context
+
+
 def test_file_context_is_read_below_the_folder_named_and_never_above_it() -> None:
     from gpuaudit.facts.purpose import file_context
 
@@ -390,39 +429,10 @@ def test_file_context_is_read_below_the_folder_named_and_never_above_it() -> Non
     # A hidden folder says what its name says: an archived copy kept in .archive/.
     assert file_context("/home/me/tests/repo/.archive/kube/apps/hr.yaml", roots) == "test"
     assert file_context("/home/me/tests/repo/.config/apps/hr.yaml", roots) is None
-    # A word inside a file's name says nothing (serve-demo may be deployed as is),
-    # nor inside the first folder below the root (a repository named *-samples) ...
-    assert file_context("/home/me/tests/repo/k8s/serve-demo.yaml", roots) is None
-    # ... nor `example` or `sample` in it (a service its repository shares,
-    # named cuda-tritonserver-example) ...
-    assert file_context("/home/me/tests/repo/timeslicing/cuda-tritonserver-example.yml", roots) is None
-    assert file_context("/home/me/tests/repo/azure/config/sample_specs.yaml", roots) is None
-    # ... but a file named as a tutorial, or for MNIST, is one.
-    assert file_context("/home/me/tests/repo/samples-tf-mnist-demo.yaml", roots) == "example"
-    assert file_context("/home/me/tests/repo/pytorchjob/pytorch_job_mnist_gloo.yaml", roots) == "example"
-    assert file_context("/home/me/tests/repo/k8s/gpu-tutorial.yaml", roots) == "example"
-    assert file_context("/home/me/tests/repo/kubernetes-engine-samples/serve.yaml", roots) is None
-    # ... but a folder below that one, named for what it shows, does.
-    assert file_context("/home/me/tests/repo/setup.kubecon/sample-jobs/train.yaml", roots) == "example"
-    assert file_context("/home/me/tests/repo/kubernetes-engine-samples/mnist_demo/train.yaml", roots) == "example"
-    # Course material and interview scenarios teach; test workloads and files
-    # broken on purpose are fixtures, by a word of a folder's name below the first.
-    assert file_context("/home/me/tests/repo/Interview/pairing-interview-scenarios/s3/job.yaml", roots) == "example"
-    assert file_context("/home/me/tests/repo/k8s/gpu-workshop/serve.yaml", roots) == "example"
-    assert file_context("/home/me/tests/repo/infra/test-workloads/multi-gpu-job.yaml", roots) == "test"
-    assert file_context("/home/me/tests/repo/infra/faulty-scenarios/job.yaml", roots) == "test"
-    assert file_context("/home/me/tests/repo/infra/base/intel-gpu/gpu-test-job.yaml", roots) == "test"
-    assert file_context("/home/me/tests/repo/apps/latest-model.yaml", roots) is None
-    # The first folder may be a repository's own name.
-    assert file_context("/home/me/tests/repo/nccl-tests/job.yaml", roots) is None
-    assert file_context("/home/me/tests/repo/apps/ci-runner/job.yaml", roots) is None
-    assert file_context("/home/me/tests/repo/apps/latest/job.yaml", roots) is None
     # A tree copied flat (`__` for each folder) is one folder: its repository's name says nothing,
     # wherever it sits below the root.
     assert file_context("/home/me/tests/repo/GCP__kubernetes-engine-samples__ai-ml/job.yaml", roots) is None
     assert file_context("/home/me/tests/repo/manifests/GCP__kubernetes-engine-samples/job.yaml", roots) is None
-    assert file_context("/home/me/tests/repo/tests.yaml", roots) == "test"  # a file named for tests
-    assert file_context("/home/me/tests/repo/attestation.yaml", roots) is None  # by whole words only
     # What is never deployed as it stands: CI jobs, developers' scripts, deprecated copies.
     assert file_context("/home/me/tests/repo/ci/k8s/vllm/job.yaml", roots) == "test"
     assert file_context("/home/me/tests/repo/hack/kind/ollama.yaml", roots) == "test"

@@ -9,7 +9,7 @@ Pure: the ConfigMaps come in through the context (facts/context.py).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from msgspec.structs import replace
@@ -75,11 +75,7 @@ def with_config_map_env(w: Workload, t: PodTemplate, config_maps: ConfigMaps) ->
         env = resolved_env(raw, c.env, w.namespace, config_maps)
         return c if env == dict(c.env) else replace(c, env=env)
 
-    return replace(
-        t,
-        containers=tuple(complete(c) for c in t.containers),
-        init_containers=tuple(complete(c) for c in t.init_containers),
-    )
+    return _each_container(t, complete)
 
 
 _LWS_GROUP = "leaderworkerset.x-k8s.io"
@@ -103,6 +99,11 @@ def with_controller_env(w: Workload, t: PodTemplate) -> PodTemplate:
         env = {k: v.replace("$(LWS_GROUP_SIZE)", given["LWS_GROUP_SIZE"]) for k, v in c.env.items()}
         return replace(c, env={**given, **env})
 
+    return _each_container(t, complete)
+
+
+def _each_container(t: PodTemplate, complete: Callable[[Container], Container]) -> PodTemplate:
+    """``t`` with ``complete`` applied to every container and init container."""
     return replace(
         t,
         containers=tuple(complete(c) for c in t.containers),

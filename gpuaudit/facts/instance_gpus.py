@@ -46,5 +46,5 @@ def _instance_types_in(term: Mapping[str, Any]) -> list[str] | None:
 
 def _most_gpus(types: Sequence[str]) -> int | None:
     table = _gpus_by_type()
-    counts = [table.get(t.strip().lower()) for t in types]
-    return None if any(c is None for c in counts) else max(c for c in counts if c is not None)
+    names = [t.strip().lower() for t in types]
+    return max(table[n] for n in names) if all(n in table for n in names) else None

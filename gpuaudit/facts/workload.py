@@ -74,8 +74,9 @@ def subjects(workload: Workload, context: Context | None = None) -> Iterator[Sub
             doc,
             annotations,
         )
+        holds_its_node = _holds_its_node(template)  # once per pod shape, not per container
         for c in (*template.init_containers, *template.containers):
-            facts = container_facts(c, template, base, context.replicated_names)
+            facts = container_facts(c, template, base, context.replicated_names, holds_its_node)
             facts.update(container_process_facts(c, lines[c.pointer]))
             facts.update(lines[c.pointer].activity)
             yield Subject(
@@ -203,8 +204,13 @@ def _container_gpu(c: Container) -> dict[str, Any]:
 
 
 def container_facts(
-    c: Container, template: PodTemplate, base: Mapping[str, Any], replicated: frozenset[str] = frozenset()
+    c: Container,
+    template: PodTemplate,
+    base: Mapping[str, Any],
+    replicated: frozenset[str] = frozenset(),
+    holds_its_node: bool = False,
 ) -> dict[str, Any]:
+    """``holds_its_node``: _holds_its_node(template)."""
     gpu = _container_gpu(c)
     # A slice is not a whole GPU: a shared, MIG or fractional resource (HAMi's
     # gpucores/gpumem beside nvidia.com/gpu), a pod-level fraction (Run:ai,
@@ -217,11 +223,6 @@ def container_facts(
         or any(r.resource in replicated for r in c.gpus)
     )
     count = gpu["count"]
-    # A pod holding every GPU of the instance type it is pinned to is that
-    # node's only GPU tenant (a shared GPU has other tenants by design).
-    pod_gpus = sum(r.count or 0 for other in template.containers for r in other.gpus if r.mode == "whole")
-    on_node = node_gpus(_node_selector(template), required_terms(template.spec))
-    owns_gpu_node = not gpu["slice"] and on_node is not None and pod_gpus >= on_node
     # Kubernetes copies a limit to an absent request; what a controller merges
     # the container over may set the request instead, so then it stays unknown.
     cpu_request = c.cpu_request if c.cpu_request is not None or c.merged_over else c.cpu_limit
@@ -240,7 +241,8 @@ def container_facts(
         "env": sorted(c.env),
         "visible_devices": c.env.get("NVIDIA_VISIBLE_DEVICES"),
         "gpu_exporter": gpu_exporter(c.image),
-        "owns_gpu_node": owns_gpu_node,
+        # A shared GPU has other tenants by design.
+        "owns_gpu_node": holds_its_node and not gpu["slice"],
         "privileged": c.privileged,
         "privileged_pointer": f"{c.pointer}/securityContext/privileged" if c.privileged else None,
         "gpu": gpu,
@@ -363,6 +365,15 @@ def _site_placement(
             t.pointer,
         ),
     }
+
+
+def _holds_its_node(t: PodTemplate) -> bool:
+    """Whether the pod holds every GPU of the instance types it is pinned to:
+    that node's only GPU tenant."""
+    on_node = node_gpus(_node_selector(t), required_terms(t.spec))
+    if on_node is None:
+        return False
+    return sum(r.count or 0 for c in t.containers for r in c.gpus if r.mode == "whole") >= on_node
 
 
 def _sharing_pool_of(t: PodTemplate) -> dict[str, str] | None:
