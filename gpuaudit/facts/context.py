@@ -17,6 +17,7 @@ import msgspec
 from gpuaudit.facts import device_plugin as config_facts
 from gpuaudit.facts.claims import asks_no_gpu, is_claim
 from gpuaudit.facts.env_sources import config_map_data
+from gpuaudit.facts.reservations import ENGINE_OF_KIND, memory_reservation, stress_test
 from gpuaudit.kube.quantity import QuantityError, parse_quantity
 from gpuaudit.model import Document, Workload
 from gpuaudit.model.serving_runtimes import is_runtime
@@ -105,6 +106,10 @@ class Context(msgspec.Struct, frozen=True):
     # it; and of those that may (a GPU's class, or a request naming none).
     claims_without_gpus: frozenset[tuple[str, str]] = frozenset()
     claims_with_gpus: frozenset[tuple[str, str]] = frozenset()
+    # "Kind namespace/name" of the input's long-running services that hold
+    # one whole GPU per container and reserve none of its memory up front:
+    # what a sharing config would give a share (GPA-SH-001 in manifests).
+    shareable_services: tuple[str, ...] = ()
 
 
 def build_context(
@@ -122,6 +127,7 @@ def build_context(
         **_replicated([*documents, *bare]),
         requested=_requested(workloads),
         most_asked=_most_asked(workloads),
+        shareable_services=_shareable_services(workloads),
         autoscalers=_autoscalers(documents),
         runtimes=tuple(d.obj for d in documents if is_runtime(d.obj)),
         config_maps=_config_maps(documents),
@@ -155,6 +161,7 @@ def merge_contexts(site: Site, parts: Sequence[Context]) -> Context:
         roots=parts[0].roots if parts else (),
         claims_without_gpus=frozenset().union(*(p.claims_without_gpus for p in parts)),
         claims_with_gpus=frozenset().union(*(p.claims_with_gpus for p in parts)),
+        shareable_services=tuple(dict.fromkeys(s for p in parts for s in p.shareable_services)),
     )
 
 
@@ -218,10 +225,39 @@ def largest_values(maps: Iterable[Mapping[str, float]]) -> dict[str, float]:
     return out
 
 
+def _label(w: Workload) -> str:
+    return f"{w.kind} {w.namespace + '/' if w.namespace else ''}{w.name}"
+
+
+def _shareable_services(workloads: Iterable[Workload]) -> tuple[str, ...]:
+    """Services whose GPU containers each hold one whole GPU and run no
+    server that reserves most of its memory at start (vLLM, NIM: a second
+    tenant would find none) and no stress test (it starves one)."""
+    found: list[str] = []
+    for w in workloads:
+        if w.workload_class != "service":
+            continue
+        runtime = ENGINE_OF_KIND.get(w.kind, "")
+        holders = [c for t in w.templates for c in (*t.containers, *t.init_containers) if c.gpus]
+        if holders and all(
+            [(r.resource, r.count) for r in c.gpus] == [("nvidia.com/gpu", 1)]
+            and ((held := memory_reservation(c, runtime)) is None or held.fraction < _MOST_OF_A_GPU)
+            and stress_test(c) is None
+            for c in holders
+        ):
+            found.append(_label(w))
+    return tuple(found)
+
+
+# A server that reserves this share of its GPU's memory or more leaves a
+# second tenant too little to load anything.
+_MOST_OF_A_GPU = 0.5
+
+
 def _requested(workloads: Iterable[Workload]) -> dict[str, tuple[str, ...]]:
     found: dict[str, dict[str, None]] = {}
     for w in workloads:
-        label = f"{w.kind} {w.namespace + '/' if w.namespace else ''}{w.name}"
+        label = _label(w)
         for t in w.templates:
             for c in (*t.containers, *t.init_containers):
                 for r in c.gpus:

@@ -721,6 +721,18 @@ class ConfigFacts(_Facts, kw_only=True, frozen=True):
         ),
         ABSENT,
     ] = None
+    shareable_services: Annotated[
+        list[str] | None,
+        Meta(
+            description=(
+                "(manifests) The input's long-running services (Kind namespace/name) whose GPU containers each hold "
+                "one whole nvidia.com/gpu and run no server reserving most of its memory at start (vLLM, SGLang, "
+                "TGI, NIM at their defaults) nor a stress test: what a sharing config would give a share. Null in "
+                "a live audit."
+            )
+        ),
+        ABSENT,
+    ] = None
     mig_requests_unserved: Annotated[
         list[str] | None,
         Meta(
