@@ -82,14 +82,16 @@ def test_fail_on_threshold(run_cli, tmp_path):
 
 
 def test_input_errors_exit_2_but_other_files_are_still_audited(run_cli, tmp_path):
-    (tmp_path / "broken.yaml").write_text("kind: Pod\n  bad: [\n")
+    # (Not named broken.yaml: a file named as broken on purpose is a test
+    # fixture, whose problems are warnings: test_manifest_reader.)
+    (tmp_path / "web.yaml").write_text("kind: Pod\n  bad: [\n")
     (tmp_path / "pinned.yaml").write_text(PINNED)
     proc = run_cli("check", ".", "--format", "json")
     assert proc.returncode == 2
     report = json.loads(proc.stdout)
     assert [f["rule"] for f in report["findings"]] == ["GPA-PL-001"]
     [error] = report["errors"]
-    assert error["file"].endswith("broken.yaml") and error["line"] == 2
+    assert error["file"].endswith("web.yaml") and error["line"] == 2
 
 
 def test_stdin_and_text_output_grouped_in_diagnostic_order(run_cli):

@@ -246,6 +246,33 @@ def test_a_walked_file_that_does_not_parse_and_names_no_kind_is_a_warning(tmp_pa
     assert all(e.level == "error" and "Kubernetes manifest" not in e.message for e in named.errors)
 
 
+def test_a_walked_json_file_of_data_is_not_read(tmp_path):
+    """JSON that parses and names no apiVersion and kind at its top level is
+    data: a tokenizer whose vocabulary holds "kind" (and a character YAML
+    refuses), a package.json. It is neither read nor reported; a JSON
+    manifest beside it is read, and either named on the command line is read
+    as it stands."""
+    vocab = {"version": "1.0", "model": {"vocab": {"kind": 11031, "apiVersion": 7, "\u0085": 3}}}
+    (tmp_path / "models").mkdir()
+    (tmp_path / "models/tokenizer.json").write_text(json.dumps(vocab, ensure_ascii=False))
+    (tmp_path / "package.json").write_text('{"name": "web", "dependencies": {}}')
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": {"containers": []}}
+    (tmp_path / "pod.json").write_text(json.dumps(pod))
+    walked = read_paths([str(tmp_path)])
+    assert walked.errors == []
+    assert [(d.kind, d.name) for d in walked.documents] == [("Pod", "p")]
+    named = read_paths([str(tmp_path / "models/tokenizer.json")])
+    assert [e.level for e in named.errors] == ["error"]
+
+
+def test_a_walked_json_file_too_large_for_a_manifest_is_a_warning(tmp_path, monkeypatch):
+    monkeypatch.setattr("gpuaudit.sources.manifests.MAX_FILE_BYTES", 64)
+    (tmp_path / "weights.index.json").write_text('{"weight_map": {"kind": "' + "x" * 100 + '"}}')
+    (tmp_path / "big.yaml").write_text("apiVersion: v1\nkind: ConfigMap\n# " + "x" * 100 + "\n")
+    walked = {Path(e.file).name: e.level for e in read_paths([str(tmp_path)]).errors}
+    assert walked == {"weights.index.json": "warning", "big.yaml": "error"}
+
+
 @pytest.mark.parametrize(
     "text, names",
     [
@@ -283,6 +310,28 @@ def test_found_files_through_the_command_line(run_cli, tmp_path):
     named = run_cli("check", "repo/web/tsconfig.json", "-o", "json")
     [error] = json.loads(named.stdout)["errors"]
     assert named.returncode == 2 and error["level"] == "error"
+
+
+def test_a_broken_fixture_in_a_test_folder_is_a_warning(run_cli, tmp_path):
+    """A test folder's findings are held back, and so its files broken on
+    purpose do not make the audit of the rest partial; the same file
+    elsewhere, or named on its own, is an input error."""
+    broken = "apiVersion: v1\nkind: Pod\nmetadata:\n  labels: {a: b\n"
+    (tmp_path / "repo/tests/testdata").mkdir(parents=True)
+    (tmp_path / "repo/tests/testdata/invalid-pod.yaml").write_text(broken)
+    (tmp_path / "repo/deploy").mkdir()
+    (tmp_path / "repo/deploy/pod.yaml").write_text(
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec:\n  nodeName: n1\n"
+        "  containers:\n  - name: c\n    image: x\n    resources: {limits: {nvidia.com/gpu: 1, cpu: 1, memory: 1Gi}}\n"
+    )
+    proc = run_cli("check", "repo", "-o", "json")
+    [error] = json.loads(proc.stdout)["errors"]
+    assert proc.returncode == 1, proc.stdout
+    assert error["level"] == "warning" and error["message"].endswith("(in a test folder: a warning)")
+    assert error["line"] == 5
+    (tmp_path / "repo/deploy/invalid-pod.yaml").write_text(broken)
+    assert run_cli("check", "repo", "-o", "json").returncode == 2
+    assert run_cli("check", "repo/tests/testdata/invalid-pod.yaml").returncode == 2
 
 
 def test_directory_symlink_loop_is_visited_once(tmp_path):

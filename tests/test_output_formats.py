@@ -35,12 +35,27 @@ spec:
           requests: {cpu: "4", memory: 16Gi}
           limits: {nvidia.com/gpu: 1}
 """
+# A ClusterPolicy that shares nothing beside a service that would take a
+# share (GPA-SH-001: a cluster-scoped finding).
 CONFIG = """\
 apiVersion: nvidia.com/v1
 kind: ClusterPolicy
 metadata: {name: cluster-policy}
 spec:
   devicePlugin: {enabled: true}
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: whisper, namespace: ml}
+spec:
+  selector: {matchLabels: {app: whisper}}
+  template:
+    metadata: {labels: {app: whisper}}
+    spec:
+      containers:
+      - name: whisper
+        image: onerahmet/openai-whisper-asr-webservice:latest-gpu
+        resources: {limits: {nvidia.com/gpu: 1}}
 """
 
 
@@ -52,7 +67,7 @@ def crd_schema(name: str) -> dict:
 
 def test_junit_parses_and_counts_findings_skips_and_input_errors(run_cli, tmp_path):
     (tmp_path / "pinned.yaml").write_text(PINNED)
-    (tmp_path / "broken.yaml").write_text("kind: Pod\n  bad: [\n")
+    (tmp_path / "web.yaml").write_text("kind: Pod\n  bad: [\n")
     proc = run_cli("check", ".", "--format", "junit")
     assert proc.returncode == 2, proc.stderr
     root = ET.fromstring(proc.stdout.split("\n", 1)[1])  # after the XML declaration
@@ -174,7 +189,7 @@ def test_gitlab_code_quality_has_unique_fingerprints_severities_and_lines(run_cl
 def test_policyreport_validates_against_its_crds(run_cli, tmp_path):
     (tmp_path / "pinned.yaml").write_text(PINNED)
     (tmp_path / "config.yaml").write_text(CONFIG)
-    (tmp_path / "broken.yaml").write_text("kind: Pod\n  bad: [\n")
+    (tmp_path / "web.yaml").write_text("kind: Pod\n  bad: [\n")
     proc = run_cli("check", ".", "--format", "policyreport")
     docs = list(yaml.safe_load_all(proc.stdout))
     schemas = {

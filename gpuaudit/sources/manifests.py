@@ -199,10 +199,15 @@ def read_file(path: Path, result: ReadResult, *, found: bool = False) -> None:
     looks like a manifest, keeps its errors."""
     name = str(path)
     result.files += 1
+    data = found and path.suffix == ".json"
     try:  # regular files only (a FIFO would block the run forever), bounded
         raw = read_bytes(path, limit=MAX_FILE_BYTES)
     except FileReadError as exc:
-        result.errors.append(InputError(name, exc.line, exc.problem))
+        # A JSON file that large found on the walk is data (a tokenizer's
+        # vocabulary, a model's index), never a manifest.
+        result.errors.append(InputError(name, exc.line, exc.problem, level="warning" if data else "error"))
+        return
+    if data and _json_data(raw):
         return
     if not found:
         _read_bytes(raw, name, result)
@@ -219,6 +224,19 @@ def read_file(path: Path, result: ReadResult, *, found: bool = False) -> None:
     result.documents += part.documents
     result.errors += part.errors
     result.bare += part.bare
+
+
+def _json_data(raw: bytes) -> bool:
+    """Whether a JSON file is data rather than a manifest: it parses as
+    JSON, and its top level is no object naming both apiVersion and kind (a
+    manifest in JSON names them there; a tokenizer's vocabulary holds
+    "kind" as a word, a package.json names neither). JSON that does not
+    parse (tsconfig.json's comments) is read as before."""
+    try:
+        top = msgspec.json.decode(raw)
+    except msgspec.DecodeError:
+        return False
+    return not (isinstance(top, dict) and "apiVersion" in top and "kind" in top)
 
 
 def _likely_no_manifest(error: InputError, read: bool) -> InputError:
