@@ -82,6 +82,36 @@ def test_helm_templates_are_reported_not_parsed_but_argo_expressions_are_fine(tm
     assert "not auditable until rendered" in error.message and error.line == 1
 
 
+def test_actions_of_another_tool_inside_values_are_read_as_text(tmp_path):
+    """A rendered file whose `{{ }}` are values for another tool (a
+    Prometheus alert's text, NFD's labelsTemplate) names nothing of Helm's:
+    read as the YAML it is. One that names Helm's objects, or starts a
+    value with an action, stays a template; so does a Jinja file."""
+    rendered = read(
+        tmp_path,
+        "gpu.gen.yaml",
+        "apiVersion: monitoring.coreos.com/v1\nkind: PrometheusRule\nmetadata: {name: gpu}\n"
+        "spec:\n  groups:\n  - name: gpu\n    rules:\n    - alert: GpuHot\n"
+        '      annotations: {summary: "GPU {{ $labels.gpu }} on {{ $labels.Hostname }} is hot"}\n'
+        "---\napiVersion: nfd.k8s-sigs.io/v1alpha1\nkind: NodeFeatureRule\nmetadata: {name: gpu}\n"
+        "spec:\n  rules:\n  - name: gpu\n    labelsTemplate: |\n"
+        "      {{ range .pci.device }}vendor-{{ .vendor }}=true\n      {{ end }}\n",
+    )
+    assert rendered.errors == [] and [d.kind for d in rendered.documents] == ["PrometheusRule", "NodeFeatureRule"]
+    quoted_helm = read(tmp_path, "q.yaml", 'apiVersion: v1\nkind: Pod\nmetadata:\n  name: "{{ .Values.name }}"\n')
+    assert quoted_helm.documents == [] and "not auditable until rendered" in quoted_helm.errors[0].message
+    unquoted = read(tmp_path, "u.yaml", "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {{ $name }}\n")
+    assert unquoted.documents == [] and "not auditable until rendered" in unquoted.errors[0].message
+    jinja = read(
+        tmp_path,
+        "evaluator.yaml",
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: ev}\nspec:\n  containers:\n"
+        "{% for i in range(4) %}\n  - name: c{{ i }}\n{% endfor %}\n",
+    )
+    [error] = jinja.errors
+    assert error.level == "warning" and "not auditable until rendered" in error.message and error.line == 6
+
+
 def test_a_values_file_whose_strings_hold_tpl_actions_is_read_as_yaml(tmp_path):
     # Charts pass such strings through `tpl`: the file is YAML, not a template.
     values = read(

@@ -408,6 +408,11 @@ def test_a_node_affinity_term_that_also_allows_real_nodes_is_not_simulated() -> 
         ("k8s/serve-demo.yaml", None),
         ("timeslicing/cuda-tritonserver-example.yml", None),
         ("azure/config/sample_specs.yaml", None),
+        # Code kept but no longer deployed, in any folder's name, the first too.
+        ("retired_benchmarks/minigo/cluster/selfplay/player.yaml", "test"),
+        ("k8s/deprecated-v1alpha1/serve.yaml", "test"),
+        ("charts/archived_apps/jupyter.yaml", "test"),
+        ("retired.yaml", None),
     ],
 )
 def test_file_context_reads_words_inside_names(below: str, context: str | None) -> None:

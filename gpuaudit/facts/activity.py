@@ -166,6 +166,17 @@ def gpu_exporter(image: str) -> bool:
     return _repository_name(image) in _exporters()
 
 
+@cache
+def _media_servers() -> frozenset[str]:
+    return frozenset(str(p).lower() for p in data_yaml("gpu_programs.yaml")["media_servers"])
+
+
+def video_transcoder(image: str) -> bool:
+    """Whether the image is a media server or transcoder (data/gpu_programs.yaml
+    media_servers: Jellyfin, Plex, Tdarr), which gives its GPU video work."""
+    return _repository_name(image) in _media_servers()
+
+
 def _repository_name(image: str) -> str:
     """The last path segment of an image's repository, lower-cased:
     `dcgm-exporter` of nvcr.io/nvidia/k8s/dcgm-exporter:3.3.5-3.4.1-ubuntu22.04."""

@@ -7,7 +7,7 @@ from functools import cache
 from typing import Any
 
 from gpuaudit.bundled import data_yaml
-from gpuaudit.kube.pointers import expand
+from gpuaudit.kube.pointers import expand, get
 from gpuaudit.model import Workload
 
 
@@ -23,12 +23,26 @@ def lifecycle_facts(w: Workload) -> dict[str, Any] | None:
     if entry is None or entry.get("not_judged"):
         return None
     obj = w.document.obj
-    return {
+    facts = {
         "deadline": any(_set(obj, f) for f in entry["deadline"]),
         "cleanup": any(_set(obj, f) for f in entry["cleanup"]),
         "fields": [_short(f["at"]) for f in (*entry["deadline"], *entry["cleanup"])],
         "pointer": "/spec" if isinstance(obj.get("spec"), Mapping) else "",
     }
+    if "work" in entry:
+        facts["work_queue"] = _work_queue(get(obj, entry["work"]["parallelism"]), get(obj, entry["work"]["completions"]))
+    return facts
+
+
+def _work_queue(parallelism: Any, completions: Any) -> bool:
+    """Whether a Job's pods are independent work items: more completions
+    than pods at once, or several pods at once with no completion count (a
+    work queue). A count left unset or unread (a placeholder) says nothing."""
+    if not isinstance(parallelism, int) or isinstance(parallelism, bool) or parallelism < 1:
+        return False
+    if completions is None:
+        return parallelism > 1
+    return isinstance(completions, int) and not isinstance(completions, bool) and completions > parallelism
 
 
 def _set(obj: Mapping[str, Any], field: Mapping[str, Any]) -> bool:
@@ -43,4 +57,6 @@ def _set(obj: Mapping[str, Any], field: Mapping[str, Any]) -> bool:
 
 def _short(pointer: str) -> str:
     parts = [p for p in pointer.split("/") if p and p != "*"]
+    if parts[-3:-1] == ["template", "spec"]:  # the pod's own: template.spec.activeDeadlineSeconds
+        return ".".join(parts[-3:])
     return ".".join(parts[-2:]) if parts[-2:-1] == ["runPolicy"] else parts[-1]

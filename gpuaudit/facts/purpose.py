@@ -76,6 +76,7 @@ class _Tables(msgspec.Struct, frozen=True):
     demo_file_words: frozenset[str]
     test_contexts: frozenset[str]
     test_words: frozenset[str]
+    retired_words: frozenset[str]
     simulated: Mapping[str, Any]
     names: tuple[_Entry, ...]
     server_images: _Entry
@@ -123,6 +124,7 @@ def tables() -> _Tables:
         demo_file_words=frozenset(str(s).lower() for s in data["demo_file_words"]),
         test_contexts=frozenset(str(s).lower() for s in data["test_contexts"]),
         test_words=frozenset(str(s).lower() for s in data["test_words"]),
+        retired_words=frozenset(str(s).lower() for s in data["retired_words"]),
         simulated=data["simulated"],
         names=_entries(data["names"]),
         server_images=_entry(data["server_images"], "service"),
@@ -358,8 +360,10 @@ def file_context(file: str, roots: Sequence[str]) -> str | None:
     stem_words = set(_NOT_ALNUM.split(stem))
     # A hidden folder says the same as its name (.archive/ is archive/).
     folder_names = [name for segment in segments[:-1] for name in (segment, segment.lstrip("."))]
-    if any(name in t.test_contexts for name in folder_names) or any(
-        not t.test_words.isdisjoint(w) for w in (*worded, stem_words)
+    if (
+        any(name in t.test_contexts for name in folder_names)
+        or any(not t.test_words.isdisjoint(w) for w in (*worded, stem_words))
+        or any(not t.retired_words.isdisjoint(_NOT_ALNUM.split(segment)) for segment in segments[:-1])
     ):
         return "test"
     # Whole folder names and the file's stem; a word inside a folder's name

@@ -74,6 +74,17 @@ class Lifecycle(_Facts, kw_only=True, frozen=True):
     ]
     fields: Annotated[list[str], Meta(description="The fields this kind supports.")]
     pointer: str
+    work_queue: Annotated[
+        bool | None,
+        Meta(
+            description=(
+                "(Job, CronJob) The pods are independent work items: more completions than pods at once, or "
+                "several pods at once with no completion count. A hung pod holds its own GPUs only, and a "
+                "deadline for the whole Job would end the queue."
+            )
+        ),
+        ABSENT,
+    ] = None
 
 
 class Scaling(_Facts, kw_only=True, frozen=True):
@@ -541,6 +552,15 @@ class ContainerFacts(_OfWorkload, kw_only=True, frozen=True):
             description=(
                 "The image is a GPU metrics exporter (dcgm-exporter, nvidia_gpu_exporter: gpuaudit/data/"
                 "gpu_programs.yaml exporters), which reads every GPU of its node and needs none allocated."
+            )
+        ),
+    ]
+    video_transcoder: Annotated[
+        bool,
+        Meta(
+            description=(
+                "The image is a media server or transcoder (Jellyfin, Plex, Tdarr: gpuaudit/data/gpu_programs.yaml "
+                "media_servers): its GPU decodes and encodes video on its own engines, fed by no compute pipeline."
             )
         ),
     ]

@@ -15,7 +15,7 @@ import msgspec.structs
 from gpuaudit import gpus
 from gpuaudit.facts import Subject
 from gpuaudit.facts import placement as site_placement
-from gpuaudit.facts.activity import cuda_image, gpu_exporter, pod_activity
+from gpuaudit.facts.activity import cuda_image, gpu_exporter, pod_activity, video_transcoder
 from gpuaudit.facts.context import Context
 from gpuaudit.facts.env_sources import with_config_map_env, with_controller_env
 from gpuaudit.facts.gpu_names import unadvertised_shared, unknown_mig_profiles
@@ -241,6 +241,7 @@ def container_facts(
         "env": sorted(c.env),
         "visible_devices": c.env.get("NVIDIA_VISIBLE_DEVICES"),
         "gpu_exporter": gpu_exporter(c.image),
+        "video_transcoder": video_transcoder(c.image),
         # A shared GPU has other tenants by design.
         "owns_gpu_node": holds_its_node and not gpu["slice"],
         "privileged": c.privileged,

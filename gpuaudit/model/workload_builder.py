@@ -37,6 +37,10 @@ MAX_INT32 = 2**31 - 1
 # What YAML 1.1 would read as a base-60 number (1:20 = 80); the loader keeps it
 # text, as Kubernetes' YAML does (kube/yaml_lines.py).
 _BASE_60 = re.compile(r"[-+]?\d[\d_]*(?::[0-5]?\d)+(?:\.\d*)?")
+# What a value left for another tool to fill looks like: $POD_MEMORY_LIMIT,
+# ${CPU}, <cpu>, {{ cpu }}, %CPU%, or a name in capitals. Text: compiled on
+# first use, by an input error only, never on a clean check's start-up.
+_PLACEHOLDER_MARKS = r"[$<>{}%]|^[A-Z][A-Z0-9_]+$"
 # A JVM memory size as Spark reads it (spark.executor.memory): a whole number
 # with an optional k, m, g, t or p (and b); no unit means MiB.
 _JVM_SIZE = re.compile(r"(\d+)([kmgtp])?b?")
@@ -481,13 +485,17 @@ class _TemplateBuilder:
 
     def _quantity(self, resources_: Mapping[str, Any], res_ptr: str, section: str, name: str) -> float | None:
         values = resources_.get(section)
-        if not isinstance(values, Mapping) or name not in values:
+        # `cpu: null` (a chart's way to drop a default) is no value: unset.
+        # (A null GPU count stays an error: a GPU count is never guessed.)
+        if not isinstance(values, Mapping) or values.get(name) is None:
             return None
+        value = values[name]
         try:
-            return parse_quantity(values[name])
+            return parse_quantity(value)
         except QuantityError as exc:
             ptr = f"{res_ptr}/{section}/{pointers.escape(name)}"
-            self.error(ptr, f"{section}.{name}: {exc}")
+            placeholder = isinstance(value, str) and re.search(_PLACEHOLDER_MARKS, value)
+            self.error(ptr, f"{section}.{name}: {exc}" + (" (a placeholder left unrendered?)" if placeholder else ""))
             return None
 
     def _gpus(self, resources_: Mapping[str, Any], res_ptr: str) -> Iterator[GpuRequest]:

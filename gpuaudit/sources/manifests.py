@@ -49,10 +49,24 @@ SKIP_DIRS = frozenset(
 )
 
 # Helm's template actions start with '.', '$', '-' or a keyword/function;
-# Argo's `{{inputs.parameters.x}}` and `{{workflow.name}}` do not.
+# Argo's `{{inputs.parameters.x}}` and `{{workflow.name}}` do not. Jinja's
+# statements (`{% if %}`, `{% for %}`) make a template of another tool too.
 _HELM_ACTION = re.compile(
     r"\{\{-?\s*(?:\.|\$|-|/\*|(?:if|else|end|range|with|include|template|define|"
     r"toYaml|tpl|printf|default|quote|required|lookup|fail|block)\b)"
+    r"|(?m:^[ \t]*\{%-?\s*(?:if|for|set|macro|include|import|block|extends|raw)\b)"
+)
+# What only a Helm chart's template names: its built-in objects and the
+# functions Helm adds; and an action that starts a value unquoted (YAML
+# reads `name: {{ .Name }}` as a mapping). `{{ }}` that is none of these, in
+# a file that parses as YAML, is text for another tool inside a value (a
+# Prometheus alert's "{{ $labels.pod }}", NFD's `labelsTemplate`), read as
+# the value it is. (A pattern text, compiled on first use: most files hold
+# no action.)
+_HELM_ONLY = (
+    r"\{\{[^}]*(?:\.(?:Values|Release|Chart|Capabilities|Files|Template)\b"
+    r"|\b(?:include|toYaml|tpl|required|lookup|fail)\b)"
+    r"|(?m:(?::|^[ \t]*-)[ \t]+\{\{)"
 )
 
 # KServe fills `{{.Name}}`, `{{.Namespace}}`, `{{.Labels.x}}`, `{{.Annotations.x}}`
@@ -276,13 +290,18 @@ def _read_text(text: str, name: str, result: ReadResult, rendered: bool = False)
         # A values or config file (no apiVersion or kind), or objects that
         # carry a chart's values (a Flux HelmRelease, an Argo CD
         # Application), whose strings hold actions for the chart's `tpl` or
-        # the controller's own templating (`"{{ .Release.Name }}-x"`): not a
-        # template. Read as the YAML it is, when it parses as YAML.
+        # the controller's own templating (`"{{ .Release.Name }}-x"`), or
+        # objects whose `{{ }}` names nothing of Helm's (_HELM_ONLY: a
+        # Prometheus alert's text): not a template. Read as the YAML it is,
+        # when it parses as YAML.
         part = ReadResult()
         _parse(text, name, part)
         # No documents at all is no carrier: `all` of nothing is true.
         carriers = bool(part.documents) and all(d.kind in _TEMPLATE_CARRIERS for d in part.documents)
-        if not part.errors and (carriers or not names_kubernetes_keys(text.encode())):
+        other_tools = (
+            bool(part.documents) and text.startswith("{{", helm.start()) and not re.search(_HELM_ONLY, text)
+        )
+        if not part.errors and (carriers or other_tools or not names_kubernetes_keys(text.encode())):
             result.documents += part.documents
             result.bare += part.bare
             return

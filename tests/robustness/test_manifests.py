@@ -89,6 +89,12 @@ BROKEN: dict[str, tuple[str | bytes, str, int | None, str]] = {
         "error",
     ),
     "null-gpus.yaml": (POD_WITH.format(name="nul", gpus="null", cpu=4), "None is not a GPU count", 8, "error"),
+    "placeholder-cpu.yaml": (
+        POD_WITH.format(name="phc", gpus=1, cpu="$POD_CPU"),
+        "limits.cpu: '$POD_CPU' is not a quantity (a placeholder left unrendered?)",
+        8,
+        "error",
+    ),
     "negative.yaml": (POD_WITH.format(name="neg", gpus=-2, cpu=4), "-2 is negative", 8, "error"),
     "overflow.yaml": (POD_WITH.format(name="big", gpus='"1e400"', cpu=4), "out of range", 8, "error"),
     "deep-flow.yaml": ("[" * 100_000 + "\n", "nesting", 1, "warning"),
@@ -106,6 +112,8 @@ QUIET = {
     "spec: {template: {spec: {containers: [{name: c}]}}}\n",
     "scalar.yaml": "just a string\n",
     "sequence.yaml": "- 1\n- two\n",
+    # A CPU of null, a chart's way to drop a default, is no value: unset.
+    "null-cpu.yaml": POD_WITH.format(name="nulc", gpus=1, cpu="null"),
     # YAML merge keys, a key beside `<<:` overriding a merged one: no duplicate.
     "docker-compose.yaml": "x-common: &common\n  environment: {A: '1'}\n  depends_on: [db]\n"
     "x-more: &more {environment: {B: '1'}, ports: ['80']}\n"
