@@ -29,8 +29,9 @@ def lifecycle_facts(w: Workload) -> dict[str, Any] | None:
         "fields": [_short(f["at"]) for f in (*entry["deadline"], *entry["cleanup"])],
         "pointer": "/spec" if isinstance(obj.get("spec"), Mapping) else "",
     }
-    if "work" in entry:
-        facts["work_queue"] = _work_queue(get(obj, entry["work"]["parallelism"]), get(obj, entry["work"]["completions"]))
+    work = entry.get("work")
+    if work is not None:
+        facts["work_queue"] = _work_queue(get(obj, work["parallelism"]), get(obj, work["completions"]))
     return facts
 
 

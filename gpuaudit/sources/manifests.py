@@ -298,9 +298,7 @@ def _read_text(text: str, name: str, result: ReadResult, rendered: bool = False)
         _parse(text, name, part)
         # No documents at all is no carrier: `all` of nothing is true.
         carriers = bool(part.documents) and all(d.kind in _TEMPLATE_CARRIERS for d in part.documents)
-        other_tools = (
-            bool(part.documents) and text.startswith("{{", helm.start()) and not re.search(_HELM_ONLY, text)
-        )
+        other_tools = bool(part.documents) and text.startswith("{{", helm.start()) and not re.search(_HELM_ONLY, text)
         if not part.errors and (carriers or other_tools or not names_kubernetes_keys(text.encode())):
             result.documents += part.documents
             result.bare += part.bare
