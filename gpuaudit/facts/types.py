@@ -510,10 +510,19 @@ class PodFacts(_OfWorkload, kw_only=True, frozen=True):
         Meta(
             description=(
                 "(manifest) Roles of the workload's other pod shapes that request GPUs (a Ray head's worker groups, a "
-                "job's workers)."
+                "job's workers); a group scaled to zero replicas runs none and is left out."
             )
         ),
         ABSENT,
+    ] = None
+    ray_num_gpus: Annotated[
+        Number | None,
+        Meta(
+            description=(
+                "(Ray kinds) The GPUs this group's pods offer Ray: `num-gpus` of its rayStartParams; null when unset "
+                "(Ray then offers every GPU the pod holds)."
+            )
+        ),
     ] = None
 
 

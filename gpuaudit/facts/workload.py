@@ -29,6 +29,7 @@ from gpuaudit.facts.reservations import ENGINE_OF_KIND, memory_reservation
 from gpuaudit.facts.scaling import scaling_facts
 from gpuaudit.facts.scheduling import required_terms
 from gpuaudit.facts.shared_memory import shared_memory_facts
+from gpuaudit.kube import pointers
 from gpuaudit.kube.labels import HOSTNAME_LABEL
 from gpuaudit.kube.shapes import as_list
 from gpuaudit.model import Container, GpuRequest, PodTemplate, Resource, Workload
@@ -55,9 +56,14 @@ def subjects(workload: Workload, context: Context | None = None) -> Iterator[Sub
     templates = []
     for t, lines in zip(effective, lines_by_template, strict=True):
         templates.append((t, lines, pod_facts(workload, t, base, context, lines)))
-    for _, _, pod in templates:  # a pod shape judged beside its siblings (a Ray head beside GPU workers)
-        pod["other_gpu_roles"] = [o["role"] for _, _, o in templates if o is not pod and o["gpu"]["requested"]]
+    for t, _, pod in templates:  # a pod shape judged beside its siblings (a Ray head beside GPU workers)
+        # A group scaled to zero (`replicas: 0`, a single-node test) runs no pod.
+        pod["other_gpu_roles"] = [
+            o["role"] for other, _, o in templates if o is not pod and o["gpu"]["requested"] and other.replicas != 0
+        ]
         pod["driven_by"] = _driver_of(workload, pod, templates)
+        if workload.group == "ray.io":
+            pod["ray_num_gpus"] = _ray_num_gpus(workload, t)
     yield Subject(
         "workload",
         workload_facts(workload, base, [p for _, _, p in templates], context),
@@ -94,6 +100,19 @@ def subjects(workload: Workload, context: Context | None = None) -> Iterator[Sub
 # sleeps there waits for its leader, by design.
 _DRIVEN_WORKER_KINDS = frozenset({"LeaderWorkerSet", "MPIJob"})
 _IDLE_KINDS = ("idle", "idle_forever")
+
+
+def _ray_num_gpus(workload: Workload, template: PodTemplate) -> float | None:
+    """The GPUs a Ray group's pods offer Ray (`num-gpus` of its
+    rayStartParams, beside its template); None when unset: Ray then offers
+    every GPU the pod holds."""
+    group = template.pointer.removesuffix("/template/spec")
+    params = pointers.get(workload.document.obj, f"{group}/rayStartParams")
+    value = params.get("num-gpus") if isinstance(params, Mapping) else None
+    try:
+        return float(value) if value is not None and not isinstance(value, bool) else None
+    except (TypeError, ValueError):
+        return None
 
 
 def _driver_of(
