@@ -619,6 +619,29 @@ def test_a_time_slicing_config_in_one_app_folder_shares_the_gpus_every_unit_asks
     assert "GPA-AP-001" in {f["rule"] for f in two["findings"]}
 
 
+def test_an_archived_unit_says_nothing_for_the_deployed_ones(run_cli, env, tmp_path, monkeypatch):
+    # The device plugin's time-slicing config is deployed; the only app that
+    # asks for two replicas sits in .archive/, which nothing deploys: no
+    # "a pod takes several replicas" on the config (GPA-SH-004), and an
+    # archived second config makes no second cluster of the deployed one.
+    write(tmp_path / "apps/kube-system/gpu-operator/timeslicing-config.yaml", TIME_SLICING)
+    write(tmp_path / "apps/ai/tei/deployment.yaml", SMALL_CPU_APP)
+    write(tmp_path / "apps/ai/tei/kustomization.yaml", "resources: [deployment.yaml]\n")
+    two_replicas = SMALL_CPU_APP.replace("nvidia.com/gpu: 1", "nvidia.com/gpu: 2").replace("name: tei", "name: old")
+    write(tmp_path / "apps/.archive/old/deployment.yaml", two_replicas)
+    monkeypatch.chdir(tmp_path)
+    _, result = check(run_cli, env, "apps")
+    assert "GPA-SH-004" not in {f["rule"] for f in result["findings"]}
+    assert "GPA-AP-001" not in {f["rule"] for f in result["findings"]}
+    write(tmp_path / "apps/.archive/old/timeslicing-config.yaml", TIME_SLICING.replace("replicas: 8", "replicas: 2"))
+    _, still = check(run_cli, env, "apps")
+    assert "GPA-AP-001" not in {f["rule"] for f in still["findings"]}
+    # Deployed, the same app is evidence.
+    write(tmp_path / "apps/ai/old/deployment.yaml", two_replicas)
+    _, deployed = check(run_cli, env, "apps")
+    assert "GPA-SH-004" in {f["rule"] for f in deployed["findings"]}
+
+
 def test_a_file_its_kustomization_lists_in_a_comment_is_switched_off(run_cli, env, tmp_path, monkeypatch):
     # The author listed the Job and then commented it out: not deployed, so not
     # judged as a plain file either; a file the kustomization never mentions is.

@@ -124,7 +124,9 @@ def _share_across_roots(
     root_of_unit = {name: root_of(name, roots) for name in merged}
     for name, context in merged.items():
         found = root_of_unit[name]
-        if found is not None:
+        # A unit in a test or archive folder is not deployed: it says nothing
+        # of the cluster the others run on.
+        if found is not None and file_context(name, roots) != "test":
             by_root.setdefault(found[0], []).append(context)
     shared = {root: _shared_in_root(cs) for root, cs in by_root.items()}
     if not any(shared.values()):
@@ -132,7 +134,7 @@ def _share_across_roots(
 
     def widened(name: str, context: Context) -> Context:
         found = root_of_unit[name]
-        changes = dict(shared[found[0]]) if found is not None else {}
+        changes = dict(shared.get(found[0], {})) if found is not None else {}
         if "claims_without_gpus" in changes:
             changes["claims_without_gpus"] |= context.claims_without_gpus
         return msgspec.structs.replace(context, **changes) if changes else context
