@@ -457,11 +457,24 @@ def test_a_vendored_subchart_is_named_by_its_folder_not_its_alias(run_cli, tools
         "apiVersion: v2\nname: nims\nversion: 0.1.0\ndependencies:\n"
         "- {name: nemotron-nano-9b-v2, alias: nemotron, version: 0.1.0}\n- {name: plain, version: 0.1.0}\n"
     )
+    # One level down the same: nv-ingest's page-elements NIM, vendored in a
+    # folder named for its chart and rendered under its alias.
+    ingest = parent / "charts/plain"
+    write_chart(
+        ingest / "charts/nvidia-nim-page-elements",
+        "nvidia-nim-page-elements",
+        {"templates/pod.yaml": POD_OF_RELEASE.replace("worker", "page")},
+    )
+    (ingest / "Chart.yaml").write_text(
+        "apiVersion: v2\nname: plain\nversion: 0.1.0\ndependencies:\n"
+        "- {name: nvidia-nim-page-elements, alias: page-elements, version: 0.1.0}\n"
+    )
     result = report(run_cli("check", "--helm-chart", str(parent), "-o", "json", env={"PATH": tools_path}))
     files = {f["location"]["file"] for f in result["findings"] if f["rule"] == "GPA-PL-001"}
     assert files == {
         f"{parent}/charts/nemotron-nano-9b-v2/templates/pod.yaml",
         f"{parent}/charts/plain/templates/pod.yaml",
+        f"{parent}/charts/plain/charts/nvidia-nim-page-elements/templates/pod.yaml",
     }
     assert all(Path(f).is_file() for f in files)
 

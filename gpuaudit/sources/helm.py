@@ -23,7 +23,8 @@ from __future__ import annotations
 import os
 import re
 import shutil
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -109,7 +110,7 @@ def render_helm_chart(chart: Path, values: Sequence[Path], *, label: str | None 
         result.errors.append(InputError(name, None, f"not rendered: {exc}"))
         return result
     result.files += 1
-    vendored = _vendored_subcharts(chart)
+    vendored = cache(_vendored_subcharts)  # each chart's subcharts, read once however many files name them
     for source, block in _helm_documents(text):
         file = _source_file(chart, source, local, vendored)
         part = ReadResult()
@@ -188,12 +189,14 @@ def _root_templates_hint(chart: Path) -> str:
     return f"; {len(names)} YAML file(s) at its root, such as {names[0]}, are not templates to helm"
 
 
-def _source_file(chart: Path, source: str, local: LocalDependencies, vendored: Mapping[str, str]) -> Path:
+def _source_file(
+    chart: Path, source: str, local: LocalDependencies, vendored: Callable[[Path], Mapping[str, str]]
+) -> Path:
     """The file a `# Source:` comment names (``<chart>/templates/x.yaml``,
     ``<chart>/charts/<dependency>/templates/y.yaml``), in the style the
     chart was named in; a local dependency's file where it lies, not where
-    the copy put it; a vendored subchart's in its folder (``vendored``:
-    _vendored_subcharts)."""
+    the copy put it; a vendored subchart's in its folder, at any depth
+    (``vendored``: _vendored_subcharts of a chart)."""
     if "/" not in source:
         return chart
     inside = source.split("/", 1)[1]
@@ -203,11 +206,13 @@ def _source_file(chart: Path, source: str, local: LocalDependencies, vendored: M
         for d in local.missing:
             if d["name"] in local.found and parts[1] in (d["name"], d.get("alias")):
                 return local.found[d["name"]].shown / parts[2]
-        # and a vendored one by its alias or its Chart.yaml name, not its folder's
-        folder = vendored.get(parts[1])
-        if folder is not None:
-            return chart / "charts" / folder / parts[2]
-    return chart / inside
+    # and a vendored one by its alias or its Chart.yaml name, not its
+    # folder's, at each level (charts/ingestor/charts/nv-ingest/charts/<alias>)
+    at, rest = chart, inside
+    while len(parts) == 3 and parts[0] == "charts":
+        at, rest = at / "charts" / vendored(at).get(parts[1], parts[1]), parts[2]
+        parts = rest.split("/", 2)
+    return at / rest
 
 
 def _vendored_subcharts(chart: Path) -> dict[str, str]:
@@ -227,7 +232,11 @@ def _vendored_subcharts(chart: Path) -> dict[str, str]:
             continue
         if isinstance(name, str) and name != sub.name:
             folder_of[name] = sub.name
-    for dependency in _chart_yaml(chart).get("dependencies") or []:
+    try:
+        dependencies = _chart_yaml(chart).get("dependencies") or []
+    except HelmError:  # a nested chart helm read from a package, or a file changed since
+        dependencies = []
+    for dependency in dependencies:
         if not isinstance(dependency, Mapping):
             continue
         name, alias = dependency.get("name"), dependency.get("alias")
