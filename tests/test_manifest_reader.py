@@ -449,6 +449,22 @@ def test_training_operator_kinds_are_workloads_with_their_roles_and_gpus(tmp_pat
     assert found == roles
 
 
+def test_a_policy_that_matches_gpu_requests_is_no_workload(tmp_path):
+    """Kyverno's pattern `nvidia.com/gpu: "?*"` is what the policy matches,
+    not a pod's request: no workload, no "not a GPU count" error. An unknown
+    kind of another group holding the same shape is still audited."""
+    policy = (
+        "apiVersion: kyverno.io/v1\nkind: ClusterPolicy\nmetadata: {name: require-gpu-request}\nspec:\n"
+        "  rules:\n  - name: gpu\n    validate:\n      pattern:\n        spec:\n          containers:\n"
+        '          - resources:\n              limits: {nvidia.com/gpu: "?*"}\n'
+    )
+    [workload], errors = build_workloads(read(tmp_path, "policy.yaml", policy).documents)
+    assert errors == [] and not workload.templates
+    gizmo = policy.replace("kyverno.io/v1", "example.com/v1").replace('"?*"', "1")
+    [other], warned = build_workloads(read(tmp_path, "gizmo.yaml", gizmo).documents)
+    assert other.requests_gpus and "not in the pod-spec table" in warned[0].message
+
+
 def test_an_appwrapper_s_components_are_read_as_the_objects_they_are(tmp_path):
     result = read(
         tmp_path,

@@ -48,6 +48,23 @@ _JVM_UNITS = "kmgtp"
 PATCH_BASE = "the base this patch is applied to (a container without an image, read without its base)"
 
 
+# API groups of policy engines and admission: a GPU request in their objects
+# is a pattern a policy matches or a value it writes (Kyverno's
+# `nvidia.com/gpu: "?*"`), never a pod's.
+_POLICY_GROUPS = frozenset(
+    {
+        "kyverno.io",
+        "json.kyverno.io",
+        "templates.gatekeeper.sh",
+        "constraints.gatekeeper.sh",
+        "mutations.gatekeeper.sh",
+        "policies.kubewarden.io",
+        "admissionregistration.k8s.io",
+        "wgpolicyk8s.io",
+    }
+)
+
+
 def build_workloads(
     documents: Iterable[Document], locators: Mapping[tuple[str, str], KindLocator] | None = None
 ) -> tuple[list[Workload], list[InputError]]:
@@ -59,7 +76,11 @@ def build_workloads(
         kl = table.get((group, doc.kind))
         builder = _TemplateBuilder(doc, errors)
         templates = tuple(t for loc in kl.pods for t in builder.templates(loc)) if kl else ()
-        if not any(c.gpus for t in templates for c in (*t.containers, *t.init_containers)) and _names_a_gpu(doc):
+        if (
+            not any(c.gpus for t in templates for c in (*t.containers, *t.init_containers))
+            and group not in _POLICY_GROUPS
+            and _names_a_gpu(doc)
+        ):
             # A kind the table does not know, or a known kind in a shape its
             # locators miss (a new API version): a GPU request is never silent.
             found = _discovered_locators(doc.obj)
