@@ -642,6 +642,45 @@ def test_an_archived_unit_says_nothing_for_the_deployed_ones(run_cli, env, tmp_p
     assert "GPA-SH-004" in {f["rule"] for f in deployed["findings"]}
 
 
+SMALL_MODEL_SERVER = """\
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: chat}
+spec:
+  selector: {matchLabels: {app: chat}}
+  template:
+    metadata: {labels: {app: chat}}
+    spec:
+      nodeSelector: {nvidia.com/gpu.product: NVIDIA-H100-80GB-HBM3}
+      containers:
+      - name: server
+        image: vllm/vllm-openai:v0.10.0
+        args: [--model=Qwen/Qwen2.5-0.5B-Instruct]
+        resources:
+          requests: {cpu: "8", memory: 16Gi}
+          limits: {nvidia.com/gpu: 1}
+"""
+
+
+def test_no_sharing_is_unknown_beside_a_gpu_operator_unit_that_did_not_render(run_cli, env, tmp_path, monkeypatch):
+    # The GPU operator's time-slicing overlay takes a base that is not in the
+    # repository (a remote one, here a folder that is gone): whether the
+    # cluster shares its GPUs is unseen, so "no time-slicing, MPS or MIG" is
+    # not said of the small model's service (GPA-AL-001). A unit of another
+    # name that did not render hides no sharing config.
+    write(tmp_path / "apps/chat/deployment.yaml", SMALL_MODEL_SERVER)
+    write(tmp_path / "apps/chat/kustomization.yaml", "resources: [deployment.yaml]\n")
+    monkeypatch.chdir(tmp_path)
+    _, clean = check(run_cli, env, "apps")
+    assert "GPA-AL-001" in {f["rule"] for f in clean["findings"]}
+    write(tmp_path / "apps/grafana/kustomization.yaml", "resources: [../../gone/dashboards]\n")
+    _, other = check(run_cli, env, "apps")
+    assert "GPA-AL-001" in {f["rule"] for f in other["findings"]}
+    write(tmp_path / "apps/gpu-operator/time-sliced-2/kustomization.yaml", "resources: [../../../gone/base]\n")
+    code, unseen = check(run_cli, env, "apps")
+    assert code == 2 and "GPA-AL-001" not in {f["rule"] for f in unseen["findings"]}
+
+
 def test_a_file_its_kustomization_lists_in_a_comment_is_switched_off(run_cli, env, tmp_path, monkeypatch):
     # The author listed the Job and then commented it out: not deployed, so not
     # judged as a plain file either; a file the kustomization never mentions is.

@@ -110,6 +110,11 @@ class Context(msgspec.Struct, frozen=True):
     # one whole GPU per container and reserve none of its memory up front:
     # what a sharing config would give a share (GPA-SH-001 in manifests).
     shareable_services: tuple[str, ...] = ()
+    # A unit of the folder named on the command line that names the GPU
+    # operator or its sharing config (gpu-operator/, time-sliced-2/) did not
+    # read or render: a sharing config there is unseen, so "no sharing" is
+    # unknown (GPA-AL-001).
+    gpu_config_unread: bool = False
 
 
 def build_context(
@@ -162,6 +167,7 @@ def merge_contexts(site: Site, parts: Sequence[Context]) -> Context:
         claims_without_gpus=frozenset().union(*(p.claims_without_gpus for p in parts)),
         claims_with_gpus=frozenset().union(*(p.claims_with_gpus for p in parts)),
         shareable_services=tuple(dict.fromkeys(s for p in parts for s in p.shareable_services)),
+        gpu_config_unread=any(p.gpu_config_unread for p in parts),
     )
 
 
@@ -223,6 +229,17 @@ def largest_values(maps: Iterable[Mapping[str, float]]) -> dict[str, float]:
         for name, value in m.items():
             out[name] = max(value, out.get(name, value))
     return out
+
+
+# What a unit's path says when it holds the GPU operator or its sharing
+# config: gpu-operator, nvidia-device-plugin, time-sliced-2.
+_GPU_CONFIG_MARKS = ("gpu", "nvidia", "slic")
+
+
+def may_hold_gpu_config(unit: str) -> bool:
+    """Whether a unit's path names the GPU operator or its sharing config."""
+    lowered = unit.lower()
+    return any(mark in lowered for mark in _GPU_CONFIG_MARKS)
 
 
 def _label(w: Workload) -> str:

@@ -515,6 +515,17 @@ class PodFacts(_OfWorkload, kw_only=True, frozen=True):
         ),
         ABSENT,
     ] = None
+    sharing_config_unread: Annotated[
+        bool | None,
+        Meta(
+            description=(
+                "(manifests) A unit of the folder named whose path names the GPU operator or its sharing config "
+                "(gpu-operator/, time-sliced-2/) did not read or render: a sharing config there is unseen, so 'no "
+                "sharing' is unknown."
+            )
+        ),
+        ABSENT,
+    ] = None
     ray_num_gpus: Annotated[
         Number | None,
         Meta(

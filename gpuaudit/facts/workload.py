@@ -327,6 +327,8 @@ def pod_facts(
     facts["shm"] = shared_memory_facts(w, t, gpu["count"], facts["dataloader_workers"], facts["parallelism"])
     facts["unrequested_gpu_runtime"] = _unrequested_gpu_runtime(t)
     facts["runtime_class_pointer"] = f"{t.pointer}/runtimeClassName" if "runtimeClassName" in t.spec else t.pointer
+    if context.gpu_config_unread:
+        facts["sharing_config_unread"] = True
     return facts
 
 

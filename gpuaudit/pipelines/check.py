@@ -33,7 +33,14 @@ from gpuaudit.facts import Subject
 from gpuaudit.facts import claims as claim_facts
 from gpuaudit.facts import device_plugin as config_facts
 from gpuaudit.facts import workload as workload_facts
-from gpuaudit.facts.context import Context, Site, build_context, largest_values, merge_contexts
+from gpuaudit.facts.context import (
+    Context,
+    Site,
+    build_context,
+    largest_values,
+    may_hold_gpu_config,
+    merge_contexts,
+)
 from gpuaudit.facts.purpose import file_context, root_of
 from gpuaudit.files import write_atomic
 from gpuaudit.kube.podspecs import KindLocator, group_of
@@ -158,6 +165,8 @@ def _shared_in_root(contexts: Sequence[Context]) -> dict[str, Any]:
             # What the root's workloads ask for, with it: a config there is
             # judged against them (GPA-SH-004: a pod that takes several replicas).
             changes["most_asked"] = largest_values(c.most_asked for c in contexts)
+    if any(c.gpu_config_unread for c in contexts):
+        changes["gpu_config_unread"] = True
     without = frozenset().union(*(c.claims_without_gpus for c in contexts))
     without -= frozenset().union(*(c.claims_with_gpus for c in contexts))
     if without:
@@ -421,6 +430,8 @@ def check_manifests(
                 contexts[name] = merge_contexts(site, list(files.values()))
             else:
                 contexts[name] = build_context(site, read.documents, workloads, read.bare, roots)
+            if may_hold_gpu_config(name) and any(e.level == "error" for e in read.errors):
+                contexts[name] = msgspec.structs.replace(contexts[name], gpu_config_unread=True)
         return states, (contexts, per_file)
 
     varied: dict[str, list[str]] = {}  # unit -> its alternatives: found once every shard is read
