@@ -295,7 +295,8 @@ def test_a_request_for_zero_gpus_is_no_gpu_request():
             "metadata": {"name": "amg"},
             "spec": {"template": {"spec": {"containers": [container]}}},
         }
-        [w], _ = build_workloads([Document(obj, "d.yaml", 1)])
+        [w], errors = build_workloads([Document(obj, "d.yaml", 1)])
+        assert errors == []  # nor a shape "that holds a container that requests GPUs"
         return w
 
     assert not workload("0").requests_gpus

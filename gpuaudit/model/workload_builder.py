@@ -85,7 +85,8 @@ def build_workloads(
             # locators miss (a new API version): a GPU request is never silent.
             found = _discovered_locators(doc.obj)
             discovered = tuple(t for loc in found for t in builder.templates(loc))
-            if discovered:
+            # `nvidia.com/gpu: 0` (a chart's CPU-only setting) asks for none.
+            if any(c.gpus for t in discovered for c in (*t.containers, *t.init_containers)):
                 templates = discovered
                 where = found[0].at or "/"
                 why = (
