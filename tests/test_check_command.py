@@ -94,6 +94,27 @@ def test_input_errors_exit_2_but_other_files_are_still_audited(run_cli, tmp_path
     assert error["file"].endswith("web.yaml") and error["line"] == 2
 
 
+def test_a_kind_found_by_its_shape_is_said_once_per_run(run_cli, tmp_path):
+    """Thirteen app-template HelmReleases are one thing to know: the warning
+    that a kind's pods were found by their shape comes once, at the first
+    object, saying how many more there are; another kind has its own."""
+    release = (
+        "apiVersion: helm.toolkit.fluxcd.io/v2\nkind: HelmRelease\nmetadata: {{name: {name}}}\nspec:\n"
+        "  values:\n    controllers:\n      main:\n        containers:\n        - name: app\n"
+        "          image: ghcr.io/example/{name}:1.0\n          resources: {{limits: {{nvidia.com/gpu: 1}}}}\n"
+    )
+    for name in ("ollama", "comfyui", "whisper"):
+        (tmp_path / f"{name}.yaml").write_text(release.format(name=name))
+    (tmp_path / "gizmo.yaml").write_text(release.format(name="gizmo").replace("helm.toolkit.fluxcd.io/v2", "x.io/v1"))
+    report = json.loads(run_cli("check", ".", "--format", "json").stdout)
+    said = [e for e in report["errors"] if "requests GPUs at" in e["message"]]
+    assert [(Path(e["file"]).name, e["message"].endswith("(and 2 more of this kind)")) for e in said] == [
+        ("comfyui.yaml", True),
+        ("gizmo.yaml", False),
+    ]
+    assert report["summary"]["gpu_workloads"] == 4
+
+
 def test_stdin_and_text_output_grouped_in_diagnostic_order(run_cli):
     proc = run_cli(
         "check",

@@ -48,6 +48,9 @@ _JVM_UNITS = "kmgtp"
 PATCH_BASE = "the base this patch is applied to (a container without an image, read without its base)"
 
 
+# What the warning says of a kind whose pods were found by their shape: the
+# kind is said before it (pipelines/check.py says it once per kind and run).
+DISCOVERED = ", but holds a container that requests GPUs at"
 # API groups of policy engines and admission: a GPU request in their objects
 # is a pattern a policy matches or a value it writes (Kyverno's
 # `nvidia.com/gpu: "?*"`), never a pod's.
@@ -98,7 +101,7 @@ def build_workloads(
                     InputError(
                         doc.file,
                         doc.line_of(where),
-                        f"{why}, but holds a container that requests GPUs at {where}: audited from there as a "
+                        f"{why}{DISCOVERED} {where}: audited from there as a "
                         "workload of its kind; add a locator under podspecs: in .gpuaudit.yaml (see "
                         "gpuaudit/data/podspecs.yaml) to audit it exactly",
                         "warning",

@@ -46,7 +46,7 @@ from gpuaudit.files import write_atomic
 from gpuaudit.kube.podspecs import KindLocator, group_of
 from gpuaudit.model import AuditResult, Document, Finding, InputError, Workload
 from gpuaudit.model.serving_runtimes import effective_workloads
-from gpuaudit.model.workload_builder import build_workloads
+from gpuaudit.model.workload_builder import DISCOVERED, build_workloads
 from gpuaudit.pipelines.policy import PolicyOptions, locators_for
 from gpuaudit.pipelines.shards import run_sharded, workers_for
 from gpuaudit.sources.inputs import FoundFile, InputOptions, Item, ManifestOptions, gather_units, read_items
@@ -521,7 +521,7 @@ def check_manifests(
             *_in_fixtures_warn(
                 chain(
                     (e for parts in judged for part in parts for e in part.read_errors),
-                    (e for parts in judged for part in parts for e in part.field_errors),
+                    _each_kind_once(e for parts in judged for part in parts for e in part.field_errors),
                 ),
                 roots,
             ),
@@ -538,6 +538,29 @@ def check_manifests(
         resources=sum(part.resources for parts in judged for part in parts),
         gpu_workloads=sum(part.gpu_workloads for parts in judged for part in parts),
     )
+
+
+def _each_kind_once(errors: Iterable[InputError]) -> list[InputError]:
+    """The warning that a kind's pods were found by their shape, said once
+    per kind (a home lab's thirteen app-template HelmReleases are one
+    thing to know), at its first object, with how many more there are."""
+    out: list[InputError] = []
+    first: dict[str, int] = {}
+    more: dict[str, int] = {}
+    for error in errors:
+        kind = error.message.partition(DISCOVERED)[0] if DISCOVERED in error.message else None
+        if kind is None:
+            out.append(error)
+        elif kind in first:
+            more[kind] += 1
+        else:
+            first[kind], more[kind] = len(out), 0
+            out.append(error)
+    for kind, at in first.items():
+        if more[kind]:
+            said = out[at]
+            out[at] = msgspec.structs.replace(said, message=f"{said.message} (and {more[kind]} more of this kind)")
+    return out
 
 
 def _in_fixtures_warn(errors: Iterable[InputError], roots: Sequence[str]) -> Iterator[InputError]:
