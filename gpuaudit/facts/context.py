@@ -15,9 +15,10 @@ from typing import Any
 import msgspec
 
 from gpuaudit.facts import device_plugin as config_facts
+from gpuaudit.facts.activity import saturates_gpus
 from gpuaudit.facts.claims import asks_no_gpu, is_claim
 from gpuaudit.facts.env_sources import config_map_data
-from gpuaudit.facts.reservations import ENGINE_OF_KIND, memory_reservation, stress_test
+from gpuaudit.facts.reservations import ENGINE_OF_KIND, memory_reservation
 from gpuaudit.kube.quantity import QuantityError, parse_quantity
 from gpuaudit.model import Document, Workload
 from gpuaudit.model.serving_runtimes import is_runtime
@@ -249,7 +250,9 @@ def _label(w: Workload) -> str:
 def _shareable_services(workloads: Iterable[Workload]) -> tuple[str, ...]:
     """Services whose GPU containers each hold one whole GPU and run no
     server that reserves most of its memory at start (vLLM, NIM: a second
-    tenant would find none) and no stress test (it starves one)."""
+    tenant would find none) and no stress test (it starves one; told by
+    activity.saturates_gpus, which check already asks: reservations'
+    stress_test would compile its pattern on every run)."""
     found: list[str] = []
     for w in workloads:
         if w.workload_class != "service":
@@ -259,7 +262,7 @@ def _shareable_services(workloads: Iterable[Workload]) -> tuple[str, ...]:
         if holders and all(
             [(r.resource, r.count) for r in c.gpus] == [("nvidia.com/gpu", 1)]
             and ((held := memory_reservation(c, runtime)) is None or held.fraction < _MOST_OF_A_GPU)
-            and stress_test(c) is None
+            and not saturates_gpus(c)
             for c in holders
         ):
             found.append(_label(w))

@@ -49,13 +49,15 @@ SKIP_DIRS = frozenset(
 )
 
 # Helm's template actions start with '.', '$', '-' or a keyword/function;
-# Argo's `{{inputs.parameters.x}}` and `{{workflow.name}}` do not. Jinja's
-# statements (`{% if %}`, `{% for %}`) make a template of another tool too.
+# Argo's `{{inputs.parameters.x}}` and `{{workflow.name}}` do not.
 _HELM_ACTION = re.compile(
     r"\{\{-?\s*(?:\.|\$|-|/\*|(?:if|else|end|range|with|include|template|define|"
     r"toYaml|tpl|printf|default|quote|required|lookup|fail|block)\b)"
-    r"|(?m:^[ \t]*\{%-?\s*(?:if|for|set|macro|include|import|block|extends|raw)\b)"
 )
+# Jinja's statements on a line of their own (`{% if %}`, `{% for %}`) make a
+# template of another tool too. (A pattern text, compiled on first use: only
+# for a file that holds `{%`.)
+_JINJA_STATEMENT = r"(?m)^[ \t]*\{%-?\s*(?:if|for|set|macro|include|import|block|extends|raw)\b"
 # What only a Helm chart's template names: its built-in objects and the
 # functions Helm adds; and an action that starts a value unquoted (YAML
 # reads `name: {{ .Name }}` as a mapping). `{{ }}` that is none of these, in
@@ -111,17 +113,23 @@ _COMMENT_BEFORE = r"(?m)(?:^|(?<=[ \t]))#[^'\"]*$"
 def _helm_action(text: str) -> re.Match[str] | None:
     """The first Helm template action in ``text`` outside YAML comments (a
     plain manifest may show in a comment how a chart would write a value),
-    KServe's run-time placeholders in serving runtime files aside."""
+    KServe's run-time placeholders in serving runtime files aside, or Jinja
+    statement."""
     placeholders: list[tuple[int, int]] = []
     if ("ServingRuntime" in text or "InferenceService" in text) and re.search(_KSERVE_RUNTIME, text):  # a quick look
         placeholders = [m.span() for m in re.finditer(_KSERVE_PLACEHOLDER, text)]
+    found = None
     for match in _HELM_ACTION.finditer(text):
         line_start = text.rfind("\n", 0, match.start()) + 1
         if re.search(_COMMENT_BEFORE, text[line_start : match.start()]):
             continue
         if not any(start <= match.start() < end for start, end in placeholders):
-            return match
-    return None
+            found = match
+            break
+    jinja = re.search(_JINJA_STATEMENT, text) if "{%" in text else None
+    if jinja is not None and (found is None or jinja.start() < found.start()):
+        return jinja
+    return found
 
 
 # A Kubernetes object names its apiVersion and kind as keys: in YAML at the
