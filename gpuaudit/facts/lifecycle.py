@@ -32,7 +32,37 @@ def lifecycle_facts(w: Workload) -> dict[str, Any] | None:
     work = entry.get("work")
     if work is not None:
         facts["work_queue"] = _work_queue(get(obj, work["parallelism"]), get(obj, work["completions"]))
+    facts["nodes_bounded"] = _nodes_bounded(w)
     return facts
+
+
+# Nodes that live for a bounded time whatever runs on them: GKE's queued
+# provisioning (Dynamic Workload Scheduler) and flex-start remove a node at
+# its request's maxRunDurationSeconds (7 days at most).
+_QUEUED_CLASS = (
+    "autoscaling.x-k8s.io/provisioning-class-name",
+    "cluster-autoscaler.kubernetes.io/provisioning-class-name",
+)
+_BOUNDED_CLASSES = ("queued-provisioning.gke.io",)
+_BOUNDED_NODE_LABELS = {"cloud.google.com/gke-flex-start": "true", "cloud.google.com/gke-queued": "true"}
+
+
+def _nodes_bounded(w: Workload) -> str | None:
+    """What removes the nodes every GPU pod of the workload runs on after a
+    bounded time, or None."""
+    said = []
+    for t in w.templates:
+        if not any(c.gpus for c in t.containers):
+            continue
+        selector = t.spec.get("nodeSelector")
+        selector = selector if isinstance(selector, Mapping) else {}
+        if any(t.annotations.get(key) in _BOUNDED_CLASSES for key in _QUEUED_CLASS):
+            said.append("GKE queued provisioning (a ProvisioningRequest's maxRunDurationSeconds)")
+        elif any(str(selector.get(k, "")).lower() == v for k, v in _BOUNDED_NODE_LABELS.items()):
+            said.append("GKE flex-start or queued nodes (maxRunDurationSeconds, 7 days at most)")
+        else:
+            return None
+    return said[0] if said else None
 
 
 def _work_queue(parallelism: Any, completions: Any) -> bool:

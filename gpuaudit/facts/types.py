@@ -74,6 +74,16 @@ class Lifecycle(_Facts, kw_only=True, frozen=True):
     ]
     fields: Annotated[list[str], Meta(description="The fields this kind supports.")]
     pointer: str
+    nodes_bounded: Annotated[
+        str | None,
+        Meta(
+            description=(
+                "What removes the nodes every GPU pod of the workload runs on after a bounded time (GKE queued "
+                "provisioning or flex-start: maxRunDurationSeconds), or null."
+            )
+        ),
+        ABSENT,
+    ] = None
     work_queue: Annotated[
         bool | None,
         Meta(
