@@ -52,6 +52,9 @@ def test_the_cache_gives_what_loading_gives(cache_home: Path, rule_dir: Path, mo
     _no_loading(monkeypatch)
     cached, cached_errors = rule_cache.load_rules_cached([rule_dir])
     assert [_fields(r) for r in cached] == [_fields(r) for r in fresh]
+    # the regular expressions each schema holds come with the rule: a run
+    # from the cache never walks the schemas for them (rules.Rule.timed)
+    assert all(r.timed is not None for r in cached)
     assert [str(e) for e in cached_errors] == [str(e) for e in fresh_errors]
     # the compiled validators judge as freshly compiled ones do
     for cached_rule, fresh_rule in zip(cached, fresh, strict=True):
