@@ -667,17 +667,18 @@ def test_no_sharing_is_unknown_beside_a_gpu_operator_unit_that_did_not_render(ru
     # repository (a remote one, here a folder that is gone): whether the
     # cluster shares its GPUs is unseen, so "no time-slicing, MPS or MIG" is
     # not said of the small model's service (GPA-AL-001). A unit of another
-    # name that did not render hides no sharing config.
-    write(tmp_path / "apps/chat/deployment.yaml", SMALL_MODEL_SERVER)
-    write(tmp_path / "apps/chat/kustomization.yaml", "resources: [deployment.yaml]\n")
+    # name that did not render hides no sharing config, whatever the
+    # repository is called.
+    write(tmp_path / "gpu-platform/chat/deployment.yaml", SMALL_MODEL_SERVER)
+    write(tmp_path / "gpu-platform/chat/kustomization.yaml", "resources: [deployment.yaml]\n")
     monkeypatch.chdir(tmp_path)
-    _, clean = check(run_cli, env, "apps")
+    _, clean = check(run_cli, env, "gpu-platform")
     assert "GPA-AL-001" in {f["rule"] for f in clean["findings"]}
-    write(tmp_path / "apps/grafana/kustomization.yaml", "resources: [../../gone/dashboards]\n")
-    _, other = check(run_cli, env, "apps")
+    write(tmp_path / "gpu-platform/grafana/kustomization.yaml", "resources: [../../gone/dashboards]\n")
+    _, other = check(run_cli, env, "gpu-platform")
     assert "GPA-AL-001" in {f["rule"] for f in other["findings"]}
-    write(tmp_path / "apps/gpu-operator/time-sliced-2/kustomization.yaml", "resources: [../../../gone/base]\n")
-    code, unseen = check(run_cli, env, "apps")
+    write(tmp_path / "gpu-platform/gpu-operator/time-sliced-2/kustomization.yaml", "resources: [../../../gone/base]\n")
+    code, unseen = check(run_cli, env, "gpu-platform")
     assert code == 2 and "GPA-AL-001" not in {f["rule"] for f in unseen["findings"]}
 
 

@@ -247,6 +247,11 @@ def _label(w: Workload) -> str:
     return f"{w.kind} {w.namespace + '/' if w.namespace else ''}{w.name}"
 
 
+# A server that reserves this share of its GPU's memory or more leaves a
+# second tenant too little to load anything.
+_MOST_OF_A_GPU = 0.5
+
+
 def _shareable_services(workloads: Iterable[Workload]) -> tuple[str, ...]:
     """Services whose GPU containers each hold one whole GPU and run no
     server that reserves most of its memory at start (vLLM, NIM: a second
@@ -267,11 +272,6 @@ def _shareable_services(workloads: Iterable[Workload]) -> tuple[str, ...]:
         ):
             found.append(_label(w))
     return tuple(found)
-
-
-# A server that reserves this share of its GPU's memory or more leaves a
-# second tenant too little to load anything.
-_MOST_OF_A_GPU = 0.5
 
 
 def _requested(workloads: Iterable[Workload]) -> dict[str, tuple[str, ...]]:

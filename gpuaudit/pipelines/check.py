@@ -430,7 +430,10 @@ def check_manifests(
                 contexts[name] = merge_contexts(site, list(files.values()))
             else:
                 contexts[name] = build_context(site, read.documents, workloads, read.bare, roots)
-            if may_hold_gpu_config(name) and any(e.level == "error" for e in read.errors):
+            # (Named below the folder it was found in: a repository called
+            # gpu-platform says nothing of its units.)
+            below = root_of(name, roots)
+            if may_hold_gpu_config(below[1] if below else name) and any(e.level == "error" for e in read.errors):
                 contexts[name] = msgspec.structs.replace(contexts[name], gpu_config_unread=True)
         return states, (contexts, per_file)
 

@@ -113,8 +113,8 @@ _COMMENT_BEFORE = r"(?m)(?:^|(?<=[ \t]))#[^'\"]*$"
 def _helm_action(text: str) -> re.Match[str] | None:
     """The first Helm template action in ``text`` outside YAML comments (a
     plain manifest may show in a comment how a chart would write a value),
-    KServe's run-time placeholders in serving runtime files aside, or Jinja
-    statement."""
+    KServe's run-time placeholders in serving runtime files aside; or the
+    first Jinja statement, when it comes before."""
     placeholders: list[tuple[int, int]] = []
     if ("ServingRuntime" in text or "InferenceService" in text) and re.search(_KSERVE_RUNTIME, text):  # a quick look
         placeholders = [m.span() for m in re.finditer(_KSERVE_PLACEHOLDER, text)]
