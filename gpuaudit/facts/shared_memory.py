@@ -56,7 +56,9 @@ def _backing(w: Workload, t: PodTemplate) -> dict[str, Any]:
                 return {"memory_backed": False, "size_limit": None}
     if t.spec.get("hostIPC") is True or (w.group, w.kind) in _SHM_BY_CONTROLLER:
         return {"memory_backed": True, "size_limit": None}
-    if any(c.merged_over for c in t.containers):
+    # What a controller merges the pod over, or adds to a pod of a kind found
+    # by its shape (an operator's memory-backed /dev/shm), is unknown here.
+    if t.discovered or any(c.merged_over for c in t.containers):
         return {"memory_backed": None, "size_limit": None}
     return {"memory_backed": False, "size_limit": None}
 

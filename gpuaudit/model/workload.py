@@ -76,6 +76,9 @@ class PodTemplate(msgspec.Struct, frozen=True):
     labels: Mapping[str, str]
     annotations: Mapping[str, str]
     extra_gpus: tuple[GpuRequest, ...] = ()  # pod-level: DRA claims, fraction annotations
+    # Found by its shape in a kind the pod-spec table does not know: what
+    # its controller adds to the pod (volumes, a /dev/shm) is unknown.
+    discovered: bool = False
 
 
 class Workload(msgspec.Struct, frozen=True):

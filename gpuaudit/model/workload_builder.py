@@ -90,7 +90,7 @@ def build_workloads(
             discovered = tuple(t for loc in found for t in builder.templates(loc))
             # `nvidia.com/gpu: 0` (a chart's CPU-only setting) asks for none.
             if any(c.gpus for t in discovered for c in (*t.containers, *t.init_containers)):
-                templates = discovered
+                templates = tuple(replace(t, discovered=True) for t in discovered)
                 where = found[0].at or "/"
                 why = (
                     f"{doc.kind} ({group or 'core'}) is not in the pod-spec table"
