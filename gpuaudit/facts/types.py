@@ -82,7 +82,6 @@ class Lifecycle(_Facts, kw_only=True, frozen=True):
                 "provisioning or flex-start: maxRunDurationSeconds), or null."
             )
         ),
-        ABSENT,
     ] = None
     work_queue: Annotated[
         bool | None,
@@ -781,7 +780,6 @@ class ConfigFacts(_Facts, kw_only=True, frozen=True):
                 "a live audit."
             )
         ),
-        ABSENT,
     ] = None
     mig_requests_unserved: Annotated[
         list[str] | None,
