@@ -35,7 +35,7 @@ def subjects(doc: Document, context: Context | None = None) -> Iterator[Subject]
     if doc.kind == "ClusterPolicy" and doc.api_version.startswith("nvidia.com/"):
         facts = {**cluster_policy_facts(obj), **identity}
         facts["mig_requests_unserved"] = _mig_unserved(facts["mig_strategy"], context)
-        facts["shareable_services"] = _shareable_services(context)
+        facts["shareable_services"] = _served_by_a_share(context)
         yield Subject("config", facts, resource, doc, annotations)
     elif doc.kind == "ConfigMap":
         data = obj.get("data")
@@ -262,11 +262,11 @@ def _against_workloads(cfg: Mapping[str, Any], mig_strategy: str | None, context
         "rename_conflicts": _rename_conflicts(cfg, context),
         "mig_requests_unserved": _mig_unserved(mig_strategy, context),
         "replicas_asked": _replicas_asked(cfg, context),
-        "shareable_services": _shareable_services(context),
+        "shareable_services": _served_by_a_share(context),
     }
 
 
-def _shareable_services(context: Context | None) -> list[str] | None:
+def _served_by_a_share(context: Context | None) -> list[str] | None:
     """The services of the input a share would serve; None where no
     workload is seen (a live config: the cluster's pods are judged by
     GPA-SH-101)."""

@@ -8,7 +8,7 @@ from typing import Any
 
 from gpuaudit.bundled import data_yaml
 from gpuaudit.kube.pointers import expand, get
-from gpuaudit.model import Workload
+from gpuaudit.model import PodTemplate, Workload
 
 
 @cache
@@ -50,19 +50,19 @@ _BOUNDED_NODE_LABELS = {"cloud.google.com/gke-flex-start": "true", "cloud.google
 def _nodes_bounded(w: Workload) -> str | None:
     """What removes the nodes every GPU pod of the workload runs on after a
     bounded time, or None."""
-    said = []
-    for t in w.templates:
-        if not any(c.gpus for c in t.containers):
-            continue
-        selector = t.spec.get("nodeSelector")
-        selector = selector if isinstance(selector, Mapping) else {}
-        if any(t.annotations.get(key) in _BOUNDED_CLASSES for key in _QUEUED_CLASS):
-            said.append("GKE queued provisioning (a ProvisioningRequest's maxRunDurationSeconds)")
-        elif any(str(selector.get(k, "")).lower() == v for k, v in _BOUNDED_NODE_LABELS.items()):
-            said.append("GKE flex-start or queued nodes (maxRunDurationSeconds, 7 days at most)")
-        else:
-            return None
-    return said[0] if said else None
+    bounds = [_bounded_by(t) for t in w.templates if any(c.gpus for c in t.containers)]
+    return bounds[0] if bounds and all(bounds) else None
+
+
+def _bounded_by(t: PodTemplate) -> str | None:
+    if any(t.annotations.get(key) in _BOUNDED_CLASSES for key in _QUEUED_CLASS):
+        return "GKE queued provisioning (a ProvisioningRequest's maxRunDurationSeconds)"
+    selector = t.spec.get("nodeSelector")
+    if isinstance(selector, Mapping) and any(
+        str(selector.get(k, "")).lower() == v for k, v in _BOUNDED_NODE_LABELS.items()
+    ):
+        return "GKE flex-start or queued nodes (maxRunDurationSeconds, 7 days at most)"
+    return None
 
 
 def _work_queue(parallelism: Any, completions: Any) -> bool:
