@@ -249,6 +249,36 @@ def test_a_chart_kind_nobody_knows_still_counts_its_gpus(run_cli, tools_path, tm
     assert {f["rule"] for f in result["findings"]} >= {"GPA-AP-001"}
 
 
+def test_an_error_in_what_helm_rendered_names_the_template_line_or_none(run_cli, tools_path, tmp_path):
+    # `{{- if }}` lines vanish when rendered, so the rendered output's line
+    # numbers are not the template's: a duplicate key is named at the one
+    # template line with its text, else at no line (never at the line that
+    # only has the rendered line's number: here a fine `resources:` above).
+    if shutil.which("helm", path=tools_path) is None:
+        pytest.skip("helm is not installed")
+    chart = tmp_path / "chart"
+    (chart / "templates").mkdir(parents=True)
+    (chart / "Chart.yaml").write_text("apiVersion: v2\nname: prep\nversion: 0.1.0\n")
+    (chart / "values.yaml").write_text("storageClass: ''\n")
+    pod = (
+        "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}}}\nspec:\n  volumes:\n  - name: data\n"
+        "    {{{{- if .Values.storageClass }}}}\n    ephemeral:\n      volumeClaimTemplate:\n        spec:\n"
+        "          resources:\n            requests: {{storage: 1Gi}}\n    {{{{- else }}}}\n    emptyDir: {{}}\n"
+        "    {{{{- end }}}}\n  containers:\n  - name: prep\n    image: python:3.12\n"
+        "    {first}\n    resources:\n      limits: {{nvidia.com/gpu: 1, memory: 8Gi, cpu: 2}}\n"
+    )
+    (chart / "templates" / "twice.yaml").write_text(pod.format(name="twice", first="resources:"))
+    (chart / "templates" / "once.yaml").write_text(
+        pod.format(name="once", first="command: [python]\n    command: [sh]")
+    )
+    result = report(run_cli("check", "--helm-chart", "chart", "--format", "json", env={"PATH": tools_path}))
+    errors = {e["file"].rsplit("/", 1)[-1]: e for e in result["errors"] if "duplicate key" in e["message"]}
+    twice, once = errors["twice.yaml"], errors["once.yaml"]
+    assert twice["line"] is None and "of what helm rendered" in twice["message"], twice
+    lines = (chart / "templates" / "once.yaml").read_text().splitlines()
+    assert lines[once["line"] - 1].strip() == "command: [sh]", once
+
+
 def test_helm_chart_without_helm_is_an_input_error(run_cli, tmp_path):
     (tmp_path / "chart").mkdir()
     (tmp_path / "bin").mkdir()

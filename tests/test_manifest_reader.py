@@ -112,6 +112,20 @@ def test_actions_of_another_tool_inside_values_are_read_as_text(tmp_path):
     assert error.level == "warning" and "not auditable until rendered" in error.message and error.line == 6
 
 
+def test_an_ansible_playbook_is_no_template_to_render(tmp_path):
+    """Its top level is a list of plays, its `{{ }}` quoted as Ansible needs,
+    and its tasks may name Kubernetes objects to create: no object of its
+    own, and nothing to warn about."""
+    playbook = read(
+        tmp_path,
+        "deploy.yml",
+        "- hosts: localhost\n  vars: {ns: gpu}\n  tasks:\n  - name: create the namespace\n"
+        "    kubernetes.core.k8s:\n      definition:\n        apiVersion: v1\n        kind: Namespace\n"
+        "        metadata: {name: \"{{ lookup('env', 'NS') | default(ns) }}\"}\n",
+    )
+    assert playbook.errors == [] and playbook.documents == []
+
+
 def test_a_values_file_whose_strings_hold_tpl_actions_is_read_as_yaml(tmp_path):
     # Charts pass such strings through `tpl`: the file is YAML, not a template.
     values = read(

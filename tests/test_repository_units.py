@@ -238,12 +238,41 @@ def test_a_chart_is_rendered_with_each_ci_values_file(run_cli, env, tmp_path, mo
     [pin] = [f for f in result["findings"] if f["rule"] == "GPA-PL-001"]
     assert pin["units"] == ["charts/serve [ci/pinned-values.yaml]"]
     assert pin["location"]["file"] == "charts/serve/templates/deployment.yaml"
-    # Switched on, it cannot be rendered offline: the reason, no fetch.
+    # Switched on, it cannot be rendered offline: the reason, no fetch. The
+    # chart is audited through its other variants: a warning, not a partial audit.
     (tmp_path / "charts/serve/ci/monitored-values.yaml").write_text("monitoring: {enabled: true}\n")
     code, result = check(run_cli, env, "charts")
-    [error] = [e for e in result["errors"] if e["level"] == "error"]
-    assert code == 2 and "its dependencies (monitoring) are not in charts/" in error["message"]
-    assert error["file"] == "charts/serve [ci/monitored-values.yaml]"
+    [warning] = [e for e in result["errors"] if "monitoring" in e["message"]]
+    assert code != 2 and "its dependencies (monitoring) are not in charts/" in warning["message"]
+    assert warning["level"] == "warning" and warning["file"] == "charts/serve [ci/monitored-values.yaml]"
+    assert "audited as charts/serve, charts/serve [ci/pinned-values.yaml]" in warning["message"]
+
+
+def test_a_chart_is_audited_through_the_values_files_beside_its_defaults(run_cli, env, tmp_path, monkeypatch):
+    # Defaults that ask for no GPU (and need a value to render at all): the
+    # chart is deployed with values-<env>.yaml, and audited so. A variant the
+    # user named (.gpuaudit.yaml) that does not render stays an error.
+    chart = dict(CHART)
+    chart["values.yaml"] = "gpus: 0\nreplicas: 1\nmonitoring: {enabled: false}\n"
+    chart["templates/deployment.yaml"] = chart["templates/deployment.yaml"].replace(
+        "{{ .Values.replicas }}", '{{ required "replicas is required" .Values.count }}'
+    )
+    chart["values-k3s.yaml"] = "gpus: 1\ncount: 1\nnode: gpu-node-3\n"
+    chart["notes-values.txt"] = "not a values file\n"
+    for name, text in chart.items():
+        write(tmp_path / "charts/serve" / name, text)
+    monkeypatch.chdir(tmp_path)
+    code, result = check(run_cli, env, "charts")
+    [pin] = [f for f in result["findings"] if f["rule"] == "GPA-PL-001"]
+    assert pin["units"] == ["charts/serve [values-k3s.yaml]"]
+    assert not [e for e in result["errors"] if e["level"] == "error"], result["errors"]
+    [default] = [e for e in result["errors"] if e["file"] == "charts/serve"]
+    assert "replicas is required" in default["message"] and default["level"] == "warning"
+    assert code == 1
+    write(tmp_path / ".gpuaudit.yaml", "repository:\n  charts:\n    charts/serve: [[envs/none.yaml]]\n")
+    write(tmp_path / "envs/none.yaml", "count: null\n")
+    code, result = check(run_cli, env, "charts")
+    assert code == 2 and [e for e in result["errors"] if e["level"] == "error" and "envs/none.yaml" in e["file"]]
 
 
 def test_a_values_file_linked_outside_the_repository_is_not_read(run_cli, env, tmp_path, monkeypatch):

@@ -270,6 +270,15 @@ class Placement(_Facts, kw_only=True, frozen=True):
     ]
     pinned_by: Literal["nodeName", "nodeSelector", "affinity"] | None
     pinned_pointer: str | None
+    node_hardware: Annotated[
+        str | None,
+        Meta(
+            description=(
+                "A host device the pod mounts by hostPath that is plugged into one machine (a USB bus, a serial "
+                "port, a Coral TPU, a camera: gpuaudit/data/host_devices.yaml): the pod goes where it is."
+            )
+        ),
+    ]
     node_selector: dict[str, str]
     required_terms: Annotated[int, Meta(description="Required node-affinity terms.")]
     tolerations: list[dict[str, Any]]

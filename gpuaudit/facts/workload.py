@@ -13,6 +13,7 @@ from typing import Any
 import msgspec.structs
 
 from gpuaudit import gpus
+from gpuaudit.bundled import data_yaml
 from gpuaudit.facts import Subject
 from gpuaudit.facts import placement as site_placement
 from gpuaudit.facts.activity import cuda_image, gpu_exporter, pod_activity, video_transcoder
@@ -442,7 +443,23 @@ def placement_facts(t: PodTemplate) -> dict[str, Any]:
         "tolerations": tolerations,
         "gpu_product": product,
         "sharing_pool": sharing_pool(node_selector, terms),
+        "node_hardware": _node_hardware(spec),
     }
+
+
+def _node_hardware(spec: Mapping[str, Any]) -> str | None:
+    """The first host device the pod mounts that is plugged into one machine
+    (data/host_devices.yaml): the pod goes where it is."""
+    prefixes = None
+    for volume in as_list(spec.get("volumes")):
+        host = volume.get("hostPath") if isinstance(volume, Mapping) else None
+        path = host.get("path") if isinstance(host, Mapping) else None
+        if isinstance(path, str) and path.startswith("/dev/"):
+            if prefixes is None:  # read only for a pod that mounts a device: most mount none
+                prefixes = tuple(data_yaml("host_devices.yaml")["prefixes"])
+            if path.startswith(prefixes):
+                return path
+    return None
 
 
 # What a rendered chart leaves where a value was expected (str() of YAML null).

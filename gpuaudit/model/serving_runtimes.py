@@ -119,14 +119,18 @@ def is_inference_service(obj: Mapping[str, Any]) -> bool:
     return group_of(str(obj.get("apiVersion") or "")) == KSERVE_GROUP and obj.get("kind") == "InferenceService"
 
 
+def _runtime_key(obj: Mapping[str, Any]) -> tuple[str, str, str]:
+    meta = obj.get("metadata") if isinstance(obj.get("metadata"), Mapping) else {}
+    namespace = "" if obj.get("kind") == "ClusterServingRuntime" else str(meta.get("namespace") or "")
+    return str(obj.get("kind")), namespace, str(meta.get("name") or "")
+
+
 def runtimes_in(objects: Iterable[Mapping[str, Any]]) -> list[Runtime]:
     found = []
     for obj in objects:
         if not isinstance(obj, Mapping) or not is_runtime(obj):
             continue
-        meta = obj.get("metadata") if isinstance(obj.get("metadata"), Mapping) else {}
-        namespace = "" if obj.get("kind") == "ClusterServingRuntime" else str(meta.get("namespace") or "")
-        found.append(Runtime(str(obj["kind"]), namespace, str(meta.get("name") or ""), obj))
+        found.append(Runtime(*_runtime_key(obj), obj))
     return found
 
 
@@ -325,16 +329,20 @@ def effective_workloads(
     if not runtimes:
         return list(workloads)
     out = []
+    used: set[tuple[str, str, str]] = set()
     for w in workloads:
         doc = w.document
         if is_inference_service(doc.obj):
             obj, resolution = effective(doc.obj, runtimes)
             if resolution.runtime is not None:
+                used.add(_runtime_key(resolution.runtime.obj))
                 rebuilt, _ = build_workloads([Document(obj, doc.file, doc.line, doc.lines, doc.base)], locators)
                 if len(rebuilt) == 1:
                     w = msgspec.structs.replace(rebuilt[0], document=doc, templates=_merged(rebuilt[0].templates))
         out.append(w)
-    return out
+    # A runtime a service of the input runs on is judged in that service's
+    # pods: judged alone as well, each of its findings would be said twice.
+    return [w for w in out if not (is_runtime(w.document.obj) and _runtime_key(w.document.obj) in used)]
 
 
 def _merged(templates: Sequence[PodTemplate]) -> tuple[PodTemplate, ...]:

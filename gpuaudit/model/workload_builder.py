@@ -66,6 +66,10 @@ _POLICY_GROUPS = frozenset(
         "wgpolicyk8s.io",
     }
 )
+# Kinds that describe pods and run none: the core PodTemplate is read by no
+# built-in controller; a ProvisioningRequest sizes the nodes it asks for by
+# one, and the Job that then runs there has a template of its own.
+_NO_PODS = frozenset({("", "PodTemplate")})
 
 
 def build_workloads(
@@ -82,6 +86,7 @@ def build_workloads(
         if (
             not any(c.gpus for t in templates for c in (*t.containers, *t.init_containers))
             and group not in _POLICY_GROUPS
+            and (group, doc.kind) not in _NO_PODS
             and _names_a_gpu(doc)
         ):
             # A kind the table does not know, or a known kind in a shape its

@@ -115,7 +115,7 @@ def render_helm_chart(chart: Path, values: Sequence[Path], *, label: str | None 
         file = _source_file(chart, source, local, vendored)
         part = ReadResult()
         read_text(block, str(file), part)
-        result.errors.extend(part.errors)
+        result.errors.extend(_template_error(e, file, block) for e in part.errors)
         result.bare.extend(part.bare)
         single = len(part.documents) == 1
         for d in part.documents:
@@ -463,6 +463,27 @@ def _line_of_only(text: str, needle: str) -> int | None:
     if at < 0 or text.find(needle, at + 1) >= 0:
         return None
     return text.count("\n", 0, at) + 1
+
+
+def _template_error(error: InputError, template: Path, block: str) -> InputError:
+    """An error read from a rendered block, at its template's line: the line
+    whose text the rendered line has, where exactly one line has it (a
+    duplicate ``resources:`` key is often one of several in its template).
+    Else no line, and the message names the rendered line, never a template
+    line that merely has the same number."""
+    if error.line is None:
+        return error
+    rendered = block.splitlines()
+    text = rendered[error.line - 1] if 0 < error.line <= len(rendered) else ""
+    try:
+        template_lines = template.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError):  # a template helm read but this cannot: no line to name
+        template_lines = []
+    same = [n for n, line in enumerate(template_lines, 1) if text.strip() and line.rstrip() == text.rstrip()]
+    if len(same) == 1:
+        return msgspec.structs.replace(error, line=same[0])
+    message = f"{error.message} (line {error.line} of what helm rendered)"
+    return msgspec.structs.replace(error, line=None, message=message)
 
 
 def _template_lines(template: Path, doc: Document) -> dict[str, int]:

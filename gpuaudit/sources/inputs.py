@@ -237,10 +237,36 @@ def _render_all(units: Sequence[Unit], options: InputOptions) -> list[UnitInput]
             out.append(_unrendered(unit, InputError(unit.name, None, unit.problem), options))
         elif not rendered[unit.name].documents and any(e.level == "error" for e in rendered[unit.name].errors):
             first, *others = rendered[unit.name].errors  # the render failed: its first error says why
-            out.append(_unrendered(unit, first, options, others))
+            through = _chart_rendered_through(unit, units, rendered)
+            if through:
+                out.append(_variant_unrendered(unit, first, through))
+            else:
+                out.append(_unrendered(unit, first, options, others))
         else:
             out.append(UnitInput(unit.name, [rendered[unit.name]]))
     return out
+
+
+def _chart_rendered_through(unit: Unit, units: Sequence[Unit], rendered: Mapping[str, ReadResult]) -> list[str]:
+    """The other variants of ``unit``'s chart that rendered, where ``unit`` is
+    its defaults or a values file found beside them (not one the user named):
+    a chart whose defaults need values its values files give (a `required`
+    value) is audited through those files."""
+    if unit.kind != "helm" or (unit.values and not unit.found_values):
+        return []
+    return [
+        u.name
+        for u in units
+        if u.kind == "helm" and u.root == unit.root and u.name != unit.name and u.name in rendered
+        if rendered[u.name].documents
+    ]
+
+
+def _variant_unrendered(unit: Unit, why: InputError, through: Sequence[str]) -> UnitInput:
+    reason = why.message.removeprefix("not rendered: ")
+    variants = ", ".join(through)
+    message = f"helm unit not rendered: {reason}; its chart is audited as {variants}"
+    return UnitInput(unit.name, [ReadResult(errors=[InputError(why.file, why.line, message, "warning")])])
 
 
 def _render(unit: Unit, options: InputOptions) -> ReadResult:

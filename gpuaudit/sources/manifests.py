@@ -307,7 +307,11 @@ def _read_text(text: str, name: str, result: ReadResult, rendered: bool = False)
         # No documents at all is no carrier: `all` of nothing is true.
         carriers = bool(part.documents) and all(d.kind in _TEMPLATE_CARRIERS for d in part.documents)
         other_tools = bool(part.documents) and text.startswith("{{", helm.start()) and not re.search(_HELM_ONLY, text)
-        if not part.errors and (carriers or other_tools or not names_kubernetes_keys(text.encode())):
+        # YAML whose top level holds no mapping (an Ansible playbook's list
+        # of plays, its `{{ }}` quoted as Ansible needs): no object, nothing
+        # to render, whatever its tasks' `definition:`s name.
+        no_mapping = not part.documents and not part.bare
+        if not part.errors and (carriers or other_tools or no_mapping or not names_kubernetes_keys(text.encode())):
             result.documents += part.documents
             result.bare += part.bare
             return

@@ -3,7 +3,8 @@ apply` or `helm install` would send.
 
 - a Helm chart (a folder with ``Chart.yaml``): one unit with its
   ``values.yaml``, one more per ``ci/*-values.yaml`` (chart-testing's
-  convention) and per values list the config names; its ``charts/``
+  convention), per values file beside ``values.yaml`` named for a variant
+  (``values-prod.yaml``) and per values list the config names; its ``charts/``
   subcharts belong to it, and it reads its local dependencies
   (``repository: file://../common``) too. A library chart (``type:
   library``) is no unit: helm installs none, and it renders no object by
@@ -59,6 +60,8 @@ _REMOTE = r"^(?:[a-z][a-z0-9+.-]*://|git@|[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)+/)"
 # Files written for another templating tool, not Kubernetes objects yet:
 # Terraform's templatefile(), and the names people give envsubst/gomplate
 # /Jinja inputs.
+# Values files beside a chart's values.yaml that make a variant of it.
+_VALUES_NAMES = ("values[-_.]*.yaml", "values[-_.]*.yml", "*[-_.]values.yaml", "*[-_.]values.yml")
 _TEMPLATE_NAMES = ("*.tftpl", "*.tftpl.*", "*.tpl.y*ml", "*.tmpl.y*ml", "*.template.y*ml", "*.j2.y*ml", "*.gotmpl.y*ml")
 
 
@@ -77,6 +80,10 @@ class Unit(msgspec.Struct, frozen=True):
     # they name; helm: its folder): for the render cache and changed files.
     reads: tuple[Path, ...] = ()
     resources: tuple[Path, ...] = ()  # kustomize: its local resource files (judged as files when unrendered)
+    # helm: a variant of values files found in the chart's folder, not named
+    # by the user: when another variant of its chart renders, this one's
+    # failure is a warning (the chart was audited)
+    found_values: bool = False
 
 
 class Kustomization(msgspec.Struct):
@@ -213,22 +220,39 @@ def holds_objects(file: Path) -> bool:
 def chart_units(
     chart: Path, shown: str, extra: Sequence[Sequence[Path]] = (), dependencies: Sequence[Path] = ()
 ) -> list[Unit]:
-    """The variants of a chart: its defaults, each ci/*-values.yaml, each
-    list of values files the config names. Whether one renders offline
+    """The variants of a chart: its defaults, each values file of its folder
+    that makes one (_values_variants), each list of values files the config
+    names. Whether one renders offline
     depends on its values (a dependency switched off): sources/helm.py says.
     ``dependencies``: the folders of its local dependencies, which each
     variant reads too."""
     name = display(chart, shown)
     reads = (chart, *dependencies)
     units = [Unit(name, "helm", chart, reads=reads)]
-    ci = chart / "ci"
-    if ci.is_dir():
-        for values in sorted(ci.glob("*-values.yaml")):
-            units.append(Unit(f"{name} [{values.relative_to(chart)}]", "helm", chart, values=(values,), reads=reads))
+    configured = {tuple(Path(os.path.realpath(v)) for v in values_list) for values_list in extra}
+    for values in _values_variants(chart):
+        if (Path(os.path.realpath(values)),) not in configured:
+            label = f"{name} [{values.relative_to(chart)}]"
+            units.append(Unit(label, "helm", chart, values=(values,), reads=reads, found_values=True))
     for values_list in extra:
         label = f"{name} [{', '.join(display(v, shown) for v in values_list)}]"
         units.append(Unit(label, "helm", chart, values=tuple(values_list), reads=(*reads, *values_list)))
     return units
+
+
+def _values_variants(chart: Path) -> list[Path]:
+    """The values files a chart's folder holds for its variants:
+    chart-testing's ``ci/*-values.yaml``, and beside ``values.yaml`` the
+    files named for an environment or a size (``values-prod.yaml``,
+    ``gpu-values.yaml``, ``values.k3s.yaml``): a chart's defaults often ask
+    for no GPU, and those files are how it is deployed."""
+    found = sorted(chart.glob("ci/*-values.yaml"))
+    found += sorted(
+        f
+        for f in chart.iterdir()
+        if f.is_file() and f.name != "values.yaml" and any(fnmatch.fnmatch(f.name, p) for p in _VALUES_NAMES)
+    )
+    return found
 
 
 def read_chart_yaml(chart: Path) -> tuple[bool, list[Path]]:
