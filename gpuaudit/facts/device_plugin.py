@@ -35,6 +35,7 @@ def subjects(doc: Document, context: Context | None = None) -> Iterator[Subject]
     if doc.kind == "ClusterPolicy" and doc.api_version.startswith("nvidia.com/"):
         facts = {**cluster_policy_facts(obj), **identity}
         facts["mig_requests_unserved"] = _mig_unserved(facts["mig_strategy"], context)
+        facts["mig_layouts_mixed"] = _mixed_under_single(obj, facts["mig_strategy"], context)
         facts["shareable_services"] = _served_by_a_share(context)
         yield Subject("config", facts, resource, doc, annotations)
     elif doc.kind == "ConfigMap":
@@ -244,6 +245,7 @@ def cluster_policy_facts(obj: Mapping[str, Any]) -> dict[str, Any]:
         "device_plugin_config": str(config_name) if config_name else None,
         "device_plugin_default": str(config.get("default")) if config.get("default") else None,
         "mig_strategy": str(mig.get("strategy")) if mig.get("strategy") else None,
+        "mig_strategy_pointer": "/spec/mig/strategy" if mig.get("strategy") else "/spec",
         "mig_default_config": str(mig_default) if mig_default else None,
         "configures_sharing": bool(config_name) or mig_layout,
         # The MIG manager switched on without a layout of its own partitions
@@ -337,7 +339,53 @@ def _mig_unserved(mig_strategy: str | None, context: Context | None) -> list[str
     return sorted(r for r in context.requested if r.startswith("nvidia.com/mig-"))
 
 
+def _mixed_under_single(
+    policy: Mapping[str, Any], mig_strategy: str | None, context: Context | None
+) -> list[str] | None:
+    """The layouts of the MIG manager's own config (a ConfigMap of the input
+    that ``migManager.config.name`` names) that give one node a mix, while
+    ``mig.strategy`` is single; None when that config is not in the input."""
+    spec = policy.get("spec") if isinstance(policy.get("spec"), Mapping) else {}
+    manager = spec.get("migManager") if isinstance(spec.get("migManager"), Mapping) else {}
+    config = manager.get("config") if isinstance(manager.get("config"), Mapping) else {}
+    name = config.get("name")
+    if mig_strategy != "single" or manager.get("enabled") is False or not name or context is None:
+        return None
+    found = [data for (_, n), data in context.config_maps.items() if n == name]
+    if not found:
+        return None
+    return sorted(
+        {layout for data in found for text in data.values() for layout in mixed_layouts(_parse_embedded(text))}
+    )
+
+
 # --- mig-parted -----------------------------------------------------------------
+
+
+def mixed_layouts(cfg: Any) -> list[str]:
+    """The layouts of a mig-parted config that give one node a mix: MIG on
+    some GPUs and off on others, or more than one MIG profile. Entries are
+    compared within one GPU model (the same `device-filter`): a layout may
+    name each model's own profile (`1g.5gb` for A100-40GB, `1g.10gb` for
+    A100-80GB), and a node holds one model."""
+    if not is_mig_parted_config(cfg):
+        return []
+    mixed = []
+    for name, entries in cfg["mig-configs"].items():
+        by_model: dict[Any, tuple[set[bool], set[str]]] = {}
+        for entry in entries if isinstance(entries, list) else []:
+            if not isinstance(entry, Mapping) or not isinstance(entry.get("mig-enabled"), bool):
+                continue
+            device_filter = entry.get("device-filter")
+            model = tuple(map(str, device_filter)) if isinstance(device_filter, list) else device_filter
+            enabled, profiles = by_model.setdefault(str(model) if model is not None else None, (set(), set()))
+            enabled.add(entry["mig-enabled"])
+            devices = entry.get("mig-devices")
+            if entry["mig-enabled"] and isinstance(devices, Mapping):
+                profiles.update(str(p) for p, count in devices.items() if count)
+        if any(len(enabled) > 1 or len(profiles) > 1 for enabled, profiles in by_model.values()):
+            mixed.append(str(name))
+    return mixed
 
 
 def is_mig_parted_config(value: Any) -> bool:

@@ -722,6 +722,11 @@ class ConfigFacts(_Facts, kw_only=True, frozen=True):
     mig_strategy: str | None = None
     device_plugin_config: Annotated[str | None, Meta(description="ClusterPolicy spec.devicePlugin.config.name.")] = None
     device_plugin_default: str | None = None
+    mig_strategy_pointer: Annotated[
+        str | None,
+        Meta(description="(cluster-policy) Where the MIG strategy is written (/spec when it is the default)."),
+        ABSENT,
+    ] = None
     mig_default_config: Annotated[str | None, Meta(description="ClusterPolicy spec.migManager.config.default.")] = None
     configures_sharing: Annotated[
         bool | None, Meta(description="Time-slicing, MPS or a MIG layout is configured."), ABSENT
@@ -799,6 +804,17 @@ class ConfigFacts(_Facts, kw_only=True, frozen=True):
             )
         ),
         ABSENT,
+    ] = None
+    mig_layouts_mixed: Annotated[
+        list[str] | None,
+        Meta(
+            description=(
+                "(cluster-policy) While mig.strategy is single: the layouts of the MIG manager's config "
+                "(migManager.config.name, a ConfigMap of the input) that give one node MIG on some GPUs and not on "
+                "others, or more than one MIG profile (per GPU model: the same device-filter); null when that "
+                "config is not in the input or the strategy is not single."
+            )
+        ),
     ] = None
     mig_configs: Annotated[list[str] | None, Meta(description="(mig-parted) the named layouts."), ABSENT] = None
     invalid_profiles: Annotated[

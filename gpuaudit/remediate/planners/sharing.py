@@ -184,11 +184,20 @@ def mig_strategy_mixed(ctx: Context) -> Proposal | Declined:
     if facts.config_type != "cluster-policy":
         return Declined("only the ClusterPolicy's MIG strategy is patched")
     served = list(facts.mig_requests_unserved or [])
-    params = {**identity(ctx), "strategy": facts.mig_strategy, "requests": served}
-    basis = (
-        f"mig.strategy {facts.mig_strategy} advertises no nvidia.com/mig-<profile> "
-        f"resources, and workloads here request {', '.join(map(str, served))}."
-    )
+    layouts = list(facts.mig_layouts_mixed or [])
+    if served:
+        gain = f"the workloads requesting {', '.join(served)} can be placed"
+        basis = (
+            f"mig.strategy {facts.mig_strategy} advertises no nvidia.com/mig-<profile> "
+            f"resources, and workloads here request {', '.join(served)}."
+        )
+    else:
+        gain = f"nodes given the MIG manager's layout(s) {', '.join(layouts)} advertise their GPUs"
+        basis = (
+            f"mig.strategy single advertises one kind of GPU per node, and the layouts {', '.join(layouts)} "
+            "mix MIG and whole GPUs, or several profiles, on one node."
+        )
+    params = {**identity(ctx), "strategy": facts.mig_strategy, "gain": gain}
     return Proposal(None, params, basis, "static", "/spec/mig")
 
 
