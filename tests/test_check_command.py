@@ -113,6 +113,25 @@ def test_a_kind_found_by_its_shape_is_said_once_per_run(run_cli, tmp_path):
         ("gizmo.yaml", False),
     ]
     assert report["summary"]["gpu_workloads"] == 4
+    # Chart values are no kind to add a locator for: the chart renders them.
+    assert "is no workload itself" in said[0]["message"] and "add a locator" not in said[0]["message"]
+
+
+def test_templates_to_render_first_are_said_once_per_run(run_cli, tmp_path):
+    """An app catalogue's template.yaml files, one per app, are one thing to
+    know; an error is never folded into another."""
+    for app in ("jupyter", "vllm", "comfyui"):
+        (tmp_path / app).mkdir()
+        (tmp_path / app / "template.yaml").write_text(
+            "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {{ .Values.name }}\n"
+        )
+    (tmp_path / "pod.yaml").write_text("apiVersion: v1\nkind: Pod\nmetadata: {name: [\n")
+    report = json.loads(run_cli("check", ".", "--format", "json").stdout)
+    said = [e for e in report["errors"] if "not auditable until rendered" in e["message"]]
+    assert [(Path(e["file"]).parent.name, e["message"].endswith("(and 2 more files like it)")) for e in said] == [
+        ("comfyui", True)
+    ]
+    assert [e for e in report["errors"] if e["level"] == "error" and e["file"].endswith("pod.yaml")]
 
 
 def test_stdin_and_text_output_grouped_in_diagnostic_order(run_cli):

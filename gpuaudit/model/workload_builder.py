@@ -97,21 +97,23 @@ def build_workloads(
             if any(c.gpus for t in discovered for c in (*t.containers, *t.init_containers)):
                 templates = tuple(replace(t, discovered=True) for t in discovered)
                 where = found[0].at or "/"
-                why = (
-                    f"{doc.kind} ({group or 'core'}) is not in the pod-spec table"
-                    if kl is None
-                    else f"{doc.kind} ({doc.api_version}) has a shape the pod-spec table does not expect"
-                )
-                errors.append(
-                    InputError(
-                        doc.file,
-                        doc.line_of(where),
-                        f"{why}{DISCOVERED} {where}: audited from there as a "
-                        "workload of its kind; add a locator under podspecs: in .gpuaudit.yaml (see "
-                        "gpuaudit/data/podspecs.yaml) to audit it exactly",
-                        "warning",
+                if "/values" in where:  # a HelmRelease's or an Argo CD Application's values for its chart
+                    why = f"{doc.kind} ({group or 'core'}) is no workload itself"
+                    then = (
+                        "audited from there as the pods its chart likely renders from these values (the chart "
+                        "itself is not rendered here: to audit it exactly, check the chart with these values)"
                     )
-                )
+                else:
+                    why = (
+                        f"{doc.kind} ({group or 'core'}) is not in the pod-spec table"
+                        if kl is None
+                        else f"{doc.kind} ({doc.api_version}) has a shape the pod-spec table does not expect"
+                    )
+                    then = (
+                        "audited from there as a workload of its kind; add a locator under podspecs: in "
+                        ".gpuaudit.yaml (see gpuaudit/data/podspecs.yaml) to audit it exactly"
+                    )
+                errors.append(InputError(doc.file, doc.line_of(where), f"{why}{DISCOVERED} {where}: {then}", "warning"))
         workloads.append(Workload(doc, group, kl.workload_class if kl else "other", templates))
     return workloads, errors
 

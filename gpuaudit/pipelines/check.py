@@ -50,7 +50,7 @@ from gpuaudit.model.workload_builder import DISCOVERED, build_workloads
 from gpuaudit.pipelines.policy import PolicyOptions, locators_for
 from gpuaudit.pipelines.shards import run_sharded, workers_for
 from gpuaudit.sources.inputs import FoundFile, InputOptions, Item, ManifestOptions, gather_units, read_items
-from gpuaudit.sources.manifests import ReadResult
+from gpuaudit.sources.manifests import HELM_TEMPLATE, ReadResult
 from gpuaudit.sources.user_config import Config
 
 
@@ -521,12 +521,14 @@ def check_manifests(
         suppressed=evaluation.suppressed,
         skipped=evaluation.skipped,
         errors=[
-            *_in_fixtures_warn(
-                chain(
-                    (e for parts in judged for part in parts for e in part.read_errors),
-                    _each_kind_once(e for parts in judged for part in parts for e in part.field_errors),
-                ),
-                roots,
+            *_said_once(
+                _in_fixtures_warn(
+                    chain(
+                        (e for parts in judged for part in parts for e in part.read_errors),
+                        (e for parts in judged for part in parts for e in part.field_errors),
+                    ),
+                    roots,
+                )
             ),
             *(
                 w
@@ -543,26 +545,35 @@ def check_manifests(
     )
 
 
-def _each_kind_once(errors: Iterable[InputError]) -> list[InputError]:
-    """The warning that a kind's pods were found by their shape, said once
-    per kind (a home lab's thirteen app-template HelmReleases are one
-    thing to know), at its first object, with how many more there are."""
+def _said_once(errors: Iterable[InputError]) -> list[InputError]:
+    """Warnings that say one thing of many objects, said once, at the first,
+    with how many more there are: that a kind's pods were found by their
+    shape (a home lab's thirteen app-template HelmReleases are one thing to
+    know), and that files are templates to render first (an app catalogue's
+    45 template.yaml files)."""
     out: list[InputError] = []
     first: dict[str, int] = {}
     more: dict[str, int] = {}
     for error in errors:
-        kind = error.message.partition(DISCOVERED)[0] if DISCOVERED in error.message else None
-        if kind is None:
-            out.append(error)
-        elif kind in first:
-            more[kind] += 1
+        if error.level != "warning":
+            key = None
+        elif DISCOVERED in error.message:
+            key = error.message.partition(DISCOVERED)[0]
+        elif error.message.startswith(HELM_TEMPLATE):
+            key = HELM_TEMPLATE
         else:
-            first[kind], more[kind] = len(out), 0
+            key = None
+        if key is None:
             out.append(error)
-    for kind, at in first.items():
-        if more[kind]:
-            said = out[at]
-            out[at] = msgspec.structs.replace(said, message=f"{said.message} (and {more[kind]} more of this kind)")
+        elif key in first:
+            more[key] += 1
+        else:
+            first[key], more[key] = len(out), 0
+            out.append(error)
+    for key, at in first.items():
+        if more[key]:
+            said, what = out[at], "of this kind" if key != HELM_TEMPLATE else "files like it"
+            out[at] = msgspec.structs.replace(said, message=f"{said.message} (and {more[key]} more {what})")
     return out
 
 
