@@ -47,10 +47,13 @@ class Evaluation(msgspec.Struct):
 
 # How an exemption by file_context (a rule's severity_by_context) reads.
 _CONTEXTS = {
-    "example": "an examples, docs or tutorial folder (file_context example; name the file to judge it as it stands)",
+    "example": (
+        "a file written to show something: in an examples, docs or tutorial folder, or named so (tutorial, "
+        "quickstart, mnist) (file_context example; name the file to judge it as it stands)"
+    ),
     "test": (
-        "a folder of what is not deployed as it stands: tests, CI, hack/, archived or deprecated copies "
-        "(file_context test; name the file to judge it as it stands)"
+        "a file not deployed as it stands: in a folder of tests, CI, hack/, archived or deprecated copies, or "
+        "named as a test or fixture (file_context test; name the file to judge it as it stands)"
     ),
 }
 

@@ -123,7 +123,7 @@ class Exemption(msgspec.Struct, frozen=True):
 # How the reason of a finding held back for where its file sits (an
 # example, a test fixture: a rule's severity_by_context) begins: outputs
 # count these apart from what the user exempted.
-NOT_SAID_HERE = "not said for a file in"
+NOT_SAID_HERE = "not said for"
 
 
 class AuditResult(msgspec.Struct):
