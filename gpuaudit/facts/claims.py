@@ -15,12 +15,13 @@ from gpuaudit.model import Document, Resource
 from gpuaudit.model.workload_builder import is_live_dump
 
 CLAIM_KINDS = ("ResourceClaim", "ResourceClaimTemplate")
-# An attribute that names one device, compared for equality.
-_DEVICE_PIN = re.compile(
+# An attribute that names one device, compared for equality. (Pattern
+# texts, compiled on first use by re's cache: most inputs hold no claim.)
+_DEVICE_PIN = (
     r"""(?:\.|\[\s*['"])(index|minor|uuid|UUID|parentUUID|pciBusID)(?:['"]\s*\])?\s*==\s*"""
     r"""|\bdevice\.name\s*=="""
 )
-_PRODUCT_PIN = re.compile(r"""(?:\.|\[\s*['"])productName(?:['"]\s*\])?\s*==\s*""")
+_PRODUCT_PIN = r"""(?:\.|\[\s*['"])productName(?:['"]\s*\])?\s*==\s*"""
 
 
 # A DRA device class that names a GPU: gpu.nvidia.com, mig.nvidia.com,
@@ -98,7 +99,11 @@ def _pins(request: Any, pointer: str) -> Iterator[dict[str, Any]]:
             if not isinstance(expression, str) or "||" in expression:
                 continue
             kind = (
-                "device" if _DEVICE_PIN.search(expression) else "product" if _PRODUCT_PIN.search(expression) else None
+                "device"
+                if re.search(_DEVICE_PIN, expression)
+                else "product"
+                if re.search(_PRODUCT_PIN, expression)
+                else None
             )
             if kind:
                 yield {

@@ -34,7 +34,8 @@ _POOL_LABELS = (
     "nodepool",
     "node-pool",
 )
-_SHARED_POOL_NAME = re.compile(r"shar|time-?slic|\bmps\b|mig", re.IGNORECASE)
+# (Pattern texts here, compiled on first use by re's cache: most pods name no pool or product.)
+_SHARED_POOL_NAME = r"(?i)shar|time-?slic|\bmps\b|mig"
 
 
 def sharing_pool(node_selector: Mapping[str, str], terms: list[Mapping[str, Any]]) -> dict[str, str] | None:
@@ -54,7 +55,7 @@ def sharing_pool(node_selector: Mapping[str, str], terms: list[Mapping[str, Any]
             return {"label": key, "value": value}
         if key == "nvidia.com/gpu.product" and (lowered.endswith("-shared") or "-mig-" in lowered):
             return {"label": key, "value": value}
-        if key in _POOL_LABELS and _SHARED_POOL_NAME.search(value):
+        if key in _POOL_LABELS and re.search(_SHARED_POOL_NAME, value):
             return {"label": key, "value": value}
     return None
 
@@ -64,18 +65,18 @@ def sharing_pool(node_selector: Mapping[str, str], terms: list[Mapping[str, Any]
 # Tesla-T4, A100-SXM4-40GB on old drivers. NVML names keep their capitals and
 # never contain spaces; GKE's accelerator names (nvidia-tesla-t4, nvidia-l4)
 # belong to cloud.google.com/gke-accelerator, not to this label.
-_GFD_PRODUCT = re.compile(r"^[A-Z][A-Za-z0-9]*(?:-[A-Za-z0-9.+]+)*$")
+_GFD_PRODUCT = r"^[A-Z][A-Za-z0-9]*(?:-[A-Za-z0-9.+]+)*$"
 
 
 # What GFD appends to a product name: a MIG profile (single strategy), -SHARED.
-_GFD_SUFFIX = re.compile(r"(?:-MIG-[0-9a-z.+]+|-MIG-INVALID)?(?:-SHARED)?$")
-_NOT_IN_LABEL = re.compile(r"[^A-Za-z0-9\-_.]")
+_GFD_SUFFIX = r"(?:-MIG-[0-9a-z.+]+|-MIG-INVALID)?(?:-SHARED)?$"
+_NOT_IN_LABEL = r"[^A-Za-z0-9\-_.]"
 
 
 def gfd_label_value(nvml_name: str) -> str:
     """An NVML device name as GFD writes it into a label: spaces to "-",
     characters a label value may not hold dropped (gpu-domain.md §4)."""
-    return _NOT_IN_LABEL.sub("", nvml_name.replace(" ", "-"))
+    return re.sub(_NOT_IN_LABEL, "", nvml_name.replace(" ", "-"))
 
 
 class _Family(msgspec.Struct, frozen=True):
@@ -104,9 +105,9 @@ def _gfd_families() -> tuple[_Family, ...]:
 
 
 def _published(value: str) -> bool:
-    if not _GFD_PRODUCT.match(value):
+    if not re.match(_GFD_PRODUCT, value):
         return False
-    base = _GFD_SUFFIX.sub("", value, count=1)
+    base = re.sub(_GFD_SUFFIX, "", value, count=1)
     lowered = base.lower()
     for family in _gfd_families():
         if family.named_by(lowered):

@@ -101,9 +101,11 @@ def taint_text(taint: Mapping[str, Any]) -> str:
 
 # --- FailedScheduling messages -------------------------------------------------
 
-_PREFIX = re.compile(r"^\s*(\d+)/(\d+) nodes are available:\s*")
-_ENTRY = re.compile(r"^(\d+)\s+(.*)$")
-_GPU_RESOURCE = re.compile(r"nvidia\.com/|amd\.com/gpu|gpu\.intel\.com/")
+# (Pattern texts, compiled on first use by re's cache: only a live audit
+# reads the scheduler's messages.)
+_PREFIX = r"^\s*(\d+)/(\d+) nodes are available:\s*"
+_ENTRY = r"^(\d+)\s+(.*)$"
+_GPU_RESOURCE = r"nvidia\.com/|amd\.com/gpu|gpu\.intel\.com/"
 
 # Reason phrase -> cause (gpu-domain.md §6). Checked in order, by substring.
 # A node that reports a resource shortage passed the placement filters (the
@@ -140,7 +142,7 @@ def parse_failed_scheduling(message: str) -> dict[str, Any]:
     placement reason that rejects the most nodes. Messages in other shapes
     come back with no reasons.
     """
-    match = _PREFIX.match(message)
+    match = re.match(_PREFIX, message)
     if not match:
         return {"nodes": None, "reasons": [], "cause": _cause_of(message) or "unknown"}
     body = message[match.end() :]
@@ -148,11 +150,11 @@ def parse_failed_scheduling(message: str) -> dict[str, Any]:
     histogram = body.split(". ", 1)[0].rstrip(".")
     reasons = []
     for part in histogram.split(", "):
-        entry = _ENTRY.match(part.strip())
+        entry = re.match(_ENTRY, part.strip())
         if entry:
             reason = entry.group(2).strip()
             cause = _cause_of(reason)
-            if cause == "resources" and _GPU_RESOURCE.search(reason):
+            if cause == "resources" and re.search(_GPU_RESOURCE, reason):
                 cause = "allocation"
             reasons.append({"count": int(entry.group(1)), "reason": reason, "cause": cause})
         elif reasons:  # a reason phrase that itself contains ", " (taint lists)

@@ -63,6 +63,7 @@ _REMOTE = r"^(?:[a-z][a-z0-9+.-]*://|git@|[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)+/)"
 # Values files beside a chart's values.yaml that make a variant of it.
 _VALUES_NAMES = ("values[-_.]*.yaml", "values[-_.]*.yml", "*[-_.]values.yaml", "*[-_.]values.yml")
 _TEMPLATE_NAMES = ("*.tftpl", "*.tftpl.*", "*.tpl.y*ml", "*.tmpl.y*ml", "*.template.y*ml", "*.j2.y*ml", "*.gotmpl.y*ml")
+_TEMPLATE_PARTS = (".tftpl", ".tpl.", ".tmpl.", ".template.", ".j2.", ".gotmpl.")
 
 
 class Unit(msgspec.Struct, frozen=True):
@@ -569,6 +570,10 @@ def _packages_of(file: Path, kustomizations: Mapping[Path, Kustomization] | None
 
 
 def is_template_name(name: str) -> bool:
+    # Every template name holds one of these: most files' names are tested
+    # without compiling a pattern.
+    if not any(part in name for part in _TEMPLATE_PARTS):
+        return False
     return any(fnmatch.fnmatchcase(name, pattern) for pattern in _TEMPLATE_NAMES)
 
 
