@@ -226,6 +226,31 @@ def _refused(section: str, resources: list[Mapping[str, Any]]) -> list[str]:
     return problems
 
 
+# The ClusterPolicy blocks whose every key gpuaudit knows (gpu-domain.md §2,
+# §3; clusterpolicy_types.go): a key beside them is a typo the operator
+# ignores, leaving the field it meant at its default.
+_POLICY_KEYS = {
+    "/spec/mig": ("strategy",),
+    "/spec/migManager/config": ("name", "default"),
+    "/spec/migManager/gpuClientsConfig": ("name",),
+    "/spec/devicePlugin/config": ("name", "default"),
+}
+
+
+def _unknown_policy_keys(obj: Mapping[str, Any]) -> list[dict[str, Any]]:
+    from gpuaudit.nearest import nearest  # only for a ClusterPolicy
+
+    found = []
+    for at, known in _POLICY_KEYS.items():
+        block = pointers.get(obj, at)
+        for key in block if isinstance(block, Mapping) else ():
+            if key not in known:
+                pointer = f"{at}/{pointers.escape(str(key))}"
+                close = nearest(str(key), known) or f"none close; it knows {', '.join(known)}"
+                found.append({"pointer": pointer, "key": str(key), "nearest": close})
+    return found
+
+
 def cluster_policy_facts(obj: Mapping[str, Any]) -> dict[str, Any]:
     spec = obj.get("spec") if isinstance(obj.get("spec"), Mapping) else {}
     plugin = spec.get("devicePlugin") if isinstance(spec.get("devicePlugin"), Mapping) else {}
@@ -253,6 +278,7 @@ def cluster_policy_facts(obj: Mapping[str, Any]) -> dict[str, Any]:
         # manifests, where no node is seen, whether any does is unknown
         # (cluster.py: false).
         "mig_by_node_label": manager.get("enabled") is True and not mig_layout,
+        "unknown_keys": _unknown_policy_keys(obj),
     }
 
 

@@ -672,6 +672,14 @@ class InvalidProfile(_Facts, kw_only=True, frozen=True):
     pointer: str
 
 
+class UnknownKey(_Facts, kw_only=True, frozen=True):
+    pointer: str
+    key: str
+    nearest: Annotated[
+        str, Meta(description="The known key it is nearest to (a typo's intent), else the keys the block knows.")
+    ]
+
+
 class NodePool(_Facts, kw_only=True, frozen=True):
     provisioner: Literal["karpenter"]
     gpu_only: Annotated[
@@ -801,6 +809,17 @@ class ConfigFacts(_Facts, kw_only=True, frozen=True):
             description=(
                 "nvidia.com/mig-<profile> resources workloads in the input request while mig_strategy is none or "
                 "single (only mixed advertises them)."
+            )
+        ),
+        ABSENT,
+    ] = None
+    unknown_keys: Annotated[
+        list[UnknownKey] | None,
+        Meta(
+            description=(
+                "(cluster-policy) Keys of spec.mig, spec.migManager.config, spec.migManager.gpuClientsConfig and "
+                "spec.devicePlugin.config that the GPU operator does not know (a typo: ignored, so the field it "
+                "meant keeps its default)."
             )
         ),
         ABSENT,
