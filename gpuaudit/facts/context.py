@@ -116,6 +116,10 @@ class Context(msgspec.Struct, frozen=True):
     # read or render: a sharing config there is unseen, so "no sharing" is
     # unknown (GPA-AL-001).
     gpu_config_unread: bool = False
+    # (namespace, name) of the input's PersistentVolumeClaims that only one
+    # node may mount (ReadWriteOnce, ReadWriteOncePod): a Deployment's new
+    # pod that mounts one goes to the node of the old one.
+    single_node_claims: frozenset[tuple[str, str]] = frozenset()
 
 
 def build_context(
@@ -138,6 +142,7 @@ def build_context(
         runtimes=tuple(d.obj for d in documents if is_runtime(d.obj)),
         config_maps=_config_maps(documents),
         **_claims(documents),
+        single_node_claims=_single_node_claims(documents),
     )
 
 
@@ -169,7 +174,18 @@ def merge_contexts(site: Site, parts: Sequence[Context]) -> Context:
         claims_with_gpus=frozenset().union(*(p.claims_with_gpus for p in parts)),
         shareable_services=tuple(dict.fromkeys(s for p in parts for s in p.shareable_services)),
         gpu_config_unread=any(p.gpu_config_unread for p in parts),
+        single_node_claims=frozenset().union(*(p.single_node_claims for p in parts)),
     )
+
+
+def _single_node_claims(documents: Iterable[Document]) -> frozenset[tuple[str, str]]:
+    found = set()
+    for d in documents:
+        if d.kind == "PersistentVolumeClaim" and d.api_version == "v1" and isinstance(d.obj.get("spec"), Mapping):
+            modes = d.obj["spec"].get("accessModes")
+            if isinstance(modes, list) and modes and set(modes) <= {"ReadWriteOnce", "ReadWriteOncePod"}:
+                found.add((d.namespace, d.name))
+    return frozenset(found)
 
 
 def _claims(documents: Iterable[Document]) -> dict[str, frozenset[tuple[str, str]]]:

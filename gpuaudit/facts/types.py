@@ -105,6 +105,28 @@ class Scaling(_Facts, kw_only=True, frozen=True):
     pointer: str
 
 
+class Rollout(_Facts, kw_only=True, frozen=True):
+    surge: Annotated[
+        int | None,
+        Meta(
+            description=(
+                "New pods a rolling update starts before old ones go (maxSurge; 25% of the replicas rounded up by "
+                "default; 0 for Recreate); null when unread."
+            )
+        ),
+    ]
+    single_node_claims: Annotated[
+        list[str],
+        Meta(
+            description=(
+                "PersistentVolumeClaims its GPU pods mount that the input declares ReadWriteOnce(Pod): a new pod "
+                "must start on the old one's node."
+            )
+        ),
+    ]
+    pointer: str
+
+
 class WorkloadGpu(_Facts, kw_only=True, frozen=True):
     requested: bool
     whole: bool
@@ -168,6 +190,7 @@ class WorkloadFacts(_OfWorkload, kw_only=True, frozen=True):
             )
         ),
     ]
+    rollout: Annotated[Rollout | None, Meta(description="(Deployments) how a rolling update replaces its pods.")]
     long_running: bool
     pointer: str
     gpu: WorkloadGpu

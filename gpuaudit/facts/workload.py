@@ -447,6 +447,46 @@ def placement_facts(t: PodTemplate) -> dict[str, Any]:
     }
 
 
+def _rollout(w: Workload, context: Context) -> dict[str, Any] | None:
+    """How a Deployment replaces its pods: how many new ones a rolling update
+    starts before old ones go (maxSurge, 25% of the replicas rounded up by
+    default), and the claims its GPU pods mount that one node only may
+    mount (the new pod must go to the old one's node). None for other kinds."""
+    doc = w.document
+    if (w.group, doc.kind) != ("apps", "Deployment") or not isinstance(doc.obj.get("spec"), Mapping):
+        return None
+    spec = doc.obj["spec"]
+    strategy = spec.get("strategy") if isinstance(spec.get("strategy"), Mapping) else {}
+    replicas = spec.get("replicas", 1)
+    if strategy.get("type") == "Recreate" or not isinstance(replicas, int) or isinstance(replicas, bool):
+        surge = 0 if strategy.get("type") == "Recreate" else None
+    else:
+        rolling = strategy.get("rollingUpdate") if isinstance(strategy.get("rollingUpdate"), Mapping) else {}
+        surge = _surge(rolling.get("maxSurge", "25%"), replicas)
+    claims = sorted(
+        {
+            str(v["persistentVolumeClaim"].get("claimName"))
+            for t in w.templates
+            if any(c.gpus for c in t.containers)
+            for v in as_list(t.spec.get("volumes"))
+            if isinstance(v, Mapping) and isinstance(v.get("persistentVolumeClaim"), Mapping)
+            if (doc.namespace, str(v["persistentVolumeClaim"].get("claimName"))) in context.single_node_claims
+        }
+    )
+    return {"surge": surge, "single_node_claims": claims, "pointer": "/spec/strategy" if strategy else "/spec"}
+
+
+def _surge(value: Any, replicas: int) -> int | None:
+    """Pods a rolling update adds at once: an int, or a percentage of the
+    replicas rounded up (as the Deployment controller does); None when the
+    value is unread (a placeholder)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.endswith("%") and value[:-1].isdigit():
+        return -(-int(value[:-1]) * replicas // 100)
+    return None
+
+
 def _node_hardware(spec: Mapping[str, Any]) -> str | None:
     """The first host device the pod mounts that is plugged into one machine
     (data/host_devices.yaml): the pod goes where it is."""
@@ -561,5 +601,6 @@ def workload_facts(
         "gpu_idle": bool(gpu_pods) and all(p["gpu_command_kind"] in ("idle", "idle_forever") for p in gpu_pods),
         "lifecycle": lifecycle_facts(w),
         "scaling": scaling_facts(w, context or Context()),
+        "rollout": _rollout(w, context or Context()),
         **workload_raw_facts(w),
     }
