@@ -33,3 +33,24 @@ def test_entries_name_kinds_that_exist_and_say_why_when_they_ask_nothing():
         assert {(g, entry["kind"]) for g in entry["groups"]} <= known, entry["kind"]
         if not entry["deadline"] and not entry["cleanup"]:
             assert entry.get("not_judged"), f"{entry['kind']}: nothing to ask for, say why in not_judged"
+
+
+def test_a_field_that_bounds_the_run_only_with_some_values_is_named_with_them():
+    """`cleanPodPolicy: None` is set and bounds nothing: the finding names the
+    values that do, never only the field (round 14: "none of ... cleanPodPolicy
+    set", said of a job that sets it)."""
+    from gpuaudit.facts.lifecycle import lifecycle_facts
+    from gpuaudit.model import Document
+    from gpuaudit.model.workload_builder import build_workloads
+
+    obj = {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "PyTorchJob",
+        "metadata": {"name": "megatron"},
+        "spec": {"runPolicy": {"cleanPodPolicy": "None"}, "pytorchReplicaSpecs": {}},
+    }
+    [workload], _ = build_workloads([Document(obj, "job.yaml", 1)])
+    facts = lifecycle_facts(workload)
+    assert facts is not None and facts["cleanup"] is False
+    assert "runPolicy.cleanPodPolicy (Running or All)" in facts["fields"]
+    assert "runPolicy.activeDeadlineSeconds" in facts["fields"]

@@ -26,7 +26,7 @@ def lifecycle_facts(w: Workload) -> dict[str, Any] | None:
     facts = {
         "deadline": any(_set(obj, f) for f in entry["deadline"]),
         "cleanup": any(_set(obj, f) for f in entry["cleanup"]),
-        "fields": [_short(f["at"]) for f in (*entry["deadline"], *entry["cleanup"])],
+        "fields": [_field(f) for f in (*entry["deadline"], *entry["cleanup"])],
         "pointer": "/spec" if isinstance(obj.get("spec"), Mapping) else "",
     }
     work = entry.get("work")
@@ -34,6 +34,13 @@ def lifecycle_facts(w: Workload) -> dict[str, Any] | None:
         facts["work_queue"] = _work_queue(get(obj, work["parallelism"]), get(obj, work["completions"]))
     facts["nodes_bounded"] = _nodes_bounded(w)
     return facts
+
+
+def _field(field: Mapping[str, Any]) -> str:
+    """A field as the finding names it, with the values that bound the run
+    where only some do (`cleanPodPolicy: None` is set, and bounds nothing)."""
+    values = field.get("values")
+    return f"{_short(field['at'])} ({' or '.join(map(str, values))})" if values else _short(field["at"])
 
 
 # Nodes that live for a bounded time whatever runs on them: GKE's queued

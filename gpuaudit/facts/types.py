@@ -72,7 +72,10 @@ class Lifecycle(_Facts, kw_only=True, frozen=True):
             )
         ),
     ]
-    fields: Annotated[list[str], Meta(description="The fields this kind supports.")]
+    fields: Annotated[
+        list[str],
+        Meta(description="The fields this kind supports, with the values that bound the run where only some do."),
+    ]
     pointer: str
     nodes_bounded: Annotated[
         str | None,
