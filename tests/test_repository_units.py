@@ -793,3 +793,19 @@ def test_a_chart_beside_an_umbrella_chart_is_its_own_unit(run_cli, env, tmp_path
     [pin] = [f for f in result["findings"] if f["rule"] == "GPA-PL-001"]
     assert pin["units"] == ["serve [ci/pinned-values.yaml]"]
     assert not [e for e in result["errors"] if "inner" in e["file"]]
+
+
+def test_a_problem_a_template_repeats_is_said_once(run_cli, env, tmp_path, monkeypatch):
+    """A chart's template that ranges over twenty namespaces writes its
+    duplicate key twenty times: one thing to fix, said once."""
+    write(tmp_path / "chart/Chart.yaml", "apiVersion: v2\nname: ns\nversion: 0.1.0\n")
+    write(tmp_path / "chart/values.yaml", "users: [a, b, c]\n")
+    write(
+        tmp_path / "chart/templates/namespaces.yaml",
+        "{{- range .Values.users }}\n---\napiVersion: v1\nkind: Namespace\nmetadata:\n  name: {{ . }}\n"
+        "  labels:\n    team: ml\n    team: ml\n{{- end }}\n",
+    )
+    monkeypatch.chdir(tmp_path)
+    _, result = check(run_cli, env, ".")
+    said = [e for e in result["errors"] if "duplicate key" in e["message"]]
+    assert len(said) == 1, said

@@ -454,6 +454,15 @@ class PodFacts(_OfWorkload, kw_only=True, frozen=True):
     )
     node: Annotated[str | None, Meta(description="(cluster) node the pod is bound to.")] = None
     phase: Annotated[str | None, ABSENT] = None
+    exec_box: Annotated[
+        bool,
+        Meta(
+            description=(
+                "One pod (a bare Pod, or one replica of a long-running kind) whose GPU containers only sleep without "
+                "end and that no probe asks for a server: a box people `kubectl exec` into to do their GPU work."
+            )
+        ),
+    ]
     holds_gpus: Annotated[
         bool | None,
         Meta(description=("(cluster) bound to a node and not Succeeded/Failed: its GPUs are taken.")),

@@ -302,6 +302,7 @@ def pod_facts(
     runtime = ENGINE_OF_KIND.get(w.kind, "")
     reserved = [r.fraction for c in t.containers if c.gpus and (r := memory_reservation(c, runtime)) is not None]
     activity["engine_reserves"] = max(reserved) if reserved else None
+    exec_box = _exec_box(w, t, activity["gpu_command_kind"])  # its own command never ends, not restarted
     if activity["gpu_command_kind"] == "idle" and base["long_running"]:
         # A Deployment restarts a command that ends: `sleep 6000` there never stops.
         activity["gpu_command_kind"] = "idle_forever"
@@ -326,11 +327,30 @@ def pod_facts(
         **pod_raw_facts(w, t),
     }
     facts["shm"] = shared_memory_facts(w, t, gpu["count"], facts["dataloader_workers"], facts["parallelism"])
+    facts["exec_box"] = exec_box
     facts["unrequested_gpu_runtime"] = _unrequested_gpu_runtime(t)
     facts["runtime_class_pointer"] = f"{t.pointer}/runtimeClassName" if "runtimeClassName" in t.spec else t.pointer
     if context.gpu_config_unread:
         facts["sharing_config_unread"] = True
     return facts
+
+
+def _exec_box(w: Workload, t: PodTemplate, command_kind: str | None) -> bool:
+    """One pod whose GPU containers sleep without end and that nobody probes
+    for a server: a box people `kubectl exec` into and run their GPU work in
+    (a dev container, a shell in a CUDA image). A probe on a port means a
+    server was meant to start there, and never will; a sleep that ends and is
+    restarted (`sleep 600` in a Deployment) is no shell anyone keeps."""
+    if command_kind != "idle_forever" or w.workload_class not in ("pod", "service") or t.replicas not in (None, 1):
+        return False
+    return not any(
+        isinstance(c, Mapping)
+        and any(
+            isinstance(c.get(probe), Mapping) and any(k in c[probe] for k in ("httpGet", "tcpSocket", "grpc"))
+            for probe in ("readinessProbe", "livenessProbe", "startupProbe")
+        )
+        for c in as_list(t.spec.get("containers"))
+    )
 
 
 def _unrequested_gpu_runtime(t: PodTemplate) -> str | None:

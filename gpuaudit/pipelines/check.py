@@ -546,15 +546,20 @@ def check_manifests(
 
 
 def _said_once(errors: Iterable[InputError]) -> list[InputError]:
-    """Warnings that say one thing of many objects, said once, at the first,
-    with how many more there are: that a kind's pods were found by their
+    """Each problem once (a base's duplicate key, read by twenty overlays), and
+    warnings that say one thing of many objects once, at the first, with how
+    many more there are: that a kind's pods were found by their
     shape (a home lab's thirteen app-template HelmReleases are one thing to
     know), and that files are templates to render first (an app catalogue's
     45 template.yaml files)."""
     out: list[InputError] = []
     first: dict[str, int] = {}
     more: dict[str, int] = {}
+    seen: set[InputError] = set()
     for error in errors:
+        if error in seen:  # a base's file read by each overlay that uses it: said once
+            continue
+        seen.add(error)
         if error.level != "warning":
             key = None
         elif DISCOVERED in error.message:
