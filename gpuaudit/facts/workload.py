@@ -343,14 +343,7 @@ def _exec_box(w: Workload, t: PodTemplate, command_kind: str | None) -> bool:
     restarted (`sleep 600` in a Deployment) is no shell anyone keeps."""
     if command_kind != "idle_forever" or w.workload_class not in ("pod", "service") or t.replicas not in (None, 1):
         return False
-    return not any(
-        isinstance(c, Mapping)
-        and any(
-            isinstance(c.get(probe), Mapping) and any(k in c[probe] for k in ("httpGet", "tcpSocket", "grpc"))
-            for probe in ("readinessProbe", "livenessProbe", "startupProbe")
-        )
-        for c in as_list(t.spec.get("containers"))
-    )
+    return not any(c.probes_a_port for c in t.containers)
 
 
 def _unrequested_gpu_runtime(t: PodTemplate) -> str | None:

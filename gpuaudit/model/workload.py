@@ -61,6 +61,9 @@ class Container(msgspec.Struct, frozen=True):
     # securityContext.privileged: the container gets every device node of its
     # host, every GPU among them, whatever the device plugin gave it.
     privileged: bool = False
+    # A readiness, liveness or startup probe on a port (httpGet, tcpSocket,
+    # grpc): a server is meant to listen in it.
+    probes_a_port: bool = False
 
 
 class PodTemplate(msgspec.Struct, frozen=True):

@@ -177,6 +177,13 @@ _MAX_DEPTH = 12  # operator CRDs nest pod templates a few levels deep, never doz
 _RESOURCE_KEY = re.compile(r"/(?:requests|limits)/([^/\n]+)$", re.MULTILINE)
 
 
+def _probes_a_port(c: Mapping[str, Any]) -> bool:
+    return any(
+        isinstance(c.get(probe), Mapping) and any(k in c[probe] for k in ("httpGet", "tcpSocket", "grpc"))
+        for probe in ("readinessProbe", "livenessProbe", "startupProbe")
+    )
+
+
 def _names_a_gpu(doc: Document) -> bool:
     """Whether ``doc`` asks for a GPU-like resource anywhere. Most objects
     without a GPU container have none: a look at the pointers the reader
@@ -390,6 +397,7 @@ class _TemplateBuilder:
             env=_env(c.get("env")),
             volume_mounts=_mounts(c.get("volumeMounts")),
             privileged=_privileged(c.get("securityContext")),
+            probes_a_port=_probes_a_port(c),
             **self._resource_fields(resources_, res_ptr),
         )
 
