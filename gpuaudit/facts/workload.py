@@ -486,7 +486,16 @@ def _rollout(w: Workload, context: Context) -> dict[str, Any] | None:
             if (doc.namespace, str(v["persistentVolumeClaim"].get("claimName"))) in context.single_node_claims
         }
     )
-    return {"surge": surge, "single_node_claims": claims, "pointer": "/spec/strategy" if strategy else "/spec"}
+    rolling = strategy.get("rollingUpdate") if isinstance(strategy.get("rollingUpdate"), Mapping) else {}
+    # The field that sets the surge, where one does (a kustomize patch may).
+    pointer = (
+        "/spec/strategy/rollingUpdate/maxSurge"
+        if "maxSurge" in rolling
+        else "/spec/strategy/type"
+        if "type" in strategy
+        else "/spec"
+    )
+    return {"surge": surge, "single_node_claims": claims, "pointer": pointer}
 
 
 def _surge(value: Any, replicas: int) -> int | None:
