@@ -117,6 +117,24 @@ def test_a_kind_found_by_its_shape_is_said_once_per_run(run_cli, tmp_path):
     assert "is no workload itself" in said[0]["message"] and "add a locator" not in said[0]["message"]
 
 
+def test_a_kind_that_names_gpus_its_own_way_is_never_silent(run_cli, tmp_path):
+    """Dynamo's DynamoGraphDeployment asks for `gpu: "8"` in resources of its
+    own: not read, and said so, once per kind (round 14: "0 GPU workloads")."""
+    graph = (
+        "apiVersion: nvidia.com/v1alpha1\nkind: DynamoGraphDeployment\nmetadata: {{name: {name}}}\nspec:\n"
+        "  services:\n    decode:\n      replicas: 1\n      resources: {{limits: {{gpu: '8'}}}}\n"
+        "    frontend:\n      replicas: 1\n      resources: {{limits: {{gpu: '0'}}}}\n"
+    )
+    for name in ("agg", "disagg"):
+        (tmp_path / f"{name}.yaml").write_text(graph.format(name=name))
+    (tmp_path / "cpu.yaml").write_text(graph.format(name="cpu").replace("'8'", "'0'"))
+    report = json.loads(run_cli("check", ".", "--format", "json").stdout)
+    said = [e for e in report["errors"] if "asks for GPUs in a field of its own" in e["message"]]
+    assert [(Path(e["file"]).name, e["line"]) for e in said] == [("agg.yaml", 8)], said
+    assert "/spec/services/decode/resources/limits/gpu" in said[0]["message"]
+    assert said[0]["message"].endswith("(and 1 more of this kind)") and said[0]["level"] == "warning"
+
+
 def test_templates_to_render_first_are_said_once_per_run(run_cli, tmp_path):
     """An app catalogue's template.yaml files, one per app, are one thing to
     know; an error is never folded into another."""

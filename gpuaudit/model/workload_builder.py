@@ -51,6 +51,9 @@ PATCH_BASE = "the base this patch is applied to (a container without an image, r
 # What the warning says of a kind whose pods were found by their shape: the
 # kind is said before it (pipelines/check.py says it once per kind and run).
 DISCOVERED = ", but holds a container that requests GPUs at"
+# The warning that a kind asks for GPUs in a field of its own, said before
+# where (also once per kind and run).
+OWN_GPU_FIELD = " asks for GPUs in a field of its own at"
 # API groups of policy engines and admission: a GPU request in their objects
 # is a pattern a policy matches or a value it writes (Kyverno's
 # `nvidia.com/gpu: "?*"`), never a pod's.
@@ -114,8 +117,35 @@ def build_workloads(
                         ".gpuaudit.yaml (see gpuaudit/data/podspecs.yaml) to audit it exactly"
                     )
                 errors.append(InputError(doc.file, doc.line_of(where), f"{why}{DISCOVERED} {where}: {then}", "warning"))
+        elif kl is None and not templates and group not in _POLICY_GROUPS:
+            own = _own_gpu_field(doc)
+            if own is not None:
+                errors.append(
+                    InputError(
+                        doc.file,
+                        doc.line_of(own),
+                        f"{doc.kind} ({group or 'core'}){OWN_GPU_FIELD} {own}: not audited (gpuaudit reads a GPU "
+                        "request by its resource name, such as nvidia.com/gpu, and this kind names it its own way)",
+                        "warning",
+                    )
+                )
         workloads.append(Workload(doc, group, kl.workload_class if kl else "other", templates))
     return workloads, errors
+
+
+def _own_gpu_field(doc: Document) -> str | None:
+    """Where a kind the table does not know asks for GPUs in a resources
+    field of its own (Dynamo's `resources.limits.gpu: "8"`), a count above
+    zero; None when it does not. Read from the pointers the reader kept."""
+    for pointer in doc.lines:
+        if pointer.endswith(("/limits/gpu", "/requests/gpu")):
+            value = pointers.get(doc.obj, pointer)
+            try:
+                if float(value) > 0:
+                    return pointer
+            except (TypeError, ValueError):
+                continue
+    return None
 
 
 class WorkloadMemo:

@@ -46,7 +46,7 @@ from gpuaudit.files import write_atomic
 from gpuaudit.kube.podspecs import KindLocator, group_of
 from gpuaudit.model import AuditResult, Document, Finding, InputError, Workload
 from gpuaudit.model.serving_runtimes import effective_workloads
-from gpuaudit.model.workload_builder import DISCOVERED, build_workloads
+from gpuaudit.model.workload_builder import DISCOVERED, OWN_GPU_FIELD, build_workloads
 from gpuaudit.pipelines.policy import PolicyOptions, locators_for
 from gpuaudit.pipelines.shards import run_sharded, workers_for
 from gpuaudit.sources.inputs import FoundFile, InputOptions, Item, ManifestOptions, gather_units, read_items
@@ -564,6 +564,8 @@ def _said_once(errors: Iterable[InputError]) -> list[InputError]:
             key = None
         elif DISCOVERED in error.message:
             key = error.message.partition(DISCOVERED)[0]
+        elif OWN_GPU_FIELD in error.message:
+            key = error.message.partition(OWN_GPU_FIELD)[0]
         elif error.message.startswith(HELM_TEMPLATE):
             key = HELM_TEMPLATE
         else:
@@ -577,7 +579,7 @@ def _said_once(errors: Iterable[InputError]) -> list[InputError]:
             out.append(error)
     for key, at in first.items():
         if more[key]:
-            said, what = out[at], "of this kind" if key != HELM_TEMPLATE else "files like it"
+            said, what = out[at], "files like it" if key == HELM_TEMPLATE else "of this kind"
             out[at] = msgspec.structs.replace(said, message=f"{said.message} (and {more[key]} more {what})")
     return out
 
