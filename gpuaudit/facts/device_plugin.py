@@ -227,8 +227,9 @@ def _refused(section: str, resources: list[Mapping[str, Any]]) -> list[str]:
 
 
 # The ClusterPolicy blocks whose every key gpuaudit knows (gpu-domain.md §2,
-# §3; clusterpolicy_types.go): a key beside them is a typo the operator
-# ignores, leaving the field it meant at its default.
+# §3; clusterpolicy_types.go): a key beside them is no field of the
+# operator's CRD (a typo), dropped by the API server, and the field it meant
+# keeps its default.
 _POLICY_KEYS = {
     "/spec/mig": ("strategy",),
     "/spec/migManager/config": ("name", "default"),

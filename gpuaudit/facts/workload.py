@@ -470,11 +470,11 @@ def _rollout(w: Workload, context: Context) -> dict[str, Any] | None:
         return None
     spec = doc.obj["spec"]
     strategy = spec.get("strategy") if isinstance(spec.get("strategy"), Mapping) else {}
+    rolling = strategy.get("rollingUpdate") if isinstance(strategy.get("rollingUpdate"), Mapping) else {}
     replicas = spec.get("replicas", 1)
     if strategy.get("type") == "Recreate" or not isinstance(replicas, int) or isinstance(replicas, bool):
         surge = 0 if strategy.get("type") == "Recreate" else None
     else:
-        rolling = strategy.get("rollingUpdate") if isinstance(strategy.get("rollingUpdate"), Mapping) else {}
         surge = _surge(rolling.get("maxSurge", "25%"), replicas)
     claims = sorted(
         {
@@ -486,7 +486,6 @@ def _rollout(w: Workload, context: Context) -> dict[str, Any] | None:
             if (doc.namespace, str(v["persistentVolumeClaim"].get("claimName"))) in context.single_node_claims
         }
     )
-    rolling = strategy.get("rollingUpdate") if isinstance(strategy.get("rollingUpdate"), Mapping) else {}
     # The field that sets the surge, where one does (a kustomize patch may).
     pointer = (
         "/spec/strategy/rollingUpdate/maxSurge"

@@ -546,7 +546,8 @@ def check_manifests(
 
 
 def _said_once(errors: Iterable[InputError]) -> list[InputError]:
-    """Each problem once (a base's duplicate key, read by twenty overlays), and
+    """Each problem once (a chart template that loops over twenty namespaces
+    writes its duplicate key twenty times), and
     warnings that say one thing of many objects once, at the first, with how
     many more there are: that a kind's pods were found by their
     shape (a home lab's thirteen app-template HelmReleases are one thing to
@@ -557,7 +558,7 @@ def _said_once(errors: Iterable[InputError]) -> list[InputError]:
     more: dict[str, int] = {}
     seen: set[InputError] = set()
     for error in errors:
-        if error in seen:  # a base's file read by each overlay that uses it: said once
+        if error in seen:  # a loop in a template, a base every overlay renders: said once
             continue
         seen.add(error)
         if error.level != "warning":

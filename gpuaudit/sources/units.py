@@ -57,11 +57,11 @@ _MAX_CHART_BYTES = 4 * 1024 * 1024
 # first use: a check of plain files never needs it.
 _REMOTE = r"^(?:[a-z][a-z0-9+.-]*://|git@|[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)+/)"
 
+# Values files beside a chart's values.yaml that make a variant of it.
+_VALUES_NAMES = ("values[-_.]*.yaml", "values[-_.]*.yml", "*[-_.]values.yaml", "*[-_.]values.yml")
 # Files written for another templating tool, not Kubernetes objects yet:
 # Terraform's templatefile(), and the names people give envsubst/gomplate
 # /Jinja inputs.
-# Values files beside a chart's values.yaml that make a variant of it.
-_VALUES_NAMES = ("values[-_.]*.yaml", "values[-_.]*.yml", "*[-_.]values.yaml", "*[-_.]values.yml")
 _TEMPLATE_NAMES = ("*.tftpl", "*.tftpl.*", "*.tpl.y*ml", "*.tmpl.y*ml", "*.template.y*ml", "*.j2.y*ml", "*.gotmpl.y*ml")
 _TEMPLATE_PARTS = (".tftpl", ".tpl.", ".tmpl.", ".template.", ".j2.", ".gotmpl.")
 
