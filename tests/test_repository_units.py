@@ -809,3 +809,24 @@ def test_a_problem_a_template_repeats_is_said_once(run_cli, env, tmp_path, monke
     _, result = check(run_cli, env, ".")
     said = [e for e in result["errors"] if "duplicate key" in e["message"]]
     assert len(said) == 1, said
+
+
+def test_a_base_whose_only_overlay_fails_to_render_is_judged_on_its_own(run_cli, env, tmp_path, monkeypatch):
+    """An overlay below the base it uses (`resources: [../../]`) is a cycle
+    kustomize finds only when it builds: the base, which builds alone, is
+    judged on its own, and the overlay's error says so."""
+    write(tmp_path / "kustomization.yaml", "resources: [deployment.yaml]\n")
+    write(
+        tmp_path / "deployment.yaml",
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: ollama}\nspec:\n  template:\n    spec:\n"
+        "      nodeName: gpu-node-3\n      containers:\n      - name: ollama\n        image: ollama/ollama:0.6.5\n"
+        "        resources: {limits: {nvidia.com/gpu: 1, memory: 16Gi, cpu: '4'}}\n",
+    )
+    write(tmp_path / "overlays/gpu/kustomization.yaml", "resources: [../../]\n")
+    monkeypatch.chdir(tmp_path)
+    code, result = check(run_cli, env, ".")
+    [pin] = [f for f in result["findings"] if f["rule"] == "GPA-PL-001"]
+    assert pin["location"]["file"] == "deployment.yaml"
+    [error] = [e for e in result["errors"] if e["level"] == "error"]
+    assert "overlays/gpu" in error["file"] and "what it uses that renders is judged on its own" in error["message"]
+    assert code == 2

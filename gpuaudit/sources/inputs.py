@@ -228,6 +228,19 @@ def _render_all(units: Sequence[Unit], options: InputOptions) -> list[UnitInput]
             rendered = {u.name: r for u, r in zip(to_render, results, strict=True)}
     elif to_render:
         rendered = {to_render[0].name: _render(to_render[0], options)}
+    # A kustomize root that failed to render: the bases it uses that render
+    # alone are judged on their own, each once, unless they are units already.
+    fallback = {
+        p.name: p
+        for unit in to_render
+        if unit.kind == "kustomize" and options.render_errors != "warn" and _failed(rendered[unit.name])
+        for p in unit.parts
+        if p.name not in rendered
+    }
+    if fallback:
+        rendered.update({p.name: _render(p, options) for p in fallback.values()})
+        # One that fails as well adds nothing to what its root's error says.
+        fallback = {name: p for name, p in fallback.items() if not _failed(rendered[name])}
     out: list[UnitInput] = []
     for unit in units:
         if unit.kind == "files":  # each file named in the style the user named the tree
@@ -235,16 +248,27 @@ def _render_all(units: Sequence[Unit], options: InputOptions) -> list[UnitInput]
             out.append(UnitInput(unit.name, files, alternatives=options.plain_files == "folder"))
         elif unit.problem is not None:
             out.append(_unrendered(unit, InputError(unit.name, None, unit.problem), options))
-        elif not rendered[unit.name].documents and any(e.level == "error" for e in rendered[unit.name].errors):
+        elif _failed(rendered[unit.name]):
             first, *others = rendered[unit.name].errors  # the render failed: its first error says why
             through = _chart_rendered_through(unit, units, rendered)
             if through:
                 out.append(_variant_unrendered(unit, first, through))
-            else:
-                out.append(_unrendered(unit, first, options, others))
+                continue
+            parts = [p for p in unit.parts if p.name in fallback]
+            if parts:
+                names = ", ".join(p.name for p in parts[:3]) + (f" and {len(parts) - 3} more" if len(parts) > 3 else "")
+                also = f"; what it uses that renders is judged on its own: {names}"
+                first = msgspec.structs.replace(first, message=first.message + also)
+            out.append(_unrendered(unit, first, options, others))
         else:
             out.append(UnitInput(unit.name, [rendered[unit.name]]))
+    for part in fallback.values():
+        out.append(UnitInput(part.name, [rendered[part.name]]))
     return out
+
+
+def _failed(result: ReadResult) -> bool:
+    return not result.documents and any(e.level == "error" for e in result.errors)
 
 
 def _chart_rendered_through(unit: Unit, units: Sequence[Unit], rendered: Mapping[str, ReadResult]) -> list[str]:

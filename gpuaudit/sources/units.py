@@ -85,6 +85,9 @@ class Unit(msgspec.Struct, frozen=True):
     # by the user: when another variant of its chart renders, this one's
     # failure is a warning (the chart was audited)
     found_values: bool = False
+    # kustomize: the largest kustomizations it uses that render alone, judged
+    # on their own when it fails to render (a cycle kustomize finds only then)
+    parts: tuple[Unit, ...] = ()
 
 
 class Kustomization(msgspec.Struct):
@@ -175,7 +178,8 @@ def discover(
         unit = _kustomize_unit(k, kustomizations, shown, allow_remote)
         done.add(folder)
         if unit.problem is None:
-            units.append(unit)
+            parts = _renderable_parts(k, kustomizations, shown, allow_remote, {folder})
+            units.append(msgspec.structs.replace(unit, parts=tuple(parts)))
             continue
         parts = _renderable_parts(k, kustomizations, shown, allow_remote, done)
         if parts:
