@@ -226,30 +226,41 @@ def _refused(section: str, resources: list[Mapping[str, Any]]) -> list[str]:
     return problems
 
 
+def _closed(*keys: str) -> dict[str, Any]:
+    return {"properties": {key: {} for key in keys}, "additionalProperties": False}
+
+
 # The ClusterPolicy blocks whose every key gpuaudit knows (gpu-domain.md §2,
-# §3; clusterpolicy_types.go): a key beside them is no field of the
-# operator's CRD (a typo), dropped by the API server, and the field it meant
-# keeps its default.
-_POLICY_KEYS = {
-    "/spec/mig": ("strategy",),
-    "/spec/migManager/config": ("name", "default"),
-    "/spec/migManager/gpuClientsConfig": ("name",),
-    "/spec/devicePlugin/config": ("name", "default"),
+# §3; clusterpolicy_types.go), as a schema whose other mappings stay open: a
+# key beside them is no field of the operator's CRD (a typo), dropped by the
+# API server, and the field it meant keeps its default.
+_POLICY_BLOCKS = {
+    "properties": {
+        "spec": {
+            "properties": {
+                "mig": _closed("strategy"),
+                "migManager": {
+                    "properties": {"config": _closed("name", "default"), "gpuClientsConfig": _closed("name")}
+                },
+                "devicePlugin": {"properties": {"config": _closed("name", "default")}},
+            }
+        }
+    }
 }
 
 
 def _unknown_policy_keys(obj: Mapping[str, Any]) -> list[dict[str, Any]]:
     from gpuaudit.nearest import nearest  # only for a ClusterPolicy
+    from gpuaudit.schemas import unknown_keys
 
-    found = []
-    for at, known in _POLICY_KEYS.items():
-        block = pointers.get(obj, at)
-        for key in block if isinstance(block, Mapping) else ():
-            if key not in known:
-                pointer = f"{at}/{pointers.escape(str(key))}"
-                close = nearest(str(key), known) or f"none close; it knows {', '.join(known)}"
-                found.append({"pointer": pointer, "key": str(key), "nearest": close})
-    return found
+    return [
+        {
+            "pointer": pointers.join(at, key),
+            "key": key,
+            "nearest": nearest(key, known) or f"none close; it knows {', '.join(known)}",
+        }
+        for at, key, known in unknown_keys(obj, _POLICY_BLOCKS)
+    ]
 
 
 def cluster_policy_facts(obj: Mapping[str, Any]) -> dict[str, Any]:
@@ -382,14 +393,14 @@ def _mixed_under_single(
     if not found:
         return None
     return sorted(
-        {layout for data in found for text in data.values() for layout in mixed_layouts(_parse_embedded(text))}
+        {layout for data in found for text in data.values() for layout in _mixed_layouts(_parse_embedded(text))}
     )
 
 
 # --- mig-parted -----------------------------------------------------------------
 
 
-def mixed_layouts(cfg: Any) -> list[str]:
+def _mixed_layouts(cfg: Any) -> list[str]:
     """The layouts of a mig-parted config that give one node a mix: MIG on
     some GPUs and off on others, or more than one MIG profile. Entries are
     compared within one GPU model (the same `device-filter`): a layout may

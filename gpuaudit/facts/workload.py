@@ -601,6 +601,7 @@ def workload_facts(
     pods: Sequence[Mapping[str, Any]],
     context: Context | None = None,
 ) -> dict[str, Any]:
+    context = context or Context()
     gpu_pods = [p for p in pods if p["gpu"]["requested"]]
     total: float | None = 0.0
     for pod in pods:
@@ -621,7 +622,7 @@ def workload_facts(
         # Every GPU pod only sleeps or prints nvidia-smi: a smoke test, a placeholder.
         "gpu_idle": bool(gpu_pods) and all(p["gpu_command_kind"] in ("idle", "idle_forever") for p in gpu_pods),
         "lifecycle": lifecycle_facts(w),
-        "scaling": scaling_facts(w, context or Context()),
-        "rollout": _rollout(w, context or Context()),
+        "scaling": scaling_facts(w, context),
+        "rollout": _rollout(w, context),
         **workload_raw_facts(w),
     }

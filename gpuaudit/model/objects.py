@@ -98,6 +98,10 @@ class InputError(msgspec.Struct, frozen=True):
     line: int | None
     message: str
     level: Literal["error", "warning"] = "error"
+    # A warning that says one thing of many objects: (what the others are
+    # called, the key they share). A run says a group once, at its first
+    # object, with how many more there are (pipelines/check._said_once).
+    group: tuple[str, str] | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {"file": self.file, "line": self.line, "message": self.message, "level": self.level}

@@ -48,12 +48,6 @@ _JVM_UNITS = "kmgtp"
 PATCH_BASE = "the base this patch is applied to (a container without an image, read without its base)"
 
 
-# What the warning says of a kind whose pods were found by their shape: the
-# kind is said before it (pipelines/check.py says it once per kind and run).
-DISCOVERED = ", but holds a container that requests GPUs at"
-# The warning that a kind asks for GPUs in a field of its own, said before
-# where (also once per kind and run).
-OWN_GPU_FIELD = " asks for GPUs in a field of its own at"
 # API groups of policy engines and admission: a GPU request in their objects
 # is a pattern a policy matches or a value it writes (Kyverno's
 # `nvidia.com/gpu: "?*"`), never a pod's.
@@ -86,12 +80,13 @@ def build_workloads(
         kl = table.get((group, doc.kind))
         builder = _TemplateBuilder(doc, errors)
         templates = tuple(t for loc in kl.pods for t in builder.templates(loc)) if kl else ()
-        if (
+        unread = (
             not any(c.gpus for t in templates for c in (*t.containers, *t.init_containers))
             and group not in _POLICY_GROUPS
             and (group, doc.kind) not in _NO_PODS
-            and _names_a_gpu(doc)
-        ):
+        )
+        keys = _resource_keys(doc) if unread else ()
+        if unread and (keys is None or any(GPU_RESOURCE.match(key) for key in keys)):
             # A kind the table does not know, or a known kind in a shape its
             # locators miss (a new API version): a GPU request is never silent.
             found = _discovered_locators(doc.obj)
@@ -116,19 +111,17 @@ def build_workloads(
                         "audited from there as a workload of its kind; add a locator under podspecs: in "
                         ".gpuaudit.yaml (see gpuaudit/data/podspecs.yaml) to audit it exactly"
                     )
-                errors.append(InputError(doc.file, doc.line_of(where), f"{why}{DISCOVERED} {where}: {then}", "warning"))
-        elif kl is None and not templates and group not in _POLICY_GROUPS:
+                message = f"{why}, but holds a container that requests GPUs at {where}: {then}"
+                errors.append(InputError(doc.file, doc.line_of(where), message, "warning", ("of this kind", why)))
+        elif unread and kl is None and keys and "gpu" in keys:
             own = _own_gpu_field(doc)
             if own is not None:
-                errors.append(
-                    InputError(
-                        doc.file,
-                        doc.line_of(own),
-                        f"{doc.kind} ({group or 'core'}){OWN_GPU_FIELD} {own}: not audited (gpuaudit reads a GPU "
-                        "request by its resource name, such as nvidia.com/gpu, and this kind names it its own way)",
-                        "warning",
-                    )
+                kind = f"{doc.kind} ({group or 'core'})"
+                message = (
+                    f"{kind} asks for GPUs in a field of its own at {own}: not audited (gpuaudit reads a GPU "
+                    "request by its resource name, such as nvidia.com/gpu, and this kind names it its own way)"
                 )
+                errors.append(InputError(doc.file, doc.line_of(own), message, "warning", ("of this kind", kind)))
         workloads.append(Workload(doc, group, kl.workload_class if kl else "other", templates))
     return workloads, errors
 
@@ -214,17 +207,15 @@ def _probes_a_port(c: Mapping[str, Any]) -> bool:
     )
 
 
-def _names_a_gpu(doc: Document) -> bool:
-    """Whether ``doc`` asks for a GPU-like resource anywhere. Most objects
-    without a GPU container have none: a look at the pointers the reader
-    already recorded spares them the walk of the whole object (check's hot
-    path). A document read without its pointers is walked."""
+def _resource_keys(doc: Document) -> list[str] | None:
+    """The resource names ``doc`` asks for anywhere (under `requests` or
+    `limits`), from the pointers the reader already recorded: most objects
+    without a GPU container name none, and are spared the walk of the whole
+    object (check's hot path). None for a document read without its
+    pointers: it is walked."""
     if not doc.lines:
-        return True
-    return any(
-        GPU_RESOURCE.match(key.replace("~1", "/").replace("~0", "~"))
-        for key in _RESOURCE_KEY.findall("\n".join(doc.lines))
-    )
+        return None
+    return [key.replace("~1", "/").replace("~0", "~") for key in _RESOURCE_KEY.findall("\n".join(doc.lines))]
 
 
 def _discovered_locators(obj: Mapping[str, Any]) -> list[Locator]:

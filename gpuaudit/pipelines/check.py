@@ -46,11 +46,11 @@ from gpuaudit.files import write_atomic
 from gpuaudit.kube.podspecs import KindLocator, group_of
 from gpuaudit.model import AuditResult, Document, Finding, InputError, Workload
 from gpuaudit.model.serving_runtimes import effective_workloads
-from gpuaudit.model.workload_builder import DISCOVERED, OWN_GPU_FIELD, build_workloads
+from gpuaudit.model.workload_builder import build_workloads
 from gpuaudit.pipelines.policy import PolicyOptions, locators_for
 from gpuaudit.pipelines.shards import run_sharded, workers_for
 from gpuaudit.sources.inputs import FoundFile, InputOptions, Item, ManifestOptions, gather_units, read_items
-from gpuaudit.sources.manifests import HELM_TEMPLATE, ReadResult
+from gpuaudit.sources.manifests import ReadResult
 from gpuaudit.sources.user_config import Config
 
 
@@ -554,23 +554,14 @@ def _said_once(errors: Iterable[InputError]) -> list[InputError]:
     know), and that files are templates to render first (an app catalogue's
     45 template.yaml files)."""
     out: list[InputError] = []
-    first: dict[str, int] = {}
-    more: dict[str, int] = {}
+    first: dict[tuple[str, str], int] = {}
+    more: dict[tuple[str, str], int] = {}
     seen: set[InputError] = set()
     for error in errors:
         if error in seen:  # a loop in a template, a base every overlay renders: said once
             continue
         seen.add(error)
-        if error.level != "warning":
-            key = None
-        elif DISCOVERED in error.message:
-            key = error.message.partition(DISCOVERED)[0]
-        elif OWN_GPU_FIELD in error.message:
-            key = error.message.partition(OWN_GPU_FIELD)[0]
-        elif error.message.startswith(HELM_TEMPLATE):
-            key = HELM_TEMPLATE
-        else:
-            key = None
+        key = error.group if error.level == "warning" else None
         if key is None:
             out.append(error)
         elif key in first:
@@ -580,8 +571,8 @@ def _said_once(errors: Iterable[InputError]) -> list[InputError]:
             out.append(error)
     for key, at in first.items():
         if more[key]:
-            said, what = out[at], "files like it" if key == HELM_TEMPLATE else "of this kind"
-            out[at] = msgspec.structs.replace(said, message=f"{said.message} (and {more[key]} more {what})")
+            said = out[at]
+            out[at] = msgspec.structs.replace(said, message=f"{said.message} (and {more[key]} more {key[0]})")
     return out
 
 

@@ -492,7 +492,7 @@ def _template_lines(template: Path, doc: Document) -> dict[str, int]:
     written by helpers or loops, or whose key is written more than once,
     take the line of their nearest such ancestor, or 1. Every field keeps a
     pointer: readers look at the pointers to learn what an object holds (a
-    GPU request, workload_builder._names_a_gpu)."""
+    GPU request, workload_builder._resource_keys)."""
     try:
         text = template.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError):

@@ -19,7 +19,16 @@ import msgspec
 from gpuaudit.files import OutsideRootError, confined, repository_root
 from gpuaudit.model import InputError
 from gpuaudit.sources.manifests import MANIFEST_SUFFIXES, ReadResult, read_file, read_paths
-from gpuaudit.sources.units import PlainFiles, Repository, Unit, discover, display, plain_units, units_for_changed
+from gpuaudit.sources.units import (
+    PlainFiles,
+    Repository,
+    Unit,
+    discover,
+    display,
+    judged_alone,
+    plain_units,
+    units_for_changed,
+)
 from gpuaudit.sources.user_config import Config, ConfigError
 
 
@@ -256,9 +265,7 @@ def _render_all(units: Sequence[Unit], options: InputOptions) -> list[UnitInput]
                 continue
             parts = [p for p in unit.parts if p.name in fallback]
             if parts:
-                names = ", ".join(p.name for p in parts[:3]) + (f" and {len(parts) - 3} more" if len(parts) > 3 else "")
-                also = f"; what it uses that renders is judged on its own: {names}"
-                first = msgspec.structs.replace(first, message=first.message + also)
+                first = msgspec.structs.replace(first, message=first.message + judged_alone(parts))
             out.append(_unrendered(unit, first, options, others))
         else:
             out.append(UnitInput(unit.name, [rendered[unit.name]]))

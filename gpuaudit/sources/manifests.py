@@ -324,6 +324,7 @@ def _read_text(text: str, name: str, result: ReadResult, rendered: bool = False)
                 f"{HELM_TEMPLATE}: not auditable until rendered (a chart's template: use --helm-chart; "
                 "another tool's: render it and check the output)",
                 level="warning",
+                group=("files like it", HELM_TEMPLATE),
             )
         )
         return

@@ -183,10 +183,7 @@ def discover(
             continue
         parts = _renderable_parts(k, kustomizations, shown, allow_remote, done)
         if parts:
-            names = ", ".join(p.name for p in parts[:3]) + (f" and {len(parts) - 3} more" if len(parts) > 3 else "")
-            unit = msgspec.structs.replace(
-                unit, problem=f"{unit.problem}; what it uses that renders is judged on its own: {names}"
-            )
+            unit = msgspec.structs.replace(unit, problem=f"{unit.problem}{judged_alone(parts)}")
         units += [unit, *parts]
     rest = [p for p in plain if p not in consumed and _is_plain(p, kustomizations, root)]
     for unit in plain_units(rest, shown, root, plain_files):
@@ -325,6 +322,13 @@ def _kustomize_unit(k: Kustomization, known: Mapping[Path, Kustomization], shown
         reads=tuple(dict.fromkeys(reads)),
         resources=tuple(dict.fromkeys(resources)),
     )
+
+
+def judged_alone(parts: Sequence[Unit]) -> str:
+    """What a kustomization that does not render says of the ones it uses
+    that are judged on their own instead."""
+    names = ", ".join(p.name for p in parts[:3]) + (f" and {len(parts) - 3} more" if len(parts) > 3 else "")
+    return f"; what it uses that renders is judged on its own: {names}"
 
 
 def _renderable_parts(
