@@ -62,6 +62,17 @@ spec:
         (pod("intel/opencl", ["clinfo"]), "smoke-test", "program"),
         (pod("vault.habana.ai/gaudi-docker/1.17.0/pytorch", ["hl-smi"]), "smoke-test", "program"),
         (pod("nvidia/cuda:12.4.1-base-ubuntu22.04", ["nvidia-smi"]), "smoke-test", "idle"),
+        # What the node is, printed around nvidia-smi (`$(uname -n)` inside a string).
+        (
+            pod(
+                "nvidia/cuda:12.2.0-base-ubuntu22.04",
+                ["bash", "-lc", 'echo "Node: $(uname -n)"\nnvidia-smi\necho "done"'],
+            ),
+            "smoke-test",
+            "idle",
+        ),
+        # ... but a string that runs the work is not idle.
+        (pod("pytorch/pytorch", ["sh", "-c", 'echo "loss: $(python3 fit.py)"']), "unknown", "none"),
         (pod("x/bench", ["python3", "benchmarks/benchmark_serving.py"]), "benchmark", "program"),
         (pod("mlcommons/mlperf-inference:v4.1"), "benchmark", "image"),
         (pod("vllm/vllm-openai:v0.10.0", ["vllm", "serve", "Qwen/Qwen2.5-7B"]), "service", "server"),

@@ -42,6 +42,16 @@ _IDLE_PROGRAMS = frozenset(
         "trap",
         "export",
         "unset",
+        # What a smoke script prints about the machine it landed on.
+        "uname",
+        "whoami",
+        "id",
+        "pwd",
+        "nproc",
+        "uptime",
+        "free",
+        "df",
+        "lscpu",
     }
 )
 # CUDA samples that finish in milliseconds: run once, a device check, not
@@ -274,7 +284,9 @@ def command_script(c: Container) -> str:
 
 def _strip_keywords(words: Sequence[str]) -> list[str]:
     out = list(words)
-    while out and (out[0] in _SHELL_KEYWORDS or out[0] in ("while", "until")):
+    # A quote or `$` left over where a `$(...)` was cut out of a string
+    # (`echo "Node: $(uname -n)"`) is no program.
+    while out and (out[0] in _SHELL_KEYWORDS or out[0] in ("while", "until") or not out[0].strip("\"'$`")):
         out = out[1:]
     return out
 
