@@ -110,6 +110,17 @@ def test_actions_of_another_tool_inside_values_are_read_as_text(tmp_path):
     )
     [error] = jinja.errors
     assert error.level == "warning" and "not auditable until rendered" in error.message and error.line == 6
+    # A Jinja template of a Python client (`{{ replicas }}`, no Helm grammar)
+    # whose values start with actions: a template, never "replicas: dict is
+    # not a number".
+    client = read(
+        tmp_path,
+        "deployment_template.yaml",
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: {{ name }}\n"
+        "spec:\n  replicas: {{ replicas }}\n  template:\n    spec: {{ pod_spec | tojson }}\n",
+    )
+    [error] = client.errors
+    assert client.documents == [] and "not auditable until rendered" in error.message and error.line == 4
 
 
 def test_an_ansible_playbook_is_no_template_to_render(tmp_path):

@@ -445,7 +445,8 @@ configurations: [config.yaml]
     )
     k = read_kustomization(app / "kustomization.yaml")
     assert sorted(p.name for p in k.files) == sorted(names)
-    assert k.problem is not None and "helmCharts" in k.problem  # not "it reads '<the inline config>'"
+    # Chart c is not in the repository: kustomize would pull it. (Not "it reads '<the inline config>'".)
+    assert k.problem is not None and "Helm chart 'c', which kustomize pulls" in k.problem
     assert [p.name for p in k.resources] == ["a.yaml"]
     # All of them hold objects, and none is a plain file.
     assert not [u for u in discover(tmp_path, str(tmp_path)).units if u.kind == "files"]
@@ -809,6 +810,103 @@ def test_a_problem_a_template_repeats_is_said_once(run_cli, env, tmp_path, monke
     _, result = check(run_cli, env, ".")
     said = [e for e in result["errors"] if "duplicate key" in e["message"]]
     assert len(said) == 1, said
+
+
+def test_the_objects_a_template_line_renders_alike_are_one_finding(run_cli, env, tmp_path, monkeypatch):
+    """A chart that writes one Job per node from one template: a reviewer
+    leaves one comment at that line, whether the chart is checked alone or
+    beside other units. A line whose objects differ in what is judged (their
+    GPUs) stays one finding per object."""
+    write(tmp_path / "chart/Chart.yaml", "apiVersion: v2\nname: ddp\nversion: 0.1.0\n")
+    write(tmp_path / "chart/values.yaml", "nodes: 2\ngpus: [8, 8]\n")
+    write(
+        tmp_path / "chart/templates/job.yaml",
+        "{{- range $i, $g := .Values.gpus }}\n---\napiVersion: batch/v1\nkind: Job\n"
+        "metadata:\n  name: ddp-{{ $i }}\nspec:\n  template:\n    spec:\n      restartPolicy: Never\n"
+        "      containers:\n      - name: t\n        image: pytorch/pytorch\n"
+        "        command: [torchrun, --nproc_per_node=8, train.py]\n"
+        "        resources: {limits: {nvidia.com/gpu: {{ $g }}}}\n{{- end }}\n",
+    )
+    monkeypatch.chdir(tmp_path)
+    for args in (["chart"], ["chart", "."]):
+        _, result = check(run_cli, env, *args)
+        said = [f["resource"]["name"] for f in result["findings"] if f["rule"] == "GPA-AL-008"]
+        assert said == ["ddp-0"], (args, said)
+    write(tmp_path / "chart/values.yaml", "nodes: 2\ngpus: [8, 4]\n")
+    _, result = check(run_cli, env, "chart")
+    said = [f["resource"]["name"] for f in result["findings"] if f["rule"] == "GPA-AL-008"]
+    assert said == ["ddp-0", "ddp-1"], said
+
+
+def test_helm_charts_a_kustomization_inflates_from_the_repository_are_rendered(run_cli, env, tmp_path, monkeypatch):
+    """A home-ops tree keeps its own charts and inflates them per app with
+    helmCharts: rendered with --enable-helm, findings at the helmCharts line
+    of the app's kustomization. A chart kustomize would pull, or one whose
+    link leads outside the repository, is not rendered, and says why."""
+    write(tmp_path / ".git/HEAD", "ref: refs/heads/main\n")
+    write(tmp_path / "helm-charts/service/Chart.yaml", "apiVersion: v2\nname: service\nversion: 1.0.0\n")
+    write(tmp_path / "helm-charts/service/values.yaml", "gpus: 0\nnode: ''\n")
+    write(
+        tmp_path / "helm-charts/service/templates/deployment.yaml",
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: {{ .Release.Name }}}\nspec:\n"
+        "  selector: {matchLabels: {app: x}}\n  template:\n    metadata: {labels: {app: x}}\n    spec:\n"
+        "      nodeSelector: {kubernetes.io/hostname: {{ .Values.node | quote }}}\n"
+        "      containers:\n      - name: main\n        image: vllm/vllm-openai:v0.6.0\n"
+        "        resources: {limits: {nvidia.com/gpu: {{ .Values.gpus }}, memory: 8Gi}, requests: {cpu: '4'}}\n",
+    )
+    app = tmp_path / "kubernetes/ai/chat"
+    write(
+        app / "kustomization.yaml",
+        "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nhelmGlobals:\n"
+        "  chartHome: ../../../helm-charts\nhelmCharts:\n- name: service\n  releaseName: chat\n"
+        "  valuesFile: values.yaml\n",
+    )
+    write(app / "values.yaml", "gpus: 1\nnode: gpu-node-1\n")
+    pulled = tmp_path / "kubernetes/ops/cert-manager"
+    write(
+        pulled / "kustomization.yaml",
+        "helmCharts:\n- {name: cert-manager, repo: https://charts.jetstack.io, version: v1.16.0}\n",
+    )
+    monkeypatch.chdir(tmp_path)
+    code, result = check(run_cli, env, "kubernetes")
+    [pin] = [f for f in result["findings"] if f["rule"] == "GPA-PL-001"]
+    assert (pin["resource"]["name"], pin["location"]["file"], pin["location"]["line"]) == (
+        "chat",
+        "kubernetes/ai/chat/kustomization.yaml",
+        5,
+    )
+    [refused] = [e for e in result["errors"] if e["file"] == "kubernetes/ops/cert-manager"]
+    assert "'cert-manager', which kustomize pulls from https://charts.jetstack.io" in refused["message"]
+    assert code == 2
+    # A link in the chart that leads outside the repository: helm would read it.
+    outside = tmp_path.parent / f"{tmp_path.name}-outside.txt"
+    outside.write_text("secret\n")
+    (tmp_path / "helm-charts/service/files").mkdir()
+    (tmp_path / "helm-charts/service/files/data.txt").symlink_to(outside)
+    code, result = check(run_cli, env, "kubernetes/ai")
+    [error] = result["errors"]
+    assert "leads outside" in error["message"] and not result["findings"] and code == 2
+
+
+def test_a_chart_that_caps_its_kubernetes_version_is_rendered_below_the_cap(run_cli, env, tmp_path, monkeypatch):
+    """helm renders for the newest Kubernetes it knows, which a chart whose
+    kubeVersion caps it refuses: rendered for the newest minor below its cap."""
+    write(
+        tmp_path / "chart/Chart.yaml",
+        'apiVersion: v2\nname: old\nversion: 0.1.0\nkubeVersion: ">= 1.21.0-0 < 1.32.0-0"\n',
+    )
+    write(tmp_path / "chart/values.yaml", "node: gpu-node-1\n")
+    write(
+        tmp_path / "chart/templates/pod.yaml",
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: p\n"
+        "spec:\n  nodeSelector: {kubernetes.io/hostname: {{ .Values.node }}}\n  containers:\n  - name: c\n"
+        "    image: vllm/vllm-openai:v0.6.0\n"
+        "    resources: {limits: {nvidia.com/gpu: 1, memory: 8Gi}, requests: {cpu: '4'}}\n",
+    )
+    monkeypatch.chdir(tmp_path)
+    _, result = check(run_cli, env, "chart")
+    assert not [e for e in result["errors"] if e["level"] == "error"], result["errors"]
+    assert [f["resource"]["name"] for f in result["findings"] if f["rule"] == "GPA-PL-001"] == ["p"]
 
 
 def test_a_base_whose_only_overlay_fails_to_render_is_judged_on_its_own(run_cli, env, tmp_path, monkeypatch):

@@ -612,9 +612,9 @@ def _once(findings: Sequence[Finding]) -> list[Finding]:
     """Findings the same in several units (a base under several roots, a
     template in several chart variants: the same rule at the same line,
     judging the same evidence) as one finding naming every unit; the first
-    keeps its place, names and message."""
-    if not any(f.units for f in findings):
-        return list(findings)
+    keeps its place, names and message. Within one unit, the objects one
+    template line renders alike (a chart's Job per node) are one comment at
+    that line, not one per object."""
     first: dict[tuple, int] = {}
     out: list[Finding] = []
     for f in findings:

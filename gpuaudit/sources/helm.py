@@ -44,6 +44,9 @@ _MAX_CHART_YAML = 4 * 1024 * 1024
 _MAX_RELEASE_NAME = 53  # helm refuses a longer release name
 _NOT_IN_RELEASE_NAME = re.compile(r"[^a-z0-9-]+")
 _CHART_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,252}")
+# The last bound of a chart's kubeVersion that caps it (`< 1.32.0-0`,
+# `<= 1.31.4`, `~1.29`). (A pattern text: compiled only for such a chart.)
+_KUBE_VERSION_CAP = r"(<=|<|~)\s*v?(\d+)\.(\d+)(?:\.(\d+))?"
 
 
 class HelmError(RuntimeError):
@@ -103,6 +106,9 @@ def render_helm_chart(chart: Path, values: Sequence[Path], *, label: str | None 
     command = [helm, "template", release_name(chart), str(chart)]
     for v in values:
         command += ["--values", str(v)]
+    capped = _kube_version_for(chart)
+    if capped:
+        command += ["--kube-version", capped]
     key = render_key([helm], ["helm", *command[2:]], chart, [*inputs, *values])
     try:
         text = cached(key, lambda: _template(chart, command, values, local))
@@ -394,6 +400,29 @@ def _chart_yaml(chart: Path) -> dict[str, Any]:
     except (FileReadError, YamlLimitError, yaml.YAMLError, RecursionError) as exc:
         raise HelmError(f"its Chart.yaml cannot be read: {str(exc).splitlines()[0][:200]}") from None
     return data if isinstance(data, dict) else {}
+
+
+def _kube_version_for(chart: Path) -> str | None:
+    """The Kubernetes version to render ``chart`` for, or None for helm's own.
+    helm renders for the newest version it knows, which a chart whose
+    kubeVersion caps it refuses (`>= 1.21.0-0 < 1.32.0-0`): such a chart is
+    rendered for the newest minor below its cap, as the clusters it is
+    deployed to run. (Of several ranges, `a || b`, the last and newest.)"""
+    try:
+        constraint = _chart_yaml(chart).get("kubeVersion")
+    except HelmError:
+        return None  # helm says what is wrong with Chart.yaml when it runs
+    if not isinstance(constraint, str) or not re.search(r"[<~]", constraint):
+        return None
+    caps = list(re.finditer(_KUBE_VERSION_CAP, constraint.split("||")[-1]))
+    if not caps:
+        return None
+    op, major, minor, patch = caps[-1].groups()
+    if op == "<=":
+        return f"v{major}.{minor}.{patch or 0}"
+    if op == "~" or (patch and int(patch) > 0):
+        return f"v{major}.{minor}.0"  # ~1.29 is 1.29.x; below 1.31.4, 1.31.0
+    return f"v{major}.{int(minor) - 1}.0" if int(minor) > 0 else None
 
 
 def _missing_dependencies(chart: Path) -> list[dict[str, Any]]:

@@ -312,7 +312,12 @@ def _render(unit: Unit, options: InputOptions) -> ReadResult:
     if command is None:
         return ReadResult(errors=[InputError(unit.name, None, "neither kubectl nor kustomize is on PATH")])
     return kustomize.render_kustomization(
-        unit.root, command, unit.name, load_anywhere=options.load_anywhere, reads=unit.reads
+        unit.root,
+        command,
+        unit.name,
+        load_anywhere=options.load_anywhere,
+        reads=unit.reads,
+        enable_helm=unit.inflates_helm,
     )
 
 

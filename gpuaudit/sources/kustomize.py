@@ -64,12 +64,17 @@ def render_kustomization(
     *,
     load_anywhere: bool = False,
     reads: Sequence[Path] = (),
+    enable_helm: bool = False,
 ) -> ReadResult:
     """Build ``directory``; ``shown`` is how the user named it (paths in
     findings keep the same style, relative or absolute). ``load_anywhere``:
     the user allows files outside the kustomization's folder. ``reads``: the
     files the build reads (sources/units.py), which key its render in the
-    cache (sources/render_cache.py); none: no cache."""
+    cache (sources/render_cache.py); none: no cache. ``enable_helm``: its
+    helmCharts inflate charts the repository holds (sources/units.py found
+    them there, so helm pulls nothing)."""
+    if enable_helm:
+        command = [*command, "--enable-helm"]
     rendered = ReadResult()
     kustomization = kustomization_in(directory) or directory / "kustomization.yaml"
     label = _display(kustomization, shown)
@@ -112,7 +117,11 @@ def render_kustomization(
                 mapped = msgspec.structs.replace(mapped, patched=traced)
             rendered.documents.append(mapped)
         else:
-            rendered.documents.append(_without_origin(doc, label, lines={}, line=1))
+            generated = _generated_at(doc, wrapper) if wrapper_used else None
+            if generated is not None:  # at the generator's key of the kustomization that made it
+                rendered.documents.append(_without_origin(doc, _display(generated[0], shown), {}, generated[1]))
+            else:
+                rendered.documents.append(_without_origin(doc, label, lines={}, line=1))
     rendered.files += 1
     return rendered
 
@@ -204,6 +213,42 @@ def _origin(doc: Document) -> str | None:
     if not isinstance(origin, dict) or origin.get("repo") or not origin.get("path"):
         return None  # remote resources have no local file to point at
     return str(origin["path"])
+
+
+# The key of a kustomization that holds each builtin generator's entries.
+_GENERATOR_KEYS = {
+    "HelmChartInflationGenerator": ("helmCharts", "helmChartInflationGenerator"),
+    "ConfigMapGenerator": ("configMapGenerator",),
+    "SecretGenerator": ("secretGenerator",),
+}
+
+
+def _generated_at(doc: Document, wrapper: Path) -> tuple[Path, int] | None:
+    """Where a generated object was configured (its origin's configuredIn:
+    a chart kustomize inflated, a generated ConfigMap): the kustomization
+    file and the line of its generator's key, or None."""
+    meta = doc.obj.get("metadata")
+    annotations = meta.get("annotations") if isinstance(meta, dict) else None
+    text = annotations.get(ORIGIN) if isinstance(annotations, dict) else None
+    if not isinstance(text, str) or "configuredIn" not in text:
+        return None
+    try:
+        origin = yaml.safe_load(text)
+    except yaml.YAMLError:
+        return None
+    if not isinstance(origin, dict) or not isinstance(origin.get("configuredIn"), str):
+        return None
+    file = (wrapper / origin["configuredIn"]).resolve()
+    if not file.is_file():
+        return None
+    by = origin.get("configuredBy")
+    keys = _GENERATOR_KEYS.get(by.get("kind") if isinstance(by, dict) else None, ())
+    try:
+        lines = file.read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return file, 1
+    line = next((i for i, text in enumerate(lines, 1) if text.split(":", 1)[0] in keys), 1)
+    return file, line
 
 
 def _transformations(doc: Document) -> list[str]:

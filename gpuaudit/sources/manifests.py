@@ -54,6 +54,10 @@ _HELM_ACTION = re.compile(
     r"\{\{-?\s*(?:\.|\$|-|/\*|(?:if|else|end|range|with|include|template|define|"
     r"toYaml|tpl|printf|default|quote|required|lookup|fail|block)\b)"
 )
+# An action that starts a value unquoted (`replicas: {{ replicas }}`, a
+# Jinja or Go template of any tool, whatever its action names): YAML reads
+# it as a mapping, so no tool means it as YAML; the file is a template.
+_VALUE_ACTION = re.compile(r"(?m)(?::|^[ \t]*-)[ \t]+\{\{")
 # Jinja's statements on a line of their own (`{% if %}`, `{% for %}`) make a
 # template of another tool too. (A pattern text, compiled on first use: only
 # for a file that holds `{%`.)
@@ -111,15 +115,19 @@ _COMMENT_BEFORE = r"(?m)(?:^|(?<=[ \t]))#[^'\"]*$"
 
 
 def _helm_action(text: str) -> re.Match[str] | None:
-    """The first Helm template action in ``text`` outside YAML comments (a
-    plain manifest may show in a comment how a chart would write a value),
-    KServe's run-time placeholders in serving runtime files aside; or the
-    first Jinja statement, when it comes before."""
+    """The first Helm template action (or any action that starts a value
+    unquoted) in ``text`` outside YAML comments (a plain manifest may show in
+    a comment how a chart would write a value), KServe's run-time
+    placeholders in serving runtime files aside; or the first Jinja
+    statement, when it comes before."""
     placeholders: list[tuple[int, int]] = []
     if ("ServingRuntime" in text or "InferenceService" in text) and re.search(_KSERVE_RUNTIME, text):  # a quick look
         placeholders = [m.span() for m in re.finditer(_KSERVE_PLACEHOLDER, text)]
     found = None
-    for match in _HELM_ACTION.finditer(text):
+    actions = _HELM_ACTION.finditer(text)
+    if "{{" in text:
+        actions = iter(sorted((*actions, *_VALUE_ACTION.finditer(text)), key=lambda m: m.start()))
+    for match in actions:
         line_start = text.rfind("\n", 0, match.start()) + 1
         if re.search(_COMMENT_BEFORE, text[line_start : match.start()]):
             continue

@@ -41,7 +41,7 @@ from typing import Any, Literal
 import msgspec
 import yaml
 
-from gpuaudit.files import FileReadError, read_text
+from gpuaudit.files import FileReadError, OutsideRootError, command_line_roots, confined, read_text
 from gpuaudit.kube.yaml_lines import YamlLimitError, load_yaml_with_lines
 from gpuaudit.sources.manifests import MANIFEST_SUFFIXES, SKIP_DIRS, ReadResult, read_file
 from gpuaudit.sources.manifests import read_text as read_manifest_text
@@ -88,6 +88,9 @@ class Unit(msgspec.Struct, frozen=True):
     # kustomize: the largest kustomizations it uses that render alone, judged
     # on their own when it fails to render (a cycle kustomize finds only then)
     parts: tuple[Unit, ...] = ()
+    # kustomize: it (or a kustomization it uses) inflates charts of the
+    # repository: built with `--enable-helm`
+    inflates_helm: bool = False
 
 
 class Kustomization(msgspec.Struct):
@@ -106,6 +109,9 @@ class Kustomization(msgspec.Struct):
     commented_out: list[Path] = msgspec.field(default_factory=list)
     # a kustomization above lists this folder in a comment (see commented_out)
     switched_off: bool = False
+    # the charts its helmCharts inflate, each in the repository: rendered
+    # with `--enable-helm` (a chart that would be pulled is a problem)
+    helm_charts: list[Path] = msgspec.field(default_factory=list)
 
 
 class Repository(msgspec.Struct):
@@ -149,7 +155,7 @@ def discover(
             continue
         kustomization = next((folder / n for n in KUSTOMIZATION_FILES if n in names), None)
         if render and kustomization is not None:
-            kustomizations[folder] = read_kustomization(kustomization)
+            kustomizations[folder] = read_kustomization(kustomization, top=root)
         for name in names:
             if name.endswith(MANIFEST_SUFFIXES) and name not in KUSTOMIZATION_FILES:
                 path = folder / name
@@ -300,9 +306,11 @@ def _kustomize_unit(k: Kustomization, known: Mapping[Path, Kustomization], shown
     resources: list[Path] = []
     problems: list[str] = []
     remote: list[str] = []
+    inflates_helm = False
     for each in closure(k, known):
         reads += [each.file, *each.files]
         resources += each.resources
+        inflates_helm = inflates_helm or bool(each.helm_charts)
         remote += each.remote
         if each.problem:
             problems.append(each.problem if each is k else f"{display(each.file, shown)}: {each.problem}")
@@ -321,6 +329,7 @@ def _kustomize_unit(k: Kustomization, known: Mapping[Path, Kustomization], shown
         problem=problem,
         reads=tuple(dict.fromkeys(reads)),
         resources=tuple(dict.fromkeys(resources)),
+        inflates_helm=inflates_helm,
     )
 
 
@@ -407,12 +416,14 @@ def _commented_out(text: str, folder: Path) -> list[Path]:
     return found
 
 
-def read_kustomization(file: Path) -> Kustomization:
+def read_kustomization(file: Path, *, top: Path | None = None) -> Kustomization:
     """What a kustomization file names, resolved against its folder: every
     file kustomize reads to build it (resources, patches, generator inputs,
     replacements, CRDs, OpenAPI schemas, Helm values files, the plugin
     configs it names and the files they name). Never raises: a file that
-    cannot be read says so in ``problem``."""
+    cannot be read says so in ``problem``. ``top``: the folder the user
+    named, where the charts its helmCharts inflate may lie (as may anything
+    in the repository holding it)."""
     folder = file.parent
     k = Kustomization(folder, file, False, [], [], [], [])
     try:
@@ -470,11 +481,18 @@ def read_kustomization(file: Path) -> Kustomization:
     openapi = data.get("openapi")
     if isinstance(openapi, dict):
         local(openapi.get("path"), folder_ok=False)
+    pulled: list[str] = []
     for key in ("helmCharts", "helmChartInflationGenerator"):
         for chart in _as_list(data.get(key)):
             if isinstance(chart, dict):
                 for entry in _values_files(chart):
                     local(entry, folder_ok=False)
+                found = _local_chart(folder, chart, data.get("helmGlobals"), top)
+                if isinstance(found, Path):
+                    k.helm_charts.append(found)
+                    k.files += _files_below(found)
+                else:
+                    pulled.append(found)
     for key in ("generators", "transformers", "validators"):
         for entry in _strings(data.get(key)):
             # A builtin plugin's config names files too (a PatchTransformer's
@@ -484,13 +502,55 @@ def read_kustomization(file: Path) -> Kustomization:
                 local(named, folder_ok=False, required=False)  # a plugin's own field may be no path
     for entry in _strings(data.get("configurations")):
         local(entry)
-    if data.get("helmCharts"):
-        k.problem = "it inflates Helm charts (helmCharts:), which needs `--enable-helm` and the charts' repositories"
+    if pulled:
+        k.problem = f"it inflates Helm chart {pulled[0]}" + (f" and {len(pulled) - 1} more" if len(pulled) > 1 else "")
     elif missing:
         k.problem = f"it reads {missing[0]!r}, which is not in the repository (a file another tool generates?)" + (
             f" and {len(missing) - 1} more" if len(missing) > 1 else ""
         )
     return k
+
+
+def _local_chart(folder: Path, entry: Mapping[str, Any], helm_globals: Any, top: Path | None) -> Path | str:
+    """The chart folder a helmCharts ``entry`` inflates, when the repository
+    holds it (under helmGlobals.chartHome, else the kustomization's
+    `charts/`): kustomize then renders it as it is, with no pull. Otherwise
+    why it cannot be rendered here: a chart kustomize would pull from its
+    repository (a check fetches nothing), or one that leads outside the
+    repository (helm would read what it leads to)."""
+    name = entry.get("name")
+    if not isinstance(name, str) or not name or "/" in name or name in (".", ".."):
+        return "with no chart name kustomize can find"
+    home = helm_globals.get("chartHome") if isinstance(helm_globals, Mapping) else None
+    chart = Path(os.path.normpath(folder / (home if isinstance(home, str) and home else "charts") / name))
+    version, repo = entry.get("version"), entry.get("repo")
+    if not (chart / "Chart.yaml").is_file():
+        where = f" from {repo}" if isinstance(repo, str) and repo else ""
+        return f"{name!r}, which kustomize pulls{where}: it is not in the repository, and a check fetches nothing"
+    if isinstance(repo, str) and repo and version is not None and str(version) != _chart_version(chart):
+        # kustomize pulls the version named when the chart at hand is another
+        return f"{name!r} {version}, which kustomize pulls from {repo}: the repository holds another version"
+    roots = (*command_line_roots(folder, cwd=folder), *((top,) if top is not None else ()))
+    try:
+        for path in (chart, *(p for p in _files_below(chart) if p.is_symlink())):
+            confined(path, roots, what="Helm chart")
+    except OutsideRootError as exc:
+        return f"{name!r}: {exc.problem}"
+    return chart
+
+
+def _chart_version(chart: Path) -> str | None:
+    try:
+        text = read_text(chart / "Chart.yaml", limit=_MAX_KUSTOMIZATION_BYTES, what="Chart.yaml")
+        data, _ = load_yaml_with_lines(text)
+    except (FileReadError, YamlLimitError, yaml.YAMLError, RecursionError):
+        return None
+    return str(data.get("version")) if isinstance(data, dict) and data.get("version") is not None else None
+
+
+def _files_below(folder: Path) -> list[Path]:
+    """Every file under ``folder`` (links not followed), in a stable order."""
+    return sorted(Path(d, n) for d, _, names in os.walk(folder) for n in names)
 
 
 def _generator_inputs(generator: Mapping[str, Any]) -> list[str]:
