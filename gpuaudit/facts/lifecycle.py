@@ -97,4 +97,6 @@ def _short(pointer: str) -> str:
     parts = [p for p in pointer.split("/") if p and p != "*"]
     if parts[-3:-1] == ["template", "spec"]:  # the pod's own: template.spec.activeDeadlineSeconds
         return ".".join(parts[-3:])
+    if parts[-2:-1] == ["templates"]:  # an Argo template's own: templates[].activeDeadlineSeconds
+        return f"templates[].{parts[-1]}"
     return ".".join(parts[-2:]) if parts[-2:-1] == ["runPolicy"] else parts[-1]

@@ -151,7 +151,7 @@ def model_candidates(
     words: Sequence[Token],
     env: Mapping[str, str],
     container_pointer: str,
-    env_index: Mapping[str, int],
+    env_index: Mapping[str, int | str],
     raw_container: Mapping[str, Any],
     labels: Mapping[str, str],
     image: str = "",

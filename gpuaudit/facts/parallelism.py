@@ -79,13 +79,30 @@ NODE_FLAGS = ("--nnodes", "--num-nodes", "--num_nodes")
 # Ray cluster started by hand (the engine's ranks placed over its nodes), an
 # engine told to join one headless or over Ray.
 _SPANS_PODS_FLAGS = ("--node-rank", "--node_rank", "--headless", "--distributed-executor-backend")
+# Engines that run one model copy on one GPU unless told otherwise: vLLM's
+# and SGLang's tensor, pipeline and data parallel sizes default to 1. (TGI
+# shards over every GPU it sees, torchrun starts one process unless told:
+# neither is here.) Read from the command, or from an image whose entrypoint
+# is the engine when the container names no command.
+_ONE_GPU_ENGINES = (("vLLM", ("vllm serve", "vllm.entrypoints")), ("SGLang", ("sglang.launch_server", "sglang serve")))
+_ONE_GPU_ENGINE_IMAGES = (("vLLM", "vllm-openai"), ("SGLang", "lmsysorg/sglang"))
+# What may say the sizes where the flags above are not read: a config file,
+# a flag spelt otherwise (--data-parallel-size-local), a value left to the
+# shell.
+_SIZES_ELSEWHERE = (
+    "--config",
+    "--data-parallel",
+    "--tensor-parallel",
+    "--pipeline-parallel",
+    "--enable-expert-parallel",
+)
 
 
 def container_parallelism(
     c: Container,
     words: list[Token] | None = None,
     spec: Mapping[str, Any] | None = None,
-    env_index: Mapping[str, int] | None = None,
+    env_index: Mapping[str, int | str] | None = None,
 ) -> dict[str, Any] | None:
     """Parallelism declared by one container (or its pod spec), compared with
     the GPUs it holds; None when nothing declares any."""
@@ -98,9 +115,14 @@ def container_parallelism(
             continue
         sizes[dim] = value
         pointer = pointer or where
-    if not sizes:
-        return None
     gpus = whole_gpus(c)
+    default_of = None
+    if not sizes:
+        default_of = _one_gpu_engine(c, words) if gpus is not None and gpus > 1 else None
+        if default_of is None:
+            return None
+        sizes["tensor"] = 1
+        pointer = f"{c.pointer}/args" if c.args else f"{c.pointer}/command" if c.command else c.pointer
     facts: dict[str, Any] = {
         "tensor": _number(sizes.get("tensor")),
         "pipeline": _number(sizes.get("pipeline")),
@@ -115,6 +137,8 @@ def container_parallelism(
         "gpus_asked": None,
         "nodes": None,
         "pointer": pointer,
+        "default_of": default_of,
+        "said": _said(sizes, default_of),
     }
     if any(isinstance(v, str) and v not in _ALL_GPUS for v in sizes.values()):
         return facts  # a value we could not read ($(UNSET)): no verdict
@@ -150,6 +174,30 @@ def container_parallelism(
     return facts
 
 
+def _one_gpu_engine(c: Container, words: list[Token]) -> str | None:
+    """The engine that runs the container on one GPU because its command sets
+    no parallelism, or None: it starts the engine once, on one pod, with
+    nothing that could say the sizes another way."""
+    texts = [w.text for w in words]
+    if any("$" in t or t.startswith(_SIZES_ELSEWHERE) for t in texts) or _nodes(words) is not None:
+        return None
+    line = " ".join(texts)
+    started = [(name, sum(line.count(m) for m in marks)) for name, marks in _ONE_GPU_ENGINES]
+    found = [(name, n) for name, n in started if n]
+    if not found and not c.command:
+        found = [(name, 1) for name, image in _ONE_GPU_ENGINE_IMAGES if image in c.image]
+    if len(found) != 1 or found[0][1] != 1:
+        return None  # no such engine, or several started (one per GPU, by a script)
+    return found[0][0]
+
+
+def _said(sizes: Mapping[str, int | str | None], default_of: str | None) -> str:
+    """The parallelism as the message says it."""
+    if default_of is not None:
+        return f"{default_of}'s default: no tensor, pipeline or data parallel size is set"
+    return ", ".join(f"{dim} {value}" for dim, value in sizes.items() if value is not None)
+
+
 def _nodes(words: list[Token]) -> int | str | None:
     """The nodes (pods) the command's group spans: a number (--nnodes 2), or
     "spans" when it joins a group across pods without saying how many (a
@@ -174,7 +222,7 @@ def _declared(
     c: Container,
     words: list[Token],
     spec: Mapping[str, Any],
-    env_index: Mapping[str, int],
+    env_index: Mapping[str, int | str],
 ) -> tuple[int | str | None, str | None]:
     found = flag(words, FLAGS[dim])
     if found is not None:

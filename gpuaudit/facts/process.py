@@ -47,7 +47,7 @@ class CommandLine(msgspec.Struct, frozen=True):
     the pod's facts and the container's."""
 
     words: Words
-    env_index: Mapping[str, int]  # env variable -> its index in the container's env list
+    env_index: Mapping[str, int | str]  # env variable -> its pointer segment under the container's env (_env_index)
     parallelism: Mapping[str, Any] | None
     activity: Mapping[str, Any]  # facts/activity.py: what the command does with the GPUs
 
@@ -248,8 +248,13 @@ def _values_in(text: str, keys: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(found)
 
 
-def _env_index(w: Workload, c: Container) -> dict[str, int]:
+def _env_index(w: Workload, c: Container) -> dict[str, int | str]:
+    """Each env variable's segment of the pointer under the container's
+    `env`: its index in a pod's list, its escaped name in a chart's values
+    map (app-template's `env: {KEY: value}`)."""
     env = pointers.get(w.document.obj, f"{c.pointer}/env")
+    if isinstance(env, Mapping):
+        return {str(name): pointers.escape(str(name)) for name in env}
     if not isinstance(env, list):
         return {}
     return {

@@ -1241,8 +1241,9 @@ class ModelFit(_Facts, kw_only=True, frozen=True):
 
 class Parallelism(_Facts, kw_only=True, frozen=True):
     """Parallelism a container declares (--tensor-parallel-size, --num-shard, -tp, --pipeline-parallel-size,
-    --data-parallel-size, --nproc-per-node, NUM_SHARD... and KServe workerSpec), compared with its whole GPUs; null
-    when nothing declares any.
+    --data-parallel-size, --nproc-per-node, NUM_SHARD... and KServe workerSpec), or vLLM's and SGLang's default of
+    one GPU where a container with several sets none (`default_of`), compared with its whole GPUs; null when nothing
+    declares any.
     """
 
     tensor: int | None
@@ -1302,6 +1303,17 @@ class Parallelism(_Facts, kw_only=True, frozen=True):
             )
         ),
     ]
+    default_of: Annotated[
+        str | None,
+        Meta(
+            description=(
+                "The engine (vLLM, SGLang) whose default gave the sizes: its command sets none, and it then runs on "
+                "one GPU. Read only for a container that holds several whole GPUs and starts the engine once, with "
+                "no config file or shell variable that could set them; null when the sizes are declared."
+            )
+        ),
+    ] = None
+    said: Annotated[str, Meta(description="The sizes as declared (`tensor 2, data 2`), or the engine default.")] = ""
 
 
 class Spread(_Facts, kw_only=True, frozen=True):

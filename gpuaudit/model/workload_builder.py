@@ -693,6 +693,11 @@ def _str_list(value: Any) -> tuple[str, ...]:
 
 def _env(value: Any) -> dict[str, str]:
     out: dict[str, str] = {}
+    if isinstance(value, Mapping):  # a chart's values (app-template): KEY: value, or KEY: {value: ...}
+        for name, v in value.items():
+            v = v.get("value") if isinstance(v, Mapping) else v
+            out[str(name)] = "" if v is None or isinstance(v, (Mapping, list)) else str(v)
+        return out
     if isinstance(value, list):
         for item in value:
             if isinstance(item, Mapping) and item.get("name") is not None:

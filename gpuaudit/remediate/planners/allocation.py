@@ -573,6 +573,11 @@ def match_gpus_to_parallelism(ctx: Context, c: Container) -> Proposal | Declined
             "not show; size the group from the Serve or Train config by hand"
         )
     parallelism = ctx.container_facts.parallelism
+    if parallelism is not None and parallelism.default_of:
+        return Declined(
+            f"{parallelism.default_of} sets no parallelism, so it uses one GPU: a model that needs the GPUs "
+            "wants --tensor-parallel-size instead of fewer GPUs; which is right depends on the model's size"
+        )
     total = parallelism.total if parallelism is not None else None
     whole = [r for r in c.gpus if r.mode == "whole"]
     if parallelism is None or total is None or total < 1 or len(whole) != 1:
@@ -589,10 +594,7 @@ def match_gpus_to_parallelism(ctx: Context, c: Container) -> Proposal | Declined
         "request": same_type(_gpu_raw(ctx, c, "requests", r.resource), int(total)) if r.request is not None else None,
     }
     basis = (
-        f"The container's arguments declare parallelism {int(total)} (tensor "
-        f"{parallelism.tensor}, pipeline {parallelism.pipeline}, data "
-        f"{parallelism.data}, processes {parallelism.processes}); it holds "
-        f"{r.count:g} GPUs."
+        f"The container's arguments declare parallelism {int(total)} ({parallelism.said}); it holds {r.count:g} GPUs."
     )
     basis += " Lowering the GPU count is this change's purpose."
     frees = (r.count - int(total)) * _replicas(ctx.template)
