@@ -29,6 +29,9 @@ def lifecycle_facts(w: Workload) -> dict[str, Any] | None:
         "fields": [_field(f) for f in (*entry["deadline"], *entry["cleanup"])],
         "pointer": "/spec" if isinstance(obj.get("spec"), Mapping) else "",
     }
+    if entry.get("at_gpu_pod"):
+        gpu_pods = [t.pointer for t in w.templates if any(c.gpus for c in t.containers)]
+        facts["pointer"] = gpu_pods[0] if gpu_pods else facts["pointer"]
     work = entry.get("work")
     if work is not None:
         facts["work_queue"] = _work_queue(get(obj, work["parallelism"]), get(obj, work["completions"]))
