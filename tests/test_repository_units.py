@@ -878,6 +878,16 @@ def test_helm_charts_a_kustomization_inflates_from_the_repository_are_rendered(r
     [refused] = [e for e in result["errors"] if e["file"] == "kubernetes/ops/cert-manager"]
     assert "'cert-manager', which kustomize pulls from https://charts.jetstack.io" in refused["message"]
     assert code == 2
+    # helm writes its config where helmGlobals.configHome says: nothing is written outside the output.
+    kustomization = (app / "kustomization.yaml").read_text()
+    configured = kustomization.replace("helmGlobals:\n", "helmGlobals:\n  configHome: /tmp/x\n")
+    (app / "kustomization.yaml").write_text(configured)
+    code, result = check(run_cli, env, "kubernetes/ai")
+    assert [e["message"] for e in result["errors"]] == [
+        "kustomize unit not rendered, not audited: it inflates Helm chart 'service' with helmGlobals.configHome set, "
+        "where helm would write (--render-errors warn judges its plain files instead)"
+    ]
+    (app / "kustomization.yaml").write_text(kustomization)
     # A link in the chart that leads outside the repository: helm would read it.
     outside = tmp_path.parent / f"{tmp_path.name}-outside.txt"
     outside.write_text("secret\n")

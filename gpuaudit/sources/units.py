@@ -521,6 +521,9 @@ def _local_chart(folder: Path, entry: Mapping[str, Any], helm_globals: Any, top:
     name = entry.get("name")
     if not isinstance(name, str) or not name or "/" in name or name in (".", ".."):
         return "with no chart name kustomize can find"
+    if isinstance(helm_globals, Mapping) and helm_globals.get("configHome"):
+        # helm writes its config there: a check writes nothing outside its output
+        return f"{name!r} with helmGlobals.configHome set, where helm would write"
     home = helm_globals.get("chartHome") if isinstance(helm_globals, Mapping) else None
     chart = Path(os.path.normpath(folder / (home if isinstance(home, str) and home else "charts") / name))
     version, repo = entry.get("version"), entry.get("repo")
