@@ -382,7 +382,7 @@ def test_a_broken_fixture_in_a_test_folder_is_a_warning(run_cli, tmp_path):
     proc = run_cli("check", "repo", "-o", "json")
     [error] = json.loads(proc.stdout)["errors"]
     assert proc.returncode == 1, proc.stdout
-    assert error["level"] == "warning" and error["message"].endswith("(in a test folder: a warning)")
+    assert error["level"] == "warning" and error["message"].endswith("(its path says it is a test: a warning)")
     assert error["line"] == 5
     (tmp_path / "repo/deploy/invalid-pod.yaml").write_text(broken)
     assert run_cli("check", "repo", "-o", "json").returncode == 2

@@ -43,7 +43,10 @@ def _field(field: Mapping[str, Any]) -> str:
     """A field as the finding names it, with the values that bound the run
     where only some do (`cleanPodPolicy: None` is set, and bounds nothing)."""
     values = field.get("values")
-    return f"{_short(field['at'])} ({' or '.join(map(str, values))})" if values else _short(field["at"])
+    if not values:
+        return _short(field["at"])
+    shown = [str(v).lower() if isinstance(v, bool) else str(v) for v in values]  # YAML's `true`, not Python's
+    return f"{_short(field['at'])} ({' or '.join(shown)})"
 
 
 # Nodes that live for a bounded time whatever runs on them: GKE's queued

@@ -583,7 +583,7 @@ def _in_fixtures_warn(errors: Iterable[InputError], roots: Sequence[str]) -> Ite
     for error in errors:
         if error.level == "error" and file_context(error.file, roots) == "test":
             error = msgspec.structs.replace(
-                error, message=f"{error.message} (in a test folder: a warning)", level="warning"
+                error, message=f"{error.message} (its path says it is a test: a warning)", level="warning"
             )
         yield error
 
