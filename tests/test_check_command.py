@@ -115,6 +115,14 @@ def test_a_kind_found_by_its_shape_is_said_once_per_run(run_cli, tmp_path):
     assert report["summary"]["gpu_workloads"] == 4
     # Chart values are no kind to add a locator for: the chart renders them.
     assert "is no workload itself" in said[0]["message"] and "add a locator" not in said[0]["message"]
+    # Values that are themselves the container (`values.resources`) are named as the release, not "values".
+    (tmp_path / "exporter.yaml").write_text(
+        "apiVersion: helm.toolkit.fluxcd.io/v2\nkind: HelmRelease\nmetadata: {name: dcgm-exporter}\nspec:\n"
+        "  values:\n    image: {repository: nvcr.io/nvidia/k8s/dcgm-exporter}\n"
+        "    resources: {limits: {nvidia.com/gpu: 1}}\n"
+    )
+    report = json.loads(run_cli("check", "exporter.yaml", "--format", "json", cwd=tmp_path).stdout)
+    assert {f["resource"]["container"] for f in report["findings"]} == {"dcgm-exporter"}
 
 
 def test_a_kind_that_names_gpus_its_own_way_is_never_silent(run_cli, tmp_path):

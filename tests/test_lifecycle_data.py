@@ -55,7 +55,7 @@ def test_a_field_that_bounds_the_run_only_with_some_values_is_named_with_them():
     assert "runPolicy.cleanPodPolicy (Running or All)" in facts["fields"]
     assert "runPolicy.activeDeadlineSeconds" in facts["fields"]
     # A boolean value is named as YAML writes it (round 17: "(True)").
-    ray = {"apiVersion": "ray.io/v1", "kind": "RayJob", "metadata": {"name": "r"}, "spec": {"entrypoint": "python x.py"}}
+    ray = {"apiVersion": "ray.io/v1", "kind": "RayJob", "metadata": {"name": "r"}, "spec": {"entrypoint": "x.py"}}
     [workload], _ = build_workloads([Document(ray, "job.yaml", 1)])
     facts = lifecycle_facts(workload)
     assert facts is not None and "shutdownAfterJobFinishes (true)" in facts["fields"]

@@ -242,7 +242,11 @@ def _discovered_locators(obj: Mapping[str, Any]) -> list[Locator]:
             found.append(_locator(at=ptr, spec="", role=role))
             return
         if requests_gpu(node.get("resources")) and depth > 0:
-            found.append(_locator(at=ptr, resources_only="resources", role=ptr.rsplit("/", 1)[-1] or "main"))
+            role = ptr.rsplit("/", 1)[-1]
+            if role in ("values", "spec"):  # a chart's values (or a spec) are the container: named as the object
+                meta = obj.get("metadata")
+                role = str(meta.get("name") or "main") if isinstance(meta, Mapping) else "main"
+            found.append(_locator(at=ptr, resources_only="resources", role=role or "main"))
             return
         for key, value in node.items():
             if depth == 0 and key in _NOT_SPEC:
