@@ -8,8 +8,9 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from gpuaudit.kube.quantity import QuantityError, parse_quantity
 from gpuaudit.kube.shapes import as_list
-from gpuaudit.model import PodTemplate, Workload
+from gpuaudit.model import Container, PodTemplate, Workload
 
 _RAY_START = re.compile(r"\bray\s+start\b")
 
@@ -61,6 +62,34 @@ def _backing(w: Workload, t: PodTemplate) -> dict[str, Any]:
     if t.discovered or any(c.merged_over for c in t.containers):
         return {"memory_backed": None, "size_limit": None}
     return {"memory_backed": False, "size_limit": None}
+
+
+def container_dev_shm(t: PodTemplate, c: Container) -> dict[str, Any] | None:
+    """The memory-backed emptyDir a container mounts at /dev/shm, compared
+    with the container's memory limit: what it writes there counts against
+    that limit (the pages are charged to its cgroup), so a sizeLimit above the
+    limit can never be used; None when it mounts no such volume."""
+    for i, vol in enumerate(as_list(t.spec.get("volumes"))):
+        if not isinstance(vol, Mapping) or not any(
+            str(vol.get("name")) == name and path.rstrip("/") == "/dev/shm" for name, path in c.volume_mounts.items()
+        ):
+            continue
+        empty_dir = vol.get("emptyDir")
+        if not isinstance(empty_dir, Mapping) or empty_dir.get("medium") != "Memory":
+            return None
+        raw = empty_dir.get("sizeLimit")
+        try:
+            size = parse_quantity(raw) if raw is not None else None
+        except QuantityError:
+            size = None  # a placeholder: unknown, said where quantities are read
+        over = size - c.memory_limit if size is not None and c.memory_limit is not None else None
+        return {
+            "size_limit_gib": None if size is None else round(size / 2**30, 2),
+            "memory_limit_gib": None if c.memory_limit is None else round(c.memory_limit / 2**30, 2),
+            "over_memory_limit": None if over is None else over > 0,
+            "pointer": f"{t.pointer}/volumes/{i}/emptyDir" + ("/sizeLimit" if raw is not None else ""),
+        }
+    return None
 
 
 # Launchers that start one process per GPU: NCCL (or MPI) between them goes

@@ -296,6 +296,16 @@ class Placement(_Facts, kw_only=True, frozen=True):
     ]
     pinned_by: Literal["nodeName", "nodeSelector", "affinity"] | None
     pinned_pointer: str | None
+    node_data: Annotated[
+        str | None,
+        Meta(
+            description=(
+                "A directory of the node's own disk the pod mounts by hostPath (a model cache, a dataset; not a "
+                "system path such as /dev, /var/log or /run: gpuaudit/data/host_devices.yaml): its data is on that "
+                "node."
+            )
+        ),
+    ] = None
     node_hardware: Annotated[
         str | None,
         Meta(
@@ -687,10 +697,26 @@ class ContainerFacts(_OfWorkload, kw_only=True, frozen=True):
         ),
     ]
     memory_limit: Number | None
+    dev_shm: Annotated[
+        DevShm | None,
+        Meta(description="The memory-backed emptyDir the container mounts at /dev/shm; null without one."),
+    ] = None
     cpu_per_gpu: Annotated[Number | None, Meta(description="CPU request divided by GPU count; null without either.")]
     cpu_limit_per_gpu: Annotated[
         Number | None, Meta(description="CPU limit divided by GPU count; null without either.")
     ]
+
+
+class DevShm(_Facts, kw_only=True, frozen=True):
+    """A memory-backed /dev/shm, compared with the memory limit of the container that mounts it: what the container
+    writes there counts against that limit."""
+
+    size_limit_gib: Annotated[Number | None, Meta(description="The volume's sizeLimit; null without one.")]
+    memory_limit_gib: Annotated[Number | None, Meta(description="The container's memory limit; null without one.")]
+    over_memory_limit: Annotated[
+        bool | None, Meta(description="sizeLimit above the memory limit; null when either is unknown.")
+    ]
+    pointer: str
 
 
 class RenameConflict(_Facts, kw_only=True, frozen=True):

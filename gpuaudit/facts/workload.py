@@ -29,7 +29,7 @@ from gpuaudit.facts.raw import pod_raw_facts, workload_raw_facts
 from gpuaudit.facts.reservations import ENGINE_OF_KIND, memory_reservation
 from gpuaudit.facts.scaling import scaling_facts
 from gpuaudit.facts.scheduling import required_terms
-from gpuaudit.facts.shared_memory import shared_memory_facts
+from gpuaudit.facts.shared_memory import container_dev_shm, shared_memory_facts
 from gpuaudit.kube import pointers
 from gpuaudit.kube.labels import HOSTNAME_LABEL
 from gpuaudit.kube.shapes import as_list
@@ -272,6 +272,7 @@ def container_facts(
         "cpu_limit": c.cpu_limit,
         "memory_request": memory_request,
         "memory_limit": c.memory_limit,
+        "dev_shm": container_dev_shm(template, c),
         "cpu_per_gpu": cpu_per_gpu,
         "cpu_limit_per_gpu": cpu_limit_per_gpu,
     }
@@ -457,6 +458,7 @@ def placement_facts(t: PodTemplate) -> dict[str, Any]:
         "gpu_product": product,
         "sharing_pool": sharing_pool(node_selector, terms),
         "node_hardware": _node_hardware(spec),
+        "node_data": _node_data(spec),
     }
 
 
@@ -520,6 +522,24 @@ def _node_hardware(spec: Mapping[str, Any]) -> str | None:
                 prefixes = tuple(data_yaml("host_devices.yaml")["prefixes"])
             if path.startswith(prefixes):
                 return path
+    return None
+
+
+def _node_data(spec: Mapping[str, Any]) -> str | None:
+    """The first hostPath directory the pod mounts that is data on that node's
+    own disk, not one of its system paths (data/host_devices.yaml): the data
+    is where the node is."""
+    system = None
+    for volume in as_list(spec.get("volumes")):
+        host = volume.get("hostPath") if isinstance(volume, Mapping) else None
+        path = host.get("path") if isinstance(host, Mapping) else None
+        if not isinstance(path, str) or not path.startswith("/") or path.rstrip("/") == "":
+            continue
+        if system is None:  # read only for a pod that mounts a host path: most mount none
+            system = tuple(data_yaml("host_devices.yaml")["system_paths"])
+        normal = path.rstrip("/")
+        if not any(normal == p or normal.startswith(p + "/") for p in system):
+            return path
     return None
 
 
