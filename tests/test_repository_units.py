@@ -767,6 +767,7 @@ def test_a_hidden_folder_of_manifests_is_walked_and_tool_folders_are_not(run_cli
     write(tmp_path / "repo/.kubernetes/jobs/train.yaml", DEPLOYMENT.format(name="in-hidden-folder"))
     write(tmp_path / "repo/.venv/lib/site/chart.yaml", DEPLOYMENT.format(name="in-a-virtualenv"))
     write(tmp_path / "repo/.git/objects/x.yaml", DEPLOYMENT.format(name="in-git"))
+    write(tmp_path / "repo/jobs/.ipynb_checkpoints/train-checkpoint.yaml", DEPLOYMENT.format(name="autosaved"))
     monkeypatch.chdir(tmp_path)
     _, result = check(run_cli, env, "repo")
     assert result["summary"]["gpu_workloads"] == 1
@@ -917,6 +918,24 @@ def test_a_chart_that_caps_its_kubernetes_version_is_rendered_below_the_cap(run_
     _, result = check(run_cli, env, "chart")
     assert not [e for e in result["errors"] if e["level"] == "error"], result["errors"]
     assert [f["resource"]["name"] for f in result["findings"] if f["rule"] == "GPA-PL-001"] == ["p"]
+
+
+def test_a_cpu_request_an_overlay_lowers_is_blamed_on_the_overlay(run_cli, env, tmp_path, monkeypatch):
+    """The base asks a core per GPU; the dev overlay's inline patch lowers the
+    request: GPA-AP-001 points at that patch, not at the base's resources
+    (round 18: the base was blamed)."""
+    write(tmp_path / "app/base/kustomization.yaml", "resources: [deployment.yaml]\n")
+    write(tmp_path / "app/base/deployment.yaml", DEPLOYMENT.format(name="chat"))
+    write(
+        tmp_path / "app/overlays/dev/kustomization.yaml",
+        "resources: [../../base]\npatches:\n- target: {kind: Deployment, name: chat}\n  patch: |-\n"
+        "    - op: replace\n      path: /spec/template/spec/containers/0/resources/requests/cpu\n"
+        "      value: 600m\n",
+    )
+    monkeypatch.chdir(tmp_path)
+    _, result = check(run_cli, env, "app")
+    [cpu] = [f for f in result["findings"] if f["rule"] == "GPA-AP-001"]
+    assert (cpu["location"]["file"], cpu["location"]["line"]) == ("app/overlays/dev/kustomization.yaml", 7)
 
 
 def test_a_base_whose_only_overlay_fails_to_render_is_judged_on_its_own(run_cli, env, tmp_path, monkeypatch):

@@ -134,6 +134,15 @@ class WorkloadGpu(_Facts, kw_only=True, frozen=True):
     requested: bool
     whole: bool
     total: Annotated[Number | None, Meta(description="GPUs over all pod templates times their replicas.")]
+    replicated: Annotated[
+        bool,
+        Meta(
+            description=(
+                "Every GPU pod asks for a GPU a time-slicing config of the input replicates: its requests are "
+                "turns on shared GPUs, not whole ones."
+            )
+        ),
+    ] = False
 
 
 class _OfWorkload(_Facts, kw_only=True, frozen=True):
@@ -625,6 +634,16 @@ class ContainerFacts(_OfWorkload, kw_only=True, frozen=True):
     init: bool
     pointer: str
     resources_pointer: str
+    cpu_request_pointer: Annotated[
+        str,
+        Meta(
+            description=(
+                "Where the CPU request is set (requests.cpu, else the limits.cpu Kubernetes copies to it), else "
+                "resources_pointer: a kustomize patch that sets it is found there, not at the base's resources."
+            )
+        ),
+    ] = ""
+    cpu_limit_pointer: Annotated[str, Meta(description="Where limits.cpu is set, else resources_pointer.")] = ""
     image: str
     args: Annotated[list[str], Meta(description="command followed by args.")]
     env: Annotated[list[str], Meta(description="Names of environment variables set.")]

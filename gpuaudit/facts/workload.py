@@ -256,6 +256,8 @@ def container_facts(
         "init": c.init,
         "pointer": c.pointer,
         "resources_pointer": c.resources_pointer,
+        "cpu_request_pointer": _cpu_pointer(c, "requests") if c.cpu_request is not None else _cpu_pointer(c, "limits"),
+        "cpu_limit_pointer": _cpu_pointer(c, "limits"),
         "image": c.image,
         "args": list(c.command + c.args),
         "env": sorted(c.env),
@@ -276,6 +278,12 @@ def container_facts(
         "cpu_per_gpu": cpu_per_gpu,
         "cpu_limit_per_gpu": cpu_limit_per_gpu,
     }
+
+
+def _cpu_pointer(c: Container, section: str) -> str:
+    """The pointer of ``section``.cpu of a container's resources, when set."""
+    value = c.cpu_request if section == "requests" else c.cpu_limit
+    return f"{c.resources_pointer}/{section}/cpu" if value is not None else c.resources_pointer
 
 
 # --- pod templates ----------------------------------------------------------
@@ -637,6 +645,7 @@ def workload_facts(
             "requested": any(p["gpu"]["requested"] for p in pods),
             "whole": any(p["gpu"]["whole"] for p in pods),
             "total": total,
+            "replicated": bool(gpu_pods) and all(p["gpu"].get("replicated") for p in gpu_pods),
         },
         "pod_roles": [p["role"] for p in pods],
         # Every GPU pod only sleeps or prints nvidia-smi: a smoke test, a placeholder.

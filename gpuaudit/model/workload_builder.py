@@ -90,10 +90,15 @@ def build_workloads(
             # A kind the table does not know, or a known kind in a shape its
             # locators miss (a new API version): a GPU request is never silent.
             found = _discovered_locators(doc.obj)
-            discovered = tuple(t for loc in found for t in builder.templates(loc))
+            # What a guess misreads (a benchmark's config whose "resources"
+            # hold ranges, not quantities) is no input error of the object:
+            # said as warnings, and only when the guess is audited.
+            misread: list[InputError] = []
+            discovered = tuple(t for loc in found for t in _TemplateBuilder(doc, misread).templates(loc))
             # `nvidia.com/gpu: 0` (a chart's CPU-only setting) asks for none.
             if any(c.gpus for t in discovered for c in (*t.containers, *t.init_containers)):
                 templates = tuple(replace(t, discovered=True) for t in discovered)
+                errors += [replace(e, level="warning") for e in misread]
                 where = found[0].at or "/"
                 if "/values" in where:  # a HelmRelease's or an Argo CD Application's values for its chart
                     why = f"{doc.kind} ({group or 'core'}) is no workload itself"

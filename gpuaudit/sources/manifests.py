@@ -45,6 +45,7 @@ SKIP_DIRS = frozenset(
         ".idea",
         ".vscode",
         ".direnv",
+        ".ipynb_checkpoints",  # Jupyter's autosaved copies of files beside them (round 18: a finding said twice)
     }
 )
 
