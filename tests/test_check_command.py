@@ -125,6 +125,22 @@ def test_a_kind_found_by_its_shape_is_said_once_per_run(run_cli, tmp_path):
     assert {f["resource"]["container"] for f in report["findings"]} == {"dcgm-exporter"}
 
 
+def test_what_a_kind_guessed_by_its_shape_misreads_is_a_warning(run_cli, tmp_path):
+    """A benchmark tool's config whose `resources` hold ranges, not
+    quantities (round 18, kueue-bench's WorkloadProfile): audited as a guess,
+    its misreadings are warnings, and the run is not partial."""
+    (tmp_path / "profile.yaml").write_text(
+        "apiVersion: bench.example.io/v1\nkind: WorkloadProfile\nmetadata: {name: contention}\nspec:\n"
+        "  template:\n    containers:\n    - name: train\n      resources:\n        requests:\n"
+        "          nvidia.com/gpu: {distribution: uniform, min: '2', max: '8'}\n"
+        "          cpu: {distribution: uniform, min: '4', max: '16'}\n"
+    )
+    proc = run_cli("check", "profile.yaml", "--format", "json", cwd=tmp_path)
+    report = json.loads(proc.stdout)
+    assert report["errors"] and {e["level"] for e in report["errors"]} == {"warning"}, report["errors"]
+    assert proc.returncode == 0
+
+
 def test_a_kind_that_names_gpus_its_own_way_is_never_silent(run_cli, tmp_path):
     """Dynamo's DynamoGraphDeployment asks for `gpu: "8"` in resources of its
     own: not read, and said so, once per kind (round 14: "0 GPU workloads")."""
