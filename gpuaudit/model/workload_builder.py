@@ -21,6 +21,7 @@ from gpuaudit.kube.podspecs import (
     GPU_RESOURCE,
     MEMORY_SHARE_ANNOTATIONS,
     MIG_RESOURCE,
+    OWN_NAMED_GPU,
     SHARE_MODIFIERS,
     KindLocator,
     Locator,
@@ -585,7 +586,7 @@ class _TemplateBuilder:
             mig = MIG_RESOURCE.match(name)
             if mig:
                 mode, profile = "mig", mig.group(1)
-            elif name.endswith(".shared") or modified:
+            elif name.endswith(".shared") or modified or OWN_NAMED_GPU.match(name):
                 mode, profile = "shared", None
             else:
                 mode, profile = "whole", None
