@@ -69,12 +69,12 @@ def all_mig_profiles() -> frozenset[str]:
 
 # A MIG profile name: compute slices, memory, then optional variants
 # (+me media extensions, +gfx, -me, +me.all) that share the base profile.
-_MIG_PROFILE = re.compile(r"^(\d+g\.\d+gb)((?:[+-][a-z]+(?:\.[a-z]+)?)*)$")
+_MIG_PROFILE = r"^(\d+g\.\d+gb)((?:[+-][a-z]+(?:\.[a-z]+)?)*)$"  # compiled on first use: MIG profiles only
 
 
 def mig_base_profile(profile: str) -> str | None:
     """'1g.10gb+me' -> '1g.10gb'; None when the name is not a MIG profile at all."""
-    match = _MIG_PROFILE.match(profile.strip().lower())
+    match = re.match(_MIG_PROFILE, profile.strip().lower())
     return match.group(1) if match else None
 
 

@@ -1097,6 +1097,15 @@ class GpuRequests(_Facts, kw_only=True, frozen=True):
         bool, Meta(description=("Requests a share: MIG slice, .shared replica, HAMi vGPU or a fraction annotation."))
     ]
     modes: list[Literal["whole", "mig", "shared", "fraction", "dra"]]
+    plugin_named: Annotated[
+        bool,
+        Meta(
+            description=(
+                "Every GPU request names NVIDIA GPUs as a plugin of its own does (nvidia.com/gpu-all from a generic "
+                "CDI device plugin): that plugin decides how many GPUs one is and what the container sees."
+            )
+        ),
+    ] = False
     resources: Annotated[
         list[str], Meta(description=("Resource names, e.g. nvidia.com/gpu, nvidia.com/mig-1g.10gb, claim/<template>."))
     ]

@@ -32,6 +32,7 @@ from gpuaudit.facts.scheduling import required_terms
 from gpuaudit.facts.shared_memory import container_dev_shm, shared_memory_facts
 from gpuaudit.kube import pointers
 from gpuaudit.kube.labels import HOSTNAME_LABEL
+from gpuaudit.kube.podspecs import plugin_named_gpu
 from gpuaudit.kube.shapes import as_list
 from gpuaudit.model import Container, GpuRequest, PodTemplate, Resource, Workload
 
@@ -200,6 +201,7 @@ def gpu_facts(requests: Sequence[GpuRequest]) -> dict[str, Any]:
         "whole": bool(whole),
         "whole_count": float(whole_count),
         "shared": any(r.mode in ("shared", "fraction", "mig") for r in requests),
+        "plugin_named": bool(requests) and all(plugin_named_gpu(r.resource) for r in requests),
         "modes": sorted({r.mode for r in requests}),
         "resources": sorted({r.resource for r in requests}),
         "mig_profiles": sorted({r.profile for r in requests if r.profile}),

@@ -18,10 +18,16 @@ GPU_RESOURCE = re.compile(
     r"^(?:nvidia\.com/(?:gpu(?:[-.][\w.-]+)?|mig-[\w.+-]+)|amd\.com/gpu|gpu\.intel\.com/(?:i915|xe)"
     r"|habana\.ai/gaudi\w*|[a-z0-9][a-z0-9.-]*\.[a-z]+/v?gpu)$"
 )
-# NVIDIA GPUs under a name a plugin gives them (a generic CDI device plugin's
-# nvidia.com/gpu-all, a time-slicing rename to nvidia.com/gpu-ts): a GPU
-# request, but how many GPUs one is, and who shares them, is the plugin's.
-OWN_NAMED_GPU = re.compile(r"^nvidia\.com/gpu[-.](?!shared$)[\w.-]+$")
+
+
+def plugin_named_gpu(resource: str) -> bool:
+    """NVIDIA GPUs under a name a plugin gives them (a generic CDI device
+    plugin's nvidia.com/gpu-all, a time-slicing rename to nvidia.com/gpu-ts):
+    a GPU request, but how many GPUs one is, and who shares them, is that
+    plugin's. (String tests: no pattern to compile on check's path.)"""
+    return resource.startswith(("nvidia.com/gpu-", "nvidia.com/gpu.")) and resource != "nvidia.com/gpu.shared"
+
+
 MIG_RESOURCE = re.compile(r"^nvidia\.com/mig-(\d+g\.\d+gb(?:\+me)?)(\.shared)?$")
 # Intel's device plugin also advertises resources that are no device of
 # their own: i915_monitoring/xe_monitoring (every GPU, for a monitoring agent)

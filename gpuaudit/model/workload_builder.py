@@ -21,12 +21,12 @@ from gpuaudit.kube.podspecs import (
     GPU_RESOURCE,
     MEMORY_SHARE_ANNOTATIONS,
     MIG_RESOURCE,
-    OWN_NAMED_GPU,
     SHARE_MODIFIERS,
     KindLocator,
     Locator,
     builtin_locators,
     group_of,
+    plugin_named_gpu,
 )
 from gpuaudit.kube.quantity import QuantityError, parse_quantity
 from gpuaudit.model.objects import Document, InputError
@@ -44,7 +44,7 @@ _BASE_60 = re.compile(r"[-+]?\d[\d_]*(?::[0-5]?\d)+(?:\.\d*)?")
 _PLACEHOLDER_MARKS = r"[$<>{}%]|^[A-Z][A-Z0-9_]+$"
 # A JVM memory size as Spark reads it (spark.executor.memory): a whole number
 # with an optional k, m, g, t or p (and b); no unit means MiB.
-_JVM_SIZE = re.compile(r"(\d+)([kmgtp])?b?")
+_JVM_SIZE = r"(\d+)([kmgtp])?b?"  # compiled on first use: Spark sizes only
 _JVM_UNITS = "kmgtp"
 PATCH_BASE = "the base this patch is applied to (a container without an image, read without its base)"
 
@@ -203,7 +203,7 @@ _MAX_DEPTH = 12  # operator CRDs nest pod templates a few levels deep, never doz
 
 
 # A `requests`/`limits` key among the pointers the reader recorded for a document.
-_RESOURCE_KEY = re.compile(r"/(?:requests|limits)/([^/\n]+)$", re.MULTILINE)
+_RESOURCE_KEY = r"(?m)/(?:requests|limits)/([^/\n]+)$"  # compiled on first use: unread kinds only
 
 
 def _probes_a_port(c: Mapping[str, Any]) -> bool:
@@ -221,7 +221,7 @@ def _resource_keys(doc: Document) -> list[str] | None:
     pointers: it is walked."""
     if not doc.lines:
         return None
-    return [key.replace("~1", "/").replace("~0", "~") for key in _RESOURCE_KEY.findall("\n".join(doc.lines))]
+    return [key.replace("~1", "/").replace("~0", "~") for key in re.findall(_RESOURCE_KEY, "\n".join(doc.lines))]
 
 
 def _discovered_locators(obj: Mapping[str, Any]) -> list[Locator]:
@@ -503,7 +503,7 @@ class _TemplateBuilder:
         """Bytes of a Spark ``memory`` (a JVM size: 512m, 4g; MiB without a
         unit), Spark's 1 GiB default when it is left out."""
         value = node.get("memory", "1g")
-        match = _JVM_SIZE.fullmatch(str(value).strip().lower())
+        match = re.fullmatch(_JVM_SIZE, str(value).strip().lower())
         if match is None:
             self.error(f"{at}/memory", f"memory: {value!r} is not a JVM size such as 512m or 4g")
             return None
@@ -586,7 +586,7 @@ class _TemplateBuilder:
             mig = MIG_RESOURCE.match(name)
             if mig:
                 mode, profile = "mig", mig.group(1)
-            elif name.endswith(".shared") or modified or OWN_NAMED_GPU.match(name):
+            elif name.endswith(".shared") or modified or plugin_named_gpu(name):
                 mode, profile = "shared", None
             else:
                 mode, profile = "whole", None

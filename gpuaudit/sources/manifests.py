@@ -58,7 +58,8 @@ _HELM_ACTION = re.compile(
 # An action that starts a value unquoted (`replicas: {{ replicas }}`, a
 # Jinja or Go template of any tool, whatever its action names): YAML reads
 # it as a mapping, so no tool means it as YAML; the file is a template.
-_VALUE_ACTION = re.compile(r"(?m)(?::|^[ \t]*-)[ \t]+\{\{")
+# (A pattern text, compiled on first use: only for a file that holds `{{`.)
+_VALUE_ACTION = r"(?m)(?::|^[ \t]*-)[ \t]+\{\{"
 # Jinja's statements on a line of their own (`{% if %}`, `{% for %}`) make a
 # template of another tool too. (A pattern text, compiled on first use: only
 # for a file that holds `{%`.)
@@ -127,7 +128,7 @@ def _helm_action(text: str) -> re.Match[str] | None:
     found = None
     actions = _HELM_ACTION.finditer(text)
     if "{{" in text:
-        actions = iter(sorted((*actions, *_VALUE_ACTION.finditer(text)), key=lambda m: m.start()))
+        actions = iter(sorted((*actions, *re.finditer(_VALUE_ACTION, text)), key=lambda m: m.start()))
     for match in actions:
         line_start = text.rfind("\n", 0, match.start()) + 1
         if re.search(_COMMENT_BEFORE, text[line_start : match.start()]):
