@@ -28,10 +28,13 @@ import shutil
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import msgspec
 import yaml
 
+from gpuaudit import files
+from gpuaudit.files import FileReadError
 from gpuaudit.model import Document, InputError
 from gpuaudit.sources.manifests import ReadResult, read_file, read_text
 from gpuaudit.sources.patch_origins import patch_origins
@@ -42,6 +45,7 @@ from gpuaudit.sources.units import display, kustomization_in
 ORIGIN = "config.kubernetes.io/origin"
 TRANSFORMATIONS = "alpha.config.kubernetes.io/transformations"
 _LOAD_ANYWHERE = ("--load-restrictor", "LoadRestrictionsNone")
+_MAX_KUSTOMIZATION_BYTES = 1024 * 1024  # a kustomization read to place a generated object
 # kustomize's refusal: "security; file '/x/secret' is not in or below '/x/app'".
 _REFUSED = re.compile(r"file '([^']*)' is not in or below '([^']*)'")
 
@@ -200,7 +204,8 @@ def _build(
         return None, exc
 
 
-def _origin(doc: Document) -> str | None:
+def _origin_annotation(doc: Document) -> dict[str, Any] | None:
+    """kustomize's origin annotation of a rendered object, read."""
     meta = doc.obj.get("metadata")
     annotations = meta.get("annotations") if isinstance(meta, dict) else None
     text = annotations.get(ORIGIN) if isinstance(annotations, dict) else None
@@ -210,7 +215,12 @@ def _origin(doc: Document) -> str | None:
         origin = yaml.safe_load(text)
     except yaml.YAMLError:
         return None
-    if not isinstance(origin, dict) or origin.get("repo") or not origin.get("path"):
+    return origin if isinstance(origin, dict) else None
+
+
+def _origin(doc: Document) -> str | None:
+    origin = _origin_annotation(doc)
+    if origin is None or origin.get("repo") or not origin.get("path"):
         return None  # remote resources have no local file to point at
     return str(origin["path"])
 
@@ -227,16 +237,8 @@ def _generated_at(doc: Document, wrapper: Path) -> tuple[Path, int] | None:
     """Where a generated object was configured (its origin's configuredIn:
     a chart kustomize inflated, a generated ConfigMap): the kustomization
     file and the line of its generator's key, or None."""
-    meta = doc.obj.get("metadata")
-    annotations = meta.get("annotations") if isinstance(meta, dict) else None
-    text = annotations.get(ORIGIN) if isinstance(annotations, dict) else None
-    if not isinstance(text, str) or "configuredIn" not in text:
-        return None
-    try:
-        origin = yaml.safe_load(text)
-    except yaml.YAMLError:
-        return None
-    if not isinstance(origin, dict) or not isinstance(origin.get("configuredIn"), str):
+    origin = _origin_annotation(doc)
+    if origin is None or not isinstance(origin.get("configuredIn"), str):
         return None
     file = (wrapper / origin["configuredIn"]).resolve()
     if not file.is_file():
@@ -244,8 +246,8 @@ def _generated_at(doc: Document, wrapper: Path) -> tuple[Path, int] | None:
     by = origin.get("configuredBy")
     keys = _GENERATOR_KEYS.get(by.get("kind") if isinstance(by, dict) else None, ())
     try:
-        lines = file.read_text(encoding="utf-8", errors="replace").splitlines()
-    except OSError:
+        lines = files.read_text(file, limit=_MAX_KUSTOMIZATION_BYTES, what="kustomization").splitlines()
+    except FileReadError:
         return file, 1
     line = next((i for i, text in enumerate(lines, 1) if text.split(":", 1)[0] in keys), 1)
     return file, line
