@@ -39,22 +39,21 @@ def _backing(w: Workload, t: PodTemplate) -> dict[str, Any]:
     """Whether /dev/shm is memory-backed (PyTorch dataloaders, NCCL and the Ray
     object store use it; the container default is 64 MiB). ``memory_backed``
     is None when what the controller merges the pod over decides."""
-    volumes = {str(v.get("name")): v for v in as_list(t.spec.get("volumes")) if isinstance(v, Mapping)}
     for c in t.containers:
-        for name, path in c.volume_mounts.items():
-            if path.rstrip("/") == "/dev/shm":
-                vol = volumes.get(name) or {}
-                empty_dir = vol.get("emptyDir") if isinstance(vol, Mapping) else None
-                if isinstance(empty_dir, Mapping) and empty_dir.get("medium") == "Memory":
-                    limit = empty_dir.get("sizeLimit")
-                    return {
-                        "memory_backed": True,
-                        "size_limit": None if limit is None else str(limit),
-                    }
-                host = vol.get("hostPath") if isinstance(vol, Mapping) else None
-                if isinstance(host, Mapping) and str(host.get("path", "")).rstrip("/") == "/dev/shm":
-                    return {"memory_backed": True, "size_limit": None}  # the node's own tmpfs
-                return {"memory_backed": False, "size_limit": None}
+        mounted = _dev_shm_volume(t, c)
+        if mounted is not None:
+            vol = mounted[1]
+            empty_dir = _memory_empty_dir(vol)
+            if empty_dir is not None:
+                limit = empty_dir.get("sizeLimit")
+                return {
+                    "memory_backed": True,
+                    "size_limit": None if limit is None else str(limit),
+                }
+            host = vol.get("hostPath")
+            if isinstance(host, Mapping) and str(host.get("path", "")).rstrip("/") == "/dev/shm":
+                return {"memory_backed": True, "size_limit": None}  # the node's own tmpfs
+            return {"memory_backed": False, "size_limit": None}
     if t.spec.get("hostIPC") is True or (w.group, w.kind) in _SHM_BY_CONTROLLER:
         return {"memory_backed": True, "size_limit": None}
     # What a controller merges the pod over, or adds to a pod of a kind found
@@ -69,27 +68,41 @@ def container_dev_shm(t: PodTemplate, c: Container) -> dict[str, Any] | None:
     with the container's memory limit: what it writes there counts against
     that limit (the pages are charged to its cgroup), so a sizeLimit above the
     limit can never be used; None when it mounts no such volume."""
+    mounted = _dev_shm_volume(t, c)
+    empty_dir = _memory_empty_dir(mounted[1]) if mounted is not None else None
+    if mounted is None or empty_dir is None:
+        return None
+    raw = empty_dir.get("sizeLimit")
+    try:
+        size = parse_quantity(raw) if raw is not None else None
+    except QuantityError:
+        size = None  # a placeholder: unknown, said where quantities are read
+    over = size - c.memory_limit if size is not None and c.memory_limit is not None else None
+    return {
+        "size_limit_gib": None if size is None else round(size / 2**30, 2),
+        "memory_limit_gib": None if c.memory_limit is None else round(c.memory_limit / 2**30, 2),
+        "over_memory_limit": None if over is None else over > 0,
+        "pointer": f"{t.pointer}/volumes/{mounted[0]}/emptyDir" + ("/sizeLimit" if raw is not None else ""),
+    }
+
+
+def _dev_shm_volume(t: PodTemplate, c: Container) -> tuple[int | None, Mapping[str, Any]] | None:
+    """The volume ``c`` mounts at /dev/shm and its index among the pod's
+    volumes ((None, {}) when the pod names no such volume); None when it
+    mounts nothing there."""
+    name = next((n for n, path in c.volume_mounts.items() if path.rstrip("/") == "/dev/shm"), None)
+    if name is None:
+        return None
     for i, vol in enumerate(as_list(t.spec.get("volumes"))):
-        if not isinstance(vol, Mapping) or not any(
-            str(vol.get("name")) == name and path.rstrip("/") == "/dev/shm" for name, path in c.volume_mounts.items()
-        ):
-            continue
-        empty_dir = vol.get("emptyDir")
-        if not isinstance(empty_dir, Mapping) or empty_dir.get("medium") != "Memory":
-            return None
-        raw = empty_dir.get("sizeLimit")
-        try:
-            size = parse_quantity(raw) if raw is not None else None
-        except QuantityError:
-            size = None  # a placeholder: unknown, said where quantities are read
-        over = size - c.memory_limit if size is not None and c.memory_limit is not None else None
-        return {
-            "size_limit_gib": None if size is None else round(size / 2**30, 2),
-            "memory_limit_gib": None if c.memory_limit is None else round(c.memory_limit / 2**30, 2),
-            "over_memory_limit": None if over is None else over > 0,
-            "pointer": f"{t.pointer}/volumes/{i}/emptyDir" + ("/sizeLimit" if raw is not None else ""),
-        }
-    return None
+        if isinstance(vol, Mapping) and str(vol.get("name")) == name:
+            return i, vol
+    return None, {}
+
+
+def _memory_empty_dir(vol: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The volume's emptyDir when it is memory-backed (a tmpfs)."""
+    empty_dir = vol.get("emptyDir")
+    return empty_dir if isinstance(empty_dir, Mapping) and empty_dir.get("medium") == "Memory" else None
 
 
 # Launchers that start one process per GPU: NCCL (or MPI) between them goes

@@ -269,18 +269,22 @@ def read_chart_yaml(chart: Path) -> tuple[bool, list[Path]]:
     PATH relative to the chart or absolute, as helm reads it). A Chart.yaml
     that cannot be read: an application chart with none (helm says what is
     wrong when it renders it)."""
-    try:
-        data, _ = load_yaml_with_lines(read_text(chart / "Chart.yaml", limit=_MAX_CHART_BYTES, what="Chart.yaml"))
-    except (FileReadError, YamlLimitError, yaml.YAMLError, RecursionError):
-        return False, []
-    if not isinstance(data, dict):
-        return False, []
+    data = _chart_data(chart)
     folders = []
     for dependency in _as_list(data.get("dependencies")):
         repository = dependency.get("repository") if isinstance(dependency, dict) else None
         if isinstance(repository, str) and repository.startswith("file://"):
             folders.append(Path(os.path.normpath(chart / repository.removeprefix("file://"))))
     return data.get("type") == "library", folders
+
+
+def _chart_data(chart: Path) -> dict[str, Any]:
+    """A chart's Chart.yaml, read; empty when it cannot be (helm says why when it renders it)."""
+    try:
+        data, _ = load_yaml_with_lines(read_text(chart / "Chart.yaml", limit=_MAX_CHART_BYTES, what="Chart.yaml"))
+    except (FileReadError, YamlLimitError, yaml.YAMLError, RecursionError):
+        return {}
+    return data if isinstance(data, dict) else {}
 
 
 def plain_units(files: Sequence[Path], shown: str, top: Path, mode: PlainFiles) -> list[Unit]:
@@ -530,7 +534,8 @@ def _local_chart(folder: Path, entry: Mapping[str, Any], helm_globals: Any, top:
     if not (chart / "Chart.yaml").is_file():
         where = f" from {repo}" if isinstance(repo, str) and repo else ""
         return f"{name!r}, which kustomize pulls{where}: it is not in the repository, and a check fetches nothing"
-    if isinstance(repo, str) and repo and version is not None and str(version) != _chart_version(chart):
+    held = _chart_data(chart).get("version")
+    if isinstance(repo, str) and repo and version is not None and str(version) != str(held):
         # kustomize pulls the version named when the chart at hand is another
         return f"{name!r} {version}, which kustomize pulls from {repo}: the repository holds another version"
     roots = (*command_line_roots(folder, cwd=folder), *((top,) if top is not None else ()))
@@ -540,15 +545,6 @@ def _local_chart(folder: Path, entry: Mapping[str, Any], helm_globals: Any, top:
     except OutsideRootError as exc:
         return f"{name!r}: {exc.problem}"
     return chart
-
-
-def _chart_version(chart: Path) -> str | None:
-    try:
-        text = read_text(chart / "Chart.yaml", limit=_MAX_KUSTOMIZATION_BYTES, what="Chart.yaml")
-        data, _ = load_yaml_with_lines(text)
-    except (FileReadError, YamlLimitError, yaml.YAMLError, RecursionError):
-        return None
-    return str(data.get("version")) if isinstance(data, dict) and data.get("version") is not None else None
 
 
 def _files_below(folder: Path) -> list[Path]:
